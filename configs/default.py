@@ -1,0 +1,21 @@
+"""The demo: a 4-layer, 256-wide Llama-style byte LM on the Python standard library, ~5 min on 2 CPU cores."""
+
+from train.config import DataConfig, OptimConfig, TrainConfig
+from zoo.models.config import ModelConfig
+
+
+def get_config() -> TrainConfig:
+    return TrainConfig(
+        model=ModelConfig(
+            name="llama", mixer="attention", vocab_size=256, d_model=256, num_layers=4, num_heads=4, num_kv_heads=2
+        ),
+        data=DataConfig(name="pystdlib"),
+        optim=OptimConfig(learning_rate=3e-3, warmup_steps=30),
+        batch_size=16,
+        seq_len=256,
+        num_steps=400,
+        log_every=10,
+        eval_every=100,
+        eval_batches=20,
+        checkpoint_every=200,
+    )

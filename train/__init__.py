@@ -1,0 +1,1 @@
+"""The shared training loop: config, data, step, checkpoints, metrics, eval, CLI."""

@@ -1,0 +1,44 @@
+"""Command line: `python -m train --config configs/<preset>.py --workdir DIR [key=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
+    parser.add_argument("--config", required=True, help="preset file defining get_config()")
+    parser.add_argument("--workdir", required=True, help="run directory (metrics, checkpoints, plots)")
+    parser.add_argument("--coordinator", help="multi-host: coordinator host:port for jax.distributed")
+    parser.add_argument("--num-processes", type=int, help="multi-host: number of processes")
+    parser.add_argument("--process-id", type=int, help="multi-host: this process's index")
+    parser.add_argument("overrides", nargs="*", help="config overrides such as model.num_layers=2")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from train.config import apply_overrides, load_preset
+    from train.distributed import initialize_distributed
+
+    try:
+        config = apply_overrides(load_preset(args.config), args.overrides)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
+    from train.loop import train
+    from train.report import print_summary
+
+    summary = train(config, args.workdir)
+    print_summary(summary, args.workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Checkpoints for the train loop: a small, defensive wrapper around Orbax's `CheckpointManager`.
+
+One step directory holds two items:
+
+* ``state`` -- the training pytree (params, optimizer state, step counter, RNG key data), written with
+  ``StandardSave`` so that sharded arrays are saved by every process for its own shards;
+* ``data`` -- a JSON document ``{"data_state": <dict or null>}`` with the data iterator's state, so a
+  resumed run continues the same batch sequence.
+
+Two project rules are enforced here rather than left to each caller:
+
+* training never writes a checkpoint of a non-finite state (`NonFiniteStateError`, nothing written);
+* a corrupt or half-written newest checkpoint must not end a run: `Checkpointer.restore_latest` falls
+  back to the newest step that still reads, warning about every step it skips.
+
+All methods are collective in a multi-process run: call them from every process with the same arguments;
+Orbax coordinates which process writes what.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError"]
+
+_STATE_ITEM = "state"
+_DATA_ITEM = "data"
+_DATA_KEY = "data_state"
+# Error texts from TensorStore can run to kilobytes; warnings and exceptions keep the first line, cut here.
+_MAX_ERROR_CHARS = 300
+
+
+class NonFiniteStateError(ValueError):
+    """Raised by `Checkpointer.save` when a floating leaf of the state holds NaN or infinity."""
+
+
+class CheckpointRestoreError(ValueError):
+    """Raised by `Checkpointer.restore_latest` when checkpoints exist but none of them can be read."""
+
+
+class Checkpointer:
+    """Saves and restores the training state and data-iterator state under one directory.
+
+    Args:
+      directory: where step directories (``<directory>/<step>/``) are written; created if missing.
+      keep: how many of the newest checkpoints to keep; older ones are deleted after each save.
+      async_save: write to disk in a background thread; `save` returns once arrays are copied off the
+        devices. Call `wait` (or `close`) before reading the files or exiting.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = True):
+        if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
+            raise ValueError(f"directory must be a non-empty path, got {directory!r}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an int >= 1, got {keep!r}")
+        if not isinstance(async_save, bool):
+            raise ValueError(f"async_save must be a bool, got {async_save!r}")
+        # Orbax wants an absolute path; resolving here also makes messages unambiguous.
+        self.directory = os.path.abspath(os.fspath(directory))
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            enable_async_checkpointing=async_save,
+            # Removes `<step>.orbax-checkpoint-tmp-*` leftovers of a save that a crash interrupted.
+            cleanup_tmp_directories=True,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # Steps that failed to restore in `restore_latest`; a later save past them deletes them (see
+        # `_drop_superseded`), because they would otherwise block saves at their step numbers.
+        self._unreadable: set[int] = set()
+
+    # ----------------------------------------------------------------------------------------- save
+
+    def save(self, step: int, state: Any, data_state: Mapping[str, Any] | None = None, *,
+             force: bool = False) -> bool:
+        """Saves `state` and `data_state` as checkpoint `step`; returns whether a save was started.
+
+        Orbax skips (returns False) a step that is not newer than the newest one on disk. With
+        ``force=True`` that skip is disabled, and saving an existing step raises Orbax's
+        `StepAlreadyExistsError` (a ValueError).
+
+        Raises:
+          NonFiniteStateError: a floating leaf has NaN/inf; nothing is written.
+          ValueError: bad `step`, an unsupported leaf in `state`, or `data_state` not JSON-serializable.
+        """
+        step = _check_step(step)
+        _check_state_leaves(state, "state")
+        bad_path = _first_non_finite_leaf(state)
+        if bad_path is not None:
+            raise NonFiniteStateError(
+                f"refusing to checkpoint step {step}: state leaf {bad_path} is not finite (NaN or inf)"
+            )
+        payload = _data_payload(data_state)
+        self._drop_superseded(step)
+        args = ocp.args.Composite(
+            **{_STATE_ITEM: ocp.args.StandardSave(state), _DATA_ITEM: ocp.args.JsonSave(payload)}
+        )
+        return bool(self._manager.save(step, args=args, force=force))
+
+    def _drop_superseded(self, step: int) -> None:
+        """Deletes unreadable checkpoints at or after `step`: the run has moved past them.
+
+        After a fallback from a corrupt step N to an older one, Orbax would still count N as the latest
+        step and silently skip every save up to N. Deleting only steps that failed to restore in this
+        session, and only when a new save replaces them, keeps the evidence until then.
+        """
+        stale = sorted(s for s in self._unreadable if s >= step)
+        on_disk = set(self._manager.all_steps(read=True))
+        for s in stale:
+            if s in on_disk:
+                self._manager.delete(s)
+            self._unreadable.discard(s)
+
+    # -------------------------------------------------------------------------------------- restore
+
+    def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict | None] | None:
+        """Restores the newest readable checkpoint as ``(step, state, data_state)``; None if there is none.
+
+        Args:
+          abstract_state: a pytree with the structure of the saved state whose leaves are
+            `jax.ShapeDtypeStruct` (with ``.sharding``) or arrays; restored arrays take these shapes,
+            dtypes and shardings, so a checkpoint can be restored onto a different mesh.
+
+        Unreadable steps (missing or truncated files, bad metadata, a different tree structure) are
+        skipped newest-first with a `RuntimeWarning` naming the step and the error.
+
+        Raises:
+          CheckpointRestoreError: checkpoints exist but none could be restored; lists every error.
+          ValueError: a leaf of `abstract_state` is neither a ShapeDtypeStruct nor an array.
+        """
+        abstract = _to_abstract(abstract_state)
+        # A restore racing our own pending save could see a step that is still being written.
+        self._manager.wait_until_finished()
+        steps = sorted(self._manager.all_steps(read=True), reverse=True)
+        if not steps:
+            return None
+        failures: list[tuple[int, str]] = []
+        for step in steps:
+            try:
+                state, data_state = self._restore_step(step, abstract)
+            except Exception as err:  # Any failure to read a step makes it unusable; report and go on.
+                failures.append((step, _describe(err)))
+                warnings.warn(
+                    f"checkpoint step {step} in {self.directory} is unreadable, trying an older one: "
+                    f"{_describe(err)}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
+            self._unreadable.update(s for s, _ in failures)
+            return step, state, data_state
+        listing = "; ".join(f"step {s}: {e}" for s, e in failures)
+        raise CheckpointRestoreError(f"no readable checkpoint in {self.directory} (tried {listing})")
+
+    def _restore_step(self, step: int, abstract: Any) -> tuple[Any, dict | None]:
+        """Reads one step; raises whatever Orbax/TensorStore raise when its files are damaged."""
+        args = ocp.args.Composite(
+            **{_STATE_ITEM: ocp.args.StandardRestore(abstract), _DATA_ITEM: ocp.args.JsonRestore()}
+        )
+        restored = self._manager.restore(step, args=args)
+        payload = restored[_DATA_ITEM]
+        if not isinstance(payload, dict) or _DATA_KEY not in payload:
+            raise ValueError(f"data item is {payload!r}, expected a dict with key {_DATA_KEY!r}")
+        return restored[_STATE_ITEM], payload[_DATA_KEY]
+
+    # ------------------------------------------------------------------------------------ bookkeeping
+
+    def latest_step(self) -> int | None:
+        """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        """All finalized steps on disk, ascending (in-progress temporary directories excluded)."""
+        return sorted(self._manager.all_steps(read=True))
+
+    def wait(self) -> None:
+        """Blocks until every pending asynchronous save is on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases Orbax's threads."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _check_step(step: Any) -> int:
+    """Accepts Python/NumPy ints and integer scalar arrays (e.g. ``state.step``); rejects bools."""
+    if isinstance(step, bool):
+        raise ValueError(f"step must be a non-negative int, got {step!r}")
+    try:
+        value = operator.index(step)
+    except TypeError:
+        raise ValueError(f"step must be a non-negative int, got {step!r}") from None
+    if value < 0:
+        raise ValueError(f"step must be a non-negative int, got {value}")
+    return value
+
+
+def _check_state_leaves(state: Any, name: str) -> None:
+    """Raises ValueError for an empty tree or a leaf Orbax's StandardSave should not be given."""
+    leaves = jax.tree_util.tree_leaves_with_path(state)
+    if not leaves:
+        raise ValueError(f"{name} has no array leaves")
+    for path, leaf in leaves:
+        if not isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float):
+            raise ValueError(
+                f"{name} leaf {jax.tree_util.keystr(path)} has unsupported type {type(leaf).__name__}; "
+                "expected jax/numpy arrays or Python numbers"
+            )
+
+
+def _is_inexact(leaf: Any) -> bool:
+    """True for float/complex leaves; typed PRNG keys and integers are never 'non-finite'."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:
+        return isinstance(leaf, float)
+    return jax.dtypes.issubdtype(dtype, jnp.inexact)
+
+
+def _first_non_finite_leaf(state: Any) -> str | None:
+    """Path (as `keystr`) of the first floating leaf holding NaN/inf, else None.
+
+    All reductions are dispatched before one `device_get`, so a large tree costs one host sync; the
+    reduced scalars are replicated, which keeps this valid for multi-process global arrays.
+    """
+    paths, flags = [], []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if not _is_inexact(leaf):
+            continue
+        paths.append(jax.tree_util.keystr(path))
+        if isinstance(leaf, float):
+            flags.append(math.isfinite(leaf))
+        elif isinstance(leaf, jax.Array):
+            flags.append(jnp.isfinite(leaf).all())
+        else:
+            flags.append(np.isfinite(leaf).all())
+    for path, ok in zip(paths, jax.device_get(flags), strict=True):
+        if not ok:
+            return path
+    return None
+
+
+def _data_payload(data_state: Mapping[str, Any] | None) -> dict:
+    """Wraps the iterator state so that None round-trips; validates it as strict JSON up front."""
+    if data_state is not None and not isinstance(data_state, Mapping):
+        raise ValueError(f"data_state must be a dict or None, got {type(data_state).__name__}")
+    payload = {_DATA_KEY: None if data_state is None else dict(data_state)}
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"data_state must be JSON-serializable: {err}") from None
+    return payload
+
+
+def _to_abstract(abstract_state: Any) -> Any:
+    """Maps array leaves to ShapeDtypeStructs carrying their sharding; validates the rest."""
+
+    def convert(path: Any, leaf: Any) -> jax.ShapeDtypeStruct:
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            return leaf
+        if isinstance(leaf, jax.Array):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+        if isinstance(leaf, np.ndarray | np.generic):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+        raise ValueError(
+            f"abstract_state leaf {jax.tree_util.keystr(path)} has type {type(leaf).__name__}; "
+            "expected jax.ShapeDtypeStruct or an array"
+        )
+
+    if not jax.tree_util.tree_leaves(abstract_state):
+        raise ValueError("abstract_state has no leaves")
+    return jax.tree_util.tree_map_with_path(convert, abstract_state)
+
+
+def _describe(err: BaseException) -> str:
+    """`Type: first line of the message`, shortened; enough to identify the damage."""
+    lines = str(err).strip().splitlines()
+    text = lines[0] if lines else ""
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "..."
+    return f"{type(err).__name__}: {text}"

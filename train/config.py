@@ -1,0 +1,221 @@
+"""Typed, frozen run configs with per-field comments and validation, plus `key=value` overrides.
+
+A preset is a Python file with `get_config() -> TrainConfig`. Overrides use dotted paths into the nested
+dataclasses (`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are parsed by
+the field's declared type, and a bad value raises ValueError naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pathlib
+import types
+import typing
+from typing import Any
+
+from zoo.models.config import ModelConfig
+from zoo.validation import check_choice, check_int, check_non_negative, check_positive, check_unit_interval
+
+BUILTIN_DATASETS = ("pystdlib", "mqar")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Which data to train and evaluate on, and how it is packed."""
+
+    # "pystdlib" (the built-in byte corpus), "mqar" (associative recall) or "tfds:<name>" for any TFDS
+    # dataset the user has prepared under data_dir, read as bytes from `text_feature`.
+    name: str = "pystdlib"
+    # TFDS data directory; None means $ZOO_DATA_DIR or ~/.cache/zoo/tensorflow_datasets.
+    data_dir: str | None = None
+    # Split names used for training and evaluation.
+    train_split: str = "train"
+    eval_split: str = "validation"
+    # For tfds:<name> datasets: the string/bytes feature holding the text.
+    text_feature: str = "text"
+    # Pack several documents into each row (with segment ids) instead of one padded document per row.
+    pack: bool = True
+    # MQAR: number of distinct keys, distinct values, key-value pairs per example, examples per split.
+    mqar_num_keys: int = 64
+    mqar_num_values: int = 64
+    mqar_num_pairs: int = 8
+    mqar_train_examples: int = 20_000
+    mqar_eval_examples: int = 1_000
+
+    def __post_init__(self):
+        if not (self.name in BUILTIN_DATASETS or (self.name.startswith("tfds:") and len(self.name) > 5)):
+            raise ValueError(f"data.name must be one of {list(BUILTIN_DATASETS)} or 'tfds:<name>', got {self.name!r}")
+        for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",
+                     "mqar_eval_examples"):
+            check_int(f"data.{name}", getattr(self, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optax optimizer: a registered name plus the shared schedule, clipping and accumulation."""
+
+    # Registered optimizer name (zoo.registry.OPTIMIZERS), e.g. "adamw".
+    name: str = "adamw"
+    # Peak learning rate of the warmup-cosine schedule.
+    learning_rate: float = 3e-3
+    # Linear warmup steps from 0 to the peak.
+    warmup_steps: int = 50
+    # Final learning rate as a fraction of the peak (cosine decay end value).
+    end_lr_fraction: float = 0.1
+    # Decoupled weight decay (not applied to norms, biases and other 1-D parameters).
+    weight_decay: float = 0.1
+    # Adam moments.
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    # Global-norm gradient clipping; 0 disables it.
+    grad_clip_norm: float = 1.0
+    # Micro-batches accumulated per update (optax.MultiSteps); 1 disables accumulation.
+    grad_accum_steps: int = 1
+
+    def __post_init__(self):
+        check_positive("optim.learning_rate", self.learning_rate)
+        check_int("optim.warmup_steps", self.warmup_steps, minimum=0)
+        check_unit_interval("optim.end_lr_fraction", self.end_lr_fraction, closed_right=True)
+        check_non_negative("optim.weight_decay", self.weight_decay)
+        check_unit_interval("optim.b1", self.b1)
+        check_unit_interval("optim.b2", self.b2)
+        check_positive("optim.eps", self.eps)
+        check_non_negative("optim.grad_clip_norm", self.grad_clip_norm)
+        check_int("optim.grad_accum_steps", self.grad_accum_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One training run: model, data, optimizer, parallelism, checkpoints and logging."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    # Global batch size in rows (sequences) per optimizer micro-step, across all processes.
+    batch_size: int = 16
+    # Tokens per row.
+    seq_len: int = 256
+    # Optimizer updates to run (micro-steps = num_steps * optim.grad_accum_steps).
+    num_steps: int = 1000
+    # Seed for parameters, data order and sampling.
+    seed: int = 0
+    # Mesh shape: data-parallel and FSDP axis sizes; their product must equal the device count.
+    # data=-1 means "all devices not used by fsdp".
+    mesh_data: int = -1
+    mesh_fsdp: int = 1
+    # Log training metrics every this many steps.
+    log_every: int = 10
+    # Evaluate every this many steps (and at the end); 0 means only at the end.
+    eval_every: int = 0
+    # Batches of the eval split per evaluation; 0 means the whole split.
+    eval_batches: int = 20
+    # Save a checkpoint every this many steps (and at the end); 0 disables checkpoints.
+    checkpoint_every: int = 500
+    # Checkpoints kept on disk.
+    keep_checkpoints: int = 3
+    # Write TensorBoard event files besides metrics.jsonl.
+    tensorboard: bool = True
+    # Show a tqdm progress bar.
+    progress_bar: bool = True
+    # Bytes of generated sample printed at the end of the run (0 disables), with its temperature/top-k.
+    sample_length: int = 200
+    sample_temperature: float = 0.8
+    sample_top_k: int = 40
+    # Initialize jax.distributed (multi-host); None means "when JAX's cluster environment is detected".
+    distributed: bool | None = None
+
+    def __post_init__(self):
+        for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
+            check_int(name, getattr(self, name))
+        for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed"):
+            check_int(name, getattr(self, name), minimum=0)
+        check_int("sample_top_k", self.sample_top_k, minimum=0)
+        check_non_negative("sample_temperature", self.sample_temperature)
+        if self.mesh_data != -1:
+            check_int("mesh_data", self.mesh_data)
+        check_int("mesh_fsdp", self.mesh_fsdp)
+
+
+def replace(config: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` that re-runs validation (frozen dataclasses validate in __post_init__)."""
+    return dataclasses.replace(config, **changes)
+
+
+def load_preset(path: str | pathlib.Path) -> TrainConfig:
+    """Imports the preset file at `path` and returns its `get_config()`."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_zoo_preset_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ValueError(f"config file {str(path)!r} defines no get_config()")
+    config = module.get_config()
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"get_config() in {str(path)!r} must return a TrainConfig, got {type(config).__name__}")
+    return config
+
+
+def apply_overrides(config: Any, overrides: list[str]) -> Any:
+    """Applies `key=value` strings with dotted keys, parsing each value by the field's type."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override must look like key=value, got {item!r}")
+        config = _set_path(config, key.split("."), raw, key)
+    return config
+
+
+def _set_path(config: Any, path: list[str], raw: str, full_key: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    name = path[0]
+    if name not in fields:
+        raise ValueError(f"unknown config field {full_key!r}; {type(config).__name__} has {sorted(fields)}")
+    current = getattr(config, name)
+    if len(path) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise ValueError(f"config field {full_key!r}: {name!r} is not a nested config")
+        return dataclasses.replace(config, **{name: _set_path(current, path[1:], raw, full_key)})
+    hint = typing.get_type_hints(type(config))[name]
+    return dataclasses.replace(config, **{name: parse_value(raw, hint, full_key)})
+
+
+def parse_value(raw: str, hint: Any, key: str) -> Any:
+    """Parses `raw` as type `hint` (bool, int, float, str, Optional[...], tuple of pairs)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if type(None) in args and raw.lower() in ("none", "null"):
+            return None
+        last_error = None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return parse_value(raw, arg, key)
+            except ValueError as error:
+                last_error = error
+        raise last_error
+    if hint is bool:
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"config field {key!r} expects a bool (true/false), got {raw!r}")
+    if hint in (int, float):
+        try:
+            return hint(float(raw)) if hint is int and float(raw).is_integer() else hint(raw)
+        except ValueError:
+            raise ValueError(f"config field {key!r} expects {hint.__name__}, got {raw!r}") from None
+    if hint is str:
+        return raw
+    if origin is tuple:
+        import ast
+
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"config field {key!r} expects a Python tuple literal, got {raw!r}") from None
+        return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    raise ValueError(f"config field {key!r} has a type ({hint}) that cannot be set from the command line")

@@ -1,0 +1,29 @@
+"""Multi-host start-up through `jax.distributed.initialize` (no pmap anywhere)."""
+
+from __future__ import annotations
+
+import jax
+
+
+def initialize_distributed(
+    enabled: bool | None,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> bool:
+    """Connects this process to the others; returns whether jax.distributed was initialized.
+
+    With an explicit `coordinator` ("host:port"), `num_processes` and `process_id` are required. With
+    `enabled=True` and no coordinator, JAX detects the cluster (SLURM, TPU pods, MPI, ...). With
+    `enabled=None` or False it initializes only when a coordinator is given. Must run before any
+    computation. On CPU, JAX's default cross-process collectives (gloo) carry the gradient all-reduce.
+    """
+    if coordinator is None and not enabled:
+        return False
+    if coordinator is not None and (num_processes is None or process_id is None):
+        raise ValueError(
+            f"coordinator={coordinator!r} needs num_processes and process_id, got num_processes={num_processes}, "
+            f"process_id={process_id}"
+        )
+    jax.distributed.initialize(coordinator, num_processes, process_id)
+    return True

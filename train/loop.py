@@ -1,0 +1,228 @@
+"""The shared training loop: build, restore, step, log, evaluate, checkpoint, plot and sample."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from train import data as data_lib
+from train.checkpoint import Checkpointer
+from train.config import TrainConfig
+from train.flops import measure_matmul_flops, train_flops_per_token
+from train.metrics import create_writer
+from train.optim import build_optimizer, learning_rate_schedule
+from train.plotting import plot_loss_curves
+from train.progress import Progress
+from train.sharding import global_batch, make_mesh, tree_shardings
+from train.step import TrainState, make_eval_step, make_train_step, summarize_eval
+from zoo.models import build_model
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Raised when a training loss is NaN or infinite; the offending state is never checkpointed."""
+
+
+@dataclasses.dataclass
+class Run:
+    """The compiled pieces of one run, shared by the loop, evaluation and the tests."""
+
+    config: TrainConfig
+    mesh: jax.sharding.Mesh
+    graphdef: nnx.GraphDef
+    state_shardings: TrainState
+    train_step: Any
+    eval_step: Any
+
+
+def build_run(config: TrainConfig) -> tuple[Run, TrainState]:
+    """Initializes parameters and optimizer state directly into their shardings and jits the steps."""
+    mesh = make_mesh(config.mesh_data, config.mesh_fsdp)
+    make_model = lambda: build_model(config.model, rngs=nnx.Rngs(config.seed))
+    graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
+    abstract_params = nnx.to_pure_dict(abstract_params)
+    optimizer = build_optimizer(config.optim, config.num_steps)
+    schedule = learning_rate_schedule(config.optim, config.num_steps)
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shardings = TrainState(
+        step=replicated,
+        params=tree_shardings(mesh, abstract_params),
+        opt_state=tree_shardings(mesh, abstract_opt),
+        rng=replicated,
+    )
+
+    def init() -> TrainState:
+        params = nnx.to_pure_dict(nnx.split(make_model(), nnx.Param)[1])
+        key = jax.random.key_data(jax.random.key(config.seed))
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key)
+
+    state = jax.jit(init, out_shardings=shardings)()
+    train_step = jax.jit(
+        make_train_step(graphdef, optimizer, schedule, config.optim.grad_accum_steps),
+        in_shardings=(shardings, None),
+        out_shardings=(shardings, replicated),
+        donate_argnums=0,
+    )
+    eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings.params, None), out_shardings=replicated)
+    return Run(config, mesh, graphdef, shardings, train_step, eval_step), state
+
+
+def evaluate(run: Run, params: dict) -> dict[str, float]:
+    """Loss, accuracy and bits per byte on the eval split (`eval_batches` batches, or all of it)."""
+    config = run.config
+    iterator = data_lib.make_eval_iterator(
+        config.data, batch_size=config.batch_size, seq_len=config.seq_len, max_batches=config.eval_batches
+    )
+    totals = {"loss_sum": 0.0, "weight": 0.0, "correct": 0.0}
+    for batch in iterator:
+        sums = run.eval_step(params, global_batch(run.mesh, batch))
+        for name, value in jax.device_get(sums).items():
+            totals[name] += float(value)
+    return summarize_eval(totals, data_lib.bytes_per_token(config.data))
+
+
+def check_vocab(config: TrainConfig) -> None:
+    needed = data_lib.vocab_size(config.data)
+    if config.model.vocab_size < needed:
+        raise ValueError(
+            f"model.vocab_size must be at least the dataset's vocabulary ({needed}) for data.name="
+            f"{config.data.name!r}, got {config.model.vocab_size}"
+        )
+
+
+def _first_non_finite(pending: list[tuple[int, jax.Array]]) -> int | None:
+    for step, loss in pending:
+        if not math.isfinite(float(loss)):
+            return step
+    return None
+
+
+def train(config: TrainConfig, workdir: str | pathlib.Path, *, stop_after: int | None = None) -> dict[str, Any]:
+    """Trains `config` in `workdir`, resuming from its latest good checkpoint; returns the final summary.
+
+    `stop_after` ends the run after that many micro-steps in total (as if interrupted), which lets tests
+    and time-boxed jobs stop and later resume the same schedule.
+    """
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    check_vocab(config)
+    data_lib.prepare(config.data)
+    run, state = build_run(config)
+    checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints) if config.checkpoint_every else None
+    iterator = data_lib.make_train_iterator(
+        config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed
+    )
+    if checkpointer is not None:
+        restored = checkpointer.restore_latest(_abstract(state, run.state_shardings))
+        if restored is not None:
+            _, state, data_state = restored
+            if data_state is not None:
+                iterator.set_state(data_state)
+            log.info("resumed from step %d", int(state.step))
+    writer = create_writer(workdir, tensorboard=config.tensorboard)
+    (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2, default=str))
+    total_steps = config.num_steps * config.optim.grad_accum_steps
+    last_step = total_steps if stop_after is None else min(total_steps, stop_after)
+    start = int(state.step)
+    flops_per_step = train_flops_per_token(config.model, config.seq_len) * config.batch_size * config.seq_len
+    peak = measure_matmul_flops(config.model.compute_dtype) * len(jax.devices())
+    progress = Progress(start, last_step, enabled=config.progress_bar and jax.process_index() == 0)
+    pending: list[tuple[int, jax.Array]] = []
+    window_start, window_steps = time.perf_counter(), 0
+    summary: dict[str, Any] = {}
+    try:
+        for step in range(start, last_step):
+            state, metrics = run.train_step(state, global_batch(run.mesh, next(iterator)))
+            pending.append((step + 1, metrics["train/loss"]))
+            window_steps += 1
+            done = step + 1
+            is_last = done == last_step
+            if done % config.log_every == 0 or is_last or _checkpoint_due(config, done, is_last):
+                _raise_if_non_finite(pending)
+                values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                values["train/loss"] = float(np.mean([float(loss) for _, loss in pending]))
+                elapsed = time.perf_counter() - window_start
+                values["perf/tokens_per_sec"] = window_steps * config.batch_size * config.seq_len / elapsed
+                values["perf/mfu"] = window_steps * flops_per_step / elapsed / peak
+                writer.write(done, values)
+                progress.update(done, values)
+                pending, window_start, window_steps = [], time.perf_counter(), 0
+            if config.eval_every and done % config.eval_every == 0 and not is_last:
+                writer.write(done, evaluate(run, state.params))
+            if checkpointer is not None and _checkpoint_due(config, done, is_last):
+                checkpointer.save(done, state, iterator.get_state())
+        progress.close()
+        if last_step == total_steps:
+            summary = finish(run, state, workdir, writer)
+    finally:
+        progress.close()
+        writer.close()
+        if checkpointer is not None:
+            checkpointer.wait()
+            checkpointer.close()
+    summary["state"] = state
+    return summary
+
+
+def _checkpoint_due(config: TrainConfig, done: int, is_last: bool) -> bool:
+    return bool(config.checkpoint_every) and (done % config.checkpoint_every == 0 or is_last)
+
+
+def _raise_if_non_finite(pending: list[tuple[int, jax.Array]]) -> None:
+    bad = _first_non_finite(pending)
+    if bad is not None:
+        raise NonFiniteLossError(
+            f"training loss became non-finite at step {bad}; stopping without checkpointing this state "
+            "(lower optim.learning_rate or enable optim.grad_clip_norm)"
+        )
+
+
+def _abstract(state: TrainState, shardings: TrainState) -> TrainState:
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+
+
+def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer) -> dict[str, Any]:
+    """Final evaluation, baseline comparison, loss-curve plot and a generated sample."""
+    config = run.config
+    eval_metrics = evaluate(run, state.params)
+    done = int(state.step)
+    writer.write(done, eval_metrics)
+    summary: dict[str, Any] = dict(eval_metrics)
+    if "eval/bits_per_byte" in eval_metrics:
+        summary["eval/unigram_bits_per_byte"] = data_lib.unigram_bits_per_byte(config.data, config.data.eval_split)
+    writer.flush()
+    if jax.process_index() == 0:
+        summary["plot"] = plot_loss_curves(workdir / "metrics.jsonl", workdir / "loss_curve.png")
+        if config.sample_length and data_lib.bytes_per_token(config.data):
+            summary["sample"] = sample_text(run, state.params, config)
+        (workdir / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()}, indent=2))
+    return summary
+
+
+def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def ") -> str:
+    """Decodes `config.sample_length` bytes after `prompt` with the configured temperature and top-k."""
+    from zoo.models import generate
+
+    model = nnx.merge(run.graphdef, jax.device_get(params))
+    prompt_tokens = jnp.asarray(data_lib.encode_text(prompt), jnp.int32)[None, :]
+    tokens = generate(
+        model,
+        prompt_tokens,
+        max_new_tokens=config.sample_length,
+        key=jax.random.key(config.seed),
+        temperature=config.sample_temperature,
+        top_k=config.sample_top_k,
+    )
+    return prompt + data_lib.decode_bytes(np.asarray(tokens[0]))

@@ -1,0 +1,96 @@
+"""Loss curves from a run's metrics.jsonl, drawn to PNG at the end of a run (headless: Agg backend).
+
+Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel, and
+``train/bpb`` / ``eval/bpb`` (bits per byte) on a second panel when any record has them. When a resumed
+run logged a step twice, the later record wins, which is the resumed run's value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # Never open a window: this runs on headless training machines and in CI.
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from train.metrics import read_metrics  # noqa: E402
+
+__all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
+
+LOSS_KEYS = ("train/loss", "eval/loss")
+BPB_KEYS = ("train/bpb", "eval/bpb")
+
+
+def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """Steps and values of `key`, sorted by step, last record per step winning; NaN/inf dropped."""
+    by_step: dict[int, float] = {}
+    for record in records:
+        value = record.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            by_step[int(record["step"])] = float(value)
+    steps = [s for s in sorted(by_step) if math.isfinite(by_step[s])]
+    return steps, [by_step[s] for s in steps]
+
+
+def _draw(ax: plt.Axes, records: list[dict], keys: Sequence[str], ylabel: str) -> bool:
+    """Train as a line, eval as a line with point markers (eval is sparse); returns whether anything drew."""
+    drew = False
+    for key in keys:
+        steps, values = _series(records, key)
+        if not steps:
+            continue
+        style = {"marker": "o", "markersize": 3} if key.startswith("eval/") else {"linewidth": 1.0}
+        ax.plot(steps, values, label=key, **style)
+        drew = True
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return drew
+
+
+def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLike, *,
+                     title: str | None = None, markers: Sequence[int] = ()) -> str:
+    """Plots loss (and bits-per-byte, if logged) against step from `metrics_path` into `png_path`.
+
+    Args:
+      metrics_path: a metrics.jsonl written by `train.metrics.JsonlWriter`.
+      png_path: output image; its directory is created if missing.
+      title: figure title.
+      markers: steps to flag with dashed vertical lines (e.g. predicted loss spikes).
+
+    Returns:
+      `png_path` as a string.
+    """
+    if not os.path.isfile(metrics_path):
+        raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} is not a file")
+    markers = list(markers)
+    if any(isinstance(m, bool) or not isinstance(m, int) for m in markers):
+        raise ValueError(f"markers must be integer steps, got {markers!r}")
+    records = read_metrics(metrics_path)
+    if not any(_series(records, key)[0] for key in LOSS_KEYS):
+        raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} has no finite {' or '.join(LOSS_KEYS)}")
+
+    has_bpb = any(_series(records, key)[0] for key in BPB_KEYS)
+    fig, axes = plt.subplots(2 if has_bpb else 1, 1, sharex=True, squeeze=False,
+                             figsize=(8, 6.5 if has_bpb else 4.5))
+    panels = [(axes[0, 0], LOSS_KEYS, "loss")] + ([(axes[1, 0], BPB_KEYS, "bits per byte")] if has_bpb else [])
+    for ax, keys, label in panels:
+        _draw(ax, records, keys, label)
+        for i, step in enumerate(markers):
+            # One legend entry for all markers, not one per line.
+            ax.axvline(step, color="red", linestyle="--", linewidth=0.8, alpha=0.7,
+                       label="marker" if i == 0 else None)
+        ax.legend(loc="upper right", fontsize="small")
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+
+    png_path = os.fspath(png_path)
+    os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)  # Figures are global in pyplot; a long process plotting repeatedly must free them.
+    return png_path

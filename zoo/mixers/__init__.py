@@ -1,0 +1,9 @@
+"""Sequence mixers. Importing this package registers every built-in mixer in zoo.registry.MIXERS.
+
+The interface a mixer implements is documented in zoo/mixers/base.py.
+"""
+
+from zoo.mixers import attention  # noqa: F401  (registers "attention")
+from zoo.mixers.base import SequenceMixer, conformance_options
+
+__all__ = ["SequenceMixer", "conformance_options"]

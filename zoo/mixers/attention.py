@@ -1,0 +1,135 @@
+"""Causal softmax attention with grouped-query heads, RoPE, packed segments and a KV cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.norms import RMSNorm
+from zoo.layers.rope import apply_rope
+from zoo.mixers.base import check_mixer_inputs
+from zoo.models.config import ModelConfig
+from zoo.registry import register_mixer
+
+
+def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
+    """Boolean mask [B, 1, T, T] (True = attend): causal and within one segment; None without segments."""
+    if segment_ids is None:
+        return None
+    causal = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+    same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]  # [B, T, T]
+    return (causal[None] & same_segment)[:, None]
+
+
+def decode_mask(index: jax.Array, num_new: int, max_len: int) -> jax.Array:
+    """Boolean mask [1, 1, T', S] for T' new tokens written at slots index .. index+T'-1 of S slots.
+
+    Query i sits at slot index + i and reads slots ≤ index + i: the filled prefix and itself, never the
+    unwritten (zero) slots beyond.
+    """
+    query_slot = index + jnp.arange(num_new, dtype=jnp.int32)
+    key_slot = jnp.arange(max_len, dtype=jnp.int32)
+    return (key_slot[None, :] <= query_slot[:, None])[None, None]
+
+
+@register_mixer("attention")
+class Attention(nnx.Module):
+    """Multi-head causal softmax attention (GQA: query head h reads kv head h // (H // Hkv)).
+
+    Options (`cfg.mixer_options`):
+      qk_norm (bool, default False): RMSNorm over the head dimension of q and k before RoPE
+        (as in OLMo 2 / Qwen 3); keeps attention logits bounded in long or low-precision runs.
+    """
+
+    CONFORMANCE_OPTIONS = ((), (("qk_norm", True),))
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.resolved_head_dim
+        self.d_model = cfg.d_model
+        self.rope_theta = cfg.rope_theta
+        self.dtype = jnp.dtype(cfg.compute_dtype)
+
+        def linear(n_in: int, n_out: int) -> nnx.Linear:
+            return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs)
+
+        self.q_proj = linear(cfg.d_model, cfg.num_heads * self.head_dim)
+        self.k_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
+        self.v_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
+        self.o_proj = linear(cfg.num_heads * self.head_dim, cfg.d_model)
+        qk_norm = cfg.option("qk_norm", False)
+        self.q_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array,
+        cache: dict[str, jax.Array] | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
+        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        q, k, v = self._project_qkv(x, positions)
+        if cache is None:
+            mask = training_mask(segment_ids, x.shape[1])
+            out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)
+            new_cache = None
+        else:
+            if segment_ids is not None:
+                raise ValueError(
+                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
+                )
+            out, new_cache = self._attend_cached(q, k, v, cache)
+        batch, length = x.shape[:2]
+        return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
+
+    def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k."""
+        batch, length = x.shape[:2]
+        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, positions, theta=self.rope_theta)
+        k = apply_rope(k, positions, theta=self.rope_theta)
+        return q, k, v
+
+    def _attend_cached(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array]
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Writes k, v [B, T', Hkv, Dh] at the cache index, then attends q [B, T', H, Dh] to the filled slots."""
+        self._check_cache(cache, q.shape[0])
+        index = cache["index"]
+        start = (jnp.zeros((), jnp.int32), index, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+        keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
+        values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
+        mask = decode_mask(index, q.shape[1], keys.shape[1])
+        out = jax.nn.dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask)
+        new_index = index + jnp.asarray(q.shape[1], jnp.int32)
+        return out.astype(self.dtype), {"k": keys, "v": values, "index": new_index}
+
+    def _check_cache(self, cache: Any, batch_size: int) -> None:
+        if not isinstance(cache, dict) or set(cache) != {"k", "v", "index"}:
+            raise ValueError(f"cache must be the dict made by init_cache with keys k, v, index, got {cache!r}")
+        expected = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
+        if cache["k"].shape != expected or cache["v"].shape != expected:
+            raise ValueError(
+                f"cache k/v must have shape [B, S, Hkv, Dh] = {expected}, "
+                f"got {cache['k'].shape} and {cache['v'].shape}"
+            )
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
+        """Empty KV cache: k, v [batch_size, max_len, Hkv, Dh] in dtype and a write index (int32 scalar)."""
+        shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)
+        return {
+            "k": jnp.zeros(shape, dtype),
+            "v": jnp.zeros(shape, dtype),
+            "index": jnp.zeros((), jnp.int32),
+        }

@@ -1,0 +1,97 @@
+"""The sequence-mixer interface that every registered mixer implements.
+
+A mixer is the token-mixing sublayer of a decoder block (softmax attention, FoX, DeltaNet, Mamba, ...).
+The LM backbone (zoo/models) never names a mixer: it looks `cfg.mixer` up in `zoo.registry.MIXERS`, so
+adding one is a new file plus an import line in `zoo/mixers/__init__.py`, nothing else.
+
+Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit from it):
+
+* Registration and construction::
+
+      @register_mixer("my_mixer")
+      class MyMixer(nnx.Module):
+          def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs): ...
+
+  Everything comes from the shared `ModelConfig` (d_model, num_heads, num_kv_heads, resolved_head_dim,
+  compute_dtype, norm_eps, rope_theta, ...). Mixer-specific settings come from
+  `cfg.option(name, default)` (the `mixer_options` pairs), never from new ModelConfig fields.
+
+* State: only `nnx.Param` variables (float32). No RNG streams, batch stats or other variables: the
+  trainer splits a model with `nnx.split(model, nnx.Param)` and merges it again inside `jax.jit`.
+  Parameters are cast to `cfg.compute_dtype` where they are used.
+
+* Call::
+
+      y, new_cache = mixer(x, *, segment_ids, positions, cache=None)
+
+  x `[B, T, D]` in the compute dtype; segment_ids `[B, T]` int32 or None (packed sequences: no
+  information crosses a segment boundary, 0 marks padding); positions `[B, T]` int32, the position of
+  each token inside its segment (decoding: absolute position). Returns y `[B, T, D]` in the compute
+  dtype and, when `cache` is given, the cache after appending the T tokens; `None` when `cache` is None.
+  With a cache, T ≥ 1 tokens are appended at once (chunked prefill) and the outputs must equal those of
+  the full forward pass; decoding assumes one sequence per row, so segment_ids is None there.
+  Causality: y[:, t] may depend on x[:, s] only for s ≤ t (within the same segment).
+
+* Cache::
+
+      cache = mixer.init_cache(batch_size, max_len, dtype)
+
+  A pytree of arrays (KV buffers, recurrent states, a write index, ...) for `batch_size` rows and at
+  most `max_len` tokens, in `dtype` (the compute dtype) except where a mixer needs float32 state.
+  `init_cache` must not read parameters: with scanned layers it is called on the stacked module and
+  the backbone stacks the result over layers.
+
+* Conformance: `tests/zoo/test_conformance.py` runs every registered model × mixer through one
+  harness (shapes, causality by gradients, decoding equals forward, packed equals padded, scan equals
+  unrolled, ...). A mixer class may set `CONFORMANCE_OPTIONS`, a tuple of `mixer_options` variants
+  (each a tuple of (name, value) pairs) that the harness runs separately; the default is `((),)`,
+  i.e. the mixer's defaults only. Keep the variants few: each one reruns the whole harness.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import jax
+
+if TYPE_CHECKING:
+    from zoo.models.config import ModelConfig
+
+DEFAULT_CONFORMANCE_OPTIONS: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
+
+
+@runtime_checkable
+class SequenceMixer(Protocol):
+    """The interface of a registered sequence mixer (see the module docstring for the semantics)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: Any) -> None: ...
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None,
+        positions: jax.Array,
+        cache: Any = None,
+    ) -> tuple[jax.Array, Any]: ...
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> Any: ...
+
+
+def conformance_options(mixer_cls: type) -> tuple[tuple[tuple[str, Any], ...], ...]:
+    """The `mixer_options` variants the conformance harness runs for `mixer_cls`."""
+    return tuple(getattr(mixer_cls, "CONFORMANCE_OPTIONS", DEFAULT_CONFORMANCE_OPTIONS))
+
+
+def check_mixer_inputs(x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int) -> None:
+    """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are int [B, T]."""
+    if x.ndim != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"x must have shape [B, T, {d_model}], got shape {x.shape}")
+    for name, arr in (("segment_ids", segment_ids), ("positions", positions)):
+        if arr is None:
+            continue
+        if arr.shape != x.shape[:2] or not jax.numpy.issubdtype(arr.dtype, jax.numpy.integer):
+            raise ValueError(
+                f"{name} must be an integer array of shape {x.shape[:2]} (x is [B, T, D] = {x.shape}), "
+                f"got {arr.dtype} {arr.shape}"
+            )

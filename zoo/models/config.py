@@ -1,0 +1,92 @@
+"""The architecture config shared by every registered language model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from zoo.validation import check_choice, check_int, check_positive
+
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Decoder-LM architecture. Every field is validated on construction (ValueError names the field)."""
+
+    # Registered model name (zoo.registry.MODELS), e.g. "llama".
+    name: str = "llama"
+    # Registered sequence mixer used in every layer (zoo.registry.MIXERS), e.g. "attention".
+    mixer: str = "attention"
+    # Vocabulary size; 256 for the byte-level corpus. Must cover the dataset's vocabulary.
+    vocab_size: int = 256
+    # Residual stream width D.
+    d_model: int = 256
+    # Number of decoder layers.
+    num_layers: int = 4
+    # Query heads H.
+    num_heads: int = 4
+    # Key/value heads Hkv (GQA); must divide num_heads.
+    num_kv_heads: int = 2
+    # Per-head width; None means d_model // num_heads.
+    head_dim: int | None = None
+    # SwiGLU hidden width; None means 8/3 * d_model rounded up to a multiple of 64.
+    mlp_dim: int | None = None
+    # Where the RMSNorms sit around each sublayer: "pre", "post", "sandwich" or "none".
+    norm_placement: str = "pre"
+    # RMSNorm epsilon.
+    norm_eps: float = 1e-6
+    # RoPE base frequency.
+    rope_theta: float = 10_000.0
+    # Share the input embedding with the output head.
+    tie_embeddings: bool = True
+    # Scan over stacked layers (fast compile) instead of a Python loop.
+    scan_layers: bool = True
+    # Rematerialize each layer's activations in the backward pass.
+    remat: bool = False
+    # Dtype of activations and matmuls; parameters are always float32.
+    compute_dtype: str = "float32"
+    # Longest sequence a decode cache holds.
+    max_seq_len: int = 1024
+    # Extra mixer-specific options as (name, value) pairs, e.g. (("gate", "full"),).
+    mixer_options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
+            check_int(name, getattr(self, name))
+        for name in ("head_dim", "mlp_dim"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name))
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads must be a multiple of num_kv_heads, got num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.head_dim is None and self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model must be divisible by num_heads when head_dim is None, got d_model={self.d_model}, "
+                f"num_heads={self.num_heads}"
+            )
+        if self.resolved_head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.resolved_head_dim}")
+        check_choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
+        check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        check_positive("norm_eps", self.norm_eps)
+        check_positive("rope_theta", self.rope_theta)
+        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.mixer_options):
+            raise ValueError(f"mixer_options must be a tuple of (name, value) pairs, got {self.mixer_options!r}")
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.d_model // self.num_heads
+
+    @property
+    def resolved_mlp_dim(self) -> int:
+        if self.mlp_dim is not None:
+            return self.mlp_dim
+        return -(-(8 * self.d_model // 3) // 64) * 64
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The value of mixer option `name`, or `default` when it is not set."""
+        return dict(self.mixer_options).get(name, default)

@@ -1,0 +1,49 @@
+"""Optimizers the train configs can name, each a thin registration around optax.
+
+A factory takes `(learning_rate, cfg)`: `learning_rate` is a float or an optax schedule and `cfg` is any
+object with the fields of `train.config.OptimConfig` (b1, b2, eps, weight_decay). Weight decay applies only
+to parameters with two or more dimensions, so norms' scales and biases are not decayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from zoo.registry import register_optimizer
+
+
+def decay_mask(params: Any) -> Any:
+    """True for leaves that weight decay should touch: matrices and higher-rank tensors."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+@register_optimizer("adamw")
+def adamw(learning_rate, cfg) -> optax.GradientTransformation:
+    """AdamW with decoupled weight decay on matrices only."""
+    return optax.adamw(
+        learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask
+    )
+
+
+@register_optimizer("adam")
+def adam(learning_rate, cfg) -> optax.GradientTransformation:
+    """Adam without weight decay."""
+    return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+
+
+@register_optimizer("sgd")
+def sgd(learning_rate, cfg) -> optax.GradientTransformation:
+    """SGD with heavy-ball momentum `b1` and decoupled weight decay on matrices."""
+    return optax.chain(
+        optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask),
+        optax.sgd(learning_rate, momentum=cfg.b1 or None),
+    )
+
+
+@register_optimizer("lion")
+def lion(learning_rate, cfg) -> optax.GradientTransformation:
+    """Lion (sign momentum) with decoupled weight decay on matrices."""
+    return optax.lion(learning_rate, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=decay_mask)
