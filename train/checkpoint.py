@@ -152,7 +152,7 @@ class Checkpointer:
             except Exception as err:  # Any failure to read a step makes it unusable; report and go on.
                 failures.append((step, _describe(err)))
                 warnings.warn(
-                    f"checkpoint step {step} in {self.directory} is unreadable, trying an older one: "
+                    f"checkpoint step {step} in {self.directory} is unreadable, skipping it: "
                     f"{_describe(err)}",
                     RuntimeWarning,
                     stacklevel=2,

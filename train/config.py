@@ -73,6 +73,8 @@ class OptimConfig:
     grad_clip_norm: float = 1.0
     # Micro-batches accumulated per update (optax.MultiSteps); 1 disables accumulation.
     grad_accum_steps: int = 1
+    # Extra optimizer-specific hyperparameters as (name, value) pairs, e.g. (("damping", 0.1),).
+    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
         check_positive("optim.learning_rate", self.learning_rate)
@@ -84,6 +86,12 @@ class OptimConfig:
         check_positive("optim.eps", self.eps)
         check_non_negative("optim.grad_clip_norm", self.grad_clip_norm)
         check_int("optim.grad_accum_steps", self.grad_accum_steps)
+        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.options):
+            raise ValueError(f"optim.options must be a tuple of (name, value) pairs, got {self.options!r}")
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The value of optimizer option `name`, or `default` when it is not set."""
+        return dict(self.options).get(name, default)
 
 
 @dataclasses.dataclass(frozen=True)

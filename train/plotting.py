@@ -1,7 +1,7 @@
 """Loss curves from a run's metrics.jsonl, drawn to PNG at the end of a run (headless: Agg backend).
 
 Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel, and
-``train/bpb`` / ``eval/bpb`` (bits per byte) on a second panel when any record has them. When a resumed
+``eval/bits_per_byte`` on a second panel when any record has them. When a resumed
 run logged a step twice, the later record wins, which is the resumed run's value.
 """
 
@@ -22,7 +22,7 @@ from train.metrics import read_metrics  # noqa: E402
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
 LOSS_KEYS = ("train/loss", "eval/loss")
-BPB_KEYS = ("train/bpb", "eval/bpb")
+BPB_KEYS = ("eval/bits_per_byte",)
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -76,7 +76,9 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     has_bpb = any(_series(records, key)[0] for key in BPB_KEYS)
     fig, axes = plt.subplots(2 if has_bpb else 1, 1, sharex=True, squeeze=False,
                              figsize=(8, 6.5 if has_bpb else 4.5))
-    panels = [(axes[0, 0], LOSS_KEYS, "loss")] + ([(axes[1, 0], BPB_KEYS, "bits per byte")] if has_bpb else [])
+    panels = [(axes[0, 0], LOSS_KEYS, "loss")]
+    if has_bpb:
+        panels.append((axes[1, 0], BPB_KEYS, "bits per byte"))
     for ax, keys, label in panels:
         _draw(ax, records, keys, label)
         for i, step in enumerate(markers):
