@@ -41,3 +41,13 @@ def measure_matmul_flops(dtype: str = "float32", size: int = 1024, repeats: int 
         matmul(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2.0 * size**3 / best
+
+
+def mesh_peak_flops(devices, dtype: str = "float32") -> float:
+    """Measured matmul FLOP/s of the whole mesh: one device's rate times the device count.
+
+    Simulated CPU devices share the same cores, so on CPU the mesh peak is one device's rate.
+    """
+    devices = list(devices)
+    rate = measure_matmul_flops(dtype)
+    return rate if devices[0].platform == "cpu" else rate * len(devices)

@@ -16,9 +16,9 @@ import numpy as np
 from flax import nnx
 
 from train import data as data_lib
-from train.checkpoint import Checkpointer
+from train.checkpoint import Checkpointer, NonFiniteStateError
 from train.config import TrainConfig
-from train.flops import measure_matmul_flops, train_flops_per_token
+from train.flops import mesh_peak_flops, train_flops_per_token
 from train.metrics import create_writer
 from train.optim import build_optimizer, learning_rate_schedule
 from train.plotting import plot_loss_curves
@@ -30,8 +30,8 @@ from zoo.models import build_model
 log = logging.getLogger(__name__)
 
 
-class NonFiniteLossError(FloatingPointError):
-    """Raised when a training loss is NaN or infinite; the offending state is never checkpointed."""
+class NonFiniteError(FloatingPointError):
+    """Raised when the loss or the train state turns NaN or infinite; that state is never checkpointed."""
 
 
 @dataclasses.dataclass
@@ -46,9 +46,12 @@ class Run:
     eval_step: Any
 
 
-def build_run(config: TrainConfig) -> tuple[Run, TrainState]:
-    """Initializes parameters and optimizer state directly into their shardings and jits the steps."""
-    mesh = make_mesh(config.mesh_data, config.mesh_fsdp)
+def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, TrainState]:
+    """Initializes parameters and optimizer state directly into their shardings and jits the steps.
+
+    `devices` defaults to every device of every process.
+    """
+    mesh = make_mesh(config.mesh_data, config.mesh_fsdp, devices)
     make_model = lambda: build_model(config.model, rngs=nnx.Rngs(config.seed))
     graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
     abstract_params = nnx.to_pure_dict(abstract_params)
@@ -109,17 +112,24 @@ def _first_non_finite(pending: list[tuple[int, jax.Array]]) -> int | None:
     return None
 
 
-def train(config: TrainConfig, workdir: str | pathlib.Path, *, stop_after: int | None = None) -> dict[str, Any]:
+def train(
+    config: TrainConfig,
+    workdir: str | pathlib.Path,
+    *,
+    stop_after: int | None = None,
+    devices: list | None = None,
+) -> dict[str, Any]:
     """Trains `config` in `workdir`, resuming from its latest good checkpoint; returns the final summary.
 
     `stop_after` ends the run after that many micro-steps in total (as if interrupted), which lets tests
-    and time-boxed jobs stop and later resume the same schedule.
+    and time-boxed jobs stop and later resume the same schedule. `devices` restricts the mesh (default:
+    all devices). The summary holds the final eval metrics and the final `TrainState` under "state".
     """
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     check_vocab(config)
     data_lib.prepare(config.data)
-    run, state = build_run(config)
+    run, state = build_run(config, devices)
     checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints) if config.checkpoint_every else None
     iterator = data_lib.make_train_iterator(
         config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed
@@ -137,7 +147,7 @@ def train(config: TrainConfig, workdir: str | pathlib.Path, *, stop_after: int |
     last_step = total_steps if stop_after is None else min(total_steps, stop_after)
     start = int(state.step)
     flops_per_step = train_flops_per_token(config.model, config.seq_len) * config.batch_size * config.seq_len
-    peak = measure_matmul_flops(config.model.compute_dtype) * len(jax.devices())
+    peak = mesh_peak_flops(run.mesh.devices.flat, config.model.compute_dtype)
     progress = Progress(start, last_step, enabled=config.progress_bar and jax.process_index() == 0)
     pending: list[tuple[int, jax.Array]] = []
     window_start, window_steps = time.perf_counter(), 0
@@ -162,7 +172,7 @@ def train(config: TrainConfig, workdir: str | pathlib.Path, *, stop_after: int |
             if config.eval_every and done % config.eval_every == 0 and not is_last:
                 writer.write(done, evaluate(run, state.params))
             if checkpointer is not None and _checkpoint_due(config, done, is_last):
-                checkpointer.save(done, state, iterator.get_state())
+                _save(checkpointer, done, state, iterator.get_state())
         progress.close()
         if last_step == total_steps:
             summary = finish(run, state, workdir, writer)
@@ -180,10 +190,19 @@ def _checkpoint_due(config: TrainConfig, done: int, is_last: bool) -> bool:
     return bool(config.checkpoint_every) and (done % config.checkpoint_every == 0 or is_last)
 
 
+def _save(checkpointer: Checkpointer, step: int, state: TrainState, data_state: dict) -> None:
+    try:
+        checkpointer.save(step, state, data_state)
+    except NonFiniteStateError as error:
+        raise NonFiniteError(
+            f"training state became non-finite at step {step}; stopping without checkpointing it ({error})"
+        ) from error
+
+
 def _raise_if_non_finite(pending: list[tuple[int, jax.Array]]) -> None:
     bad = _first_non_finite(pending)
     if bad is not None:
-        raise NonFiniteLossError(
+        raise NonFiniteError(
             f"training loss became non-finite at step {bad}; stopping without checkpointing this state "
             "(lower optim.learning_rate or enable optim.grad_clip_norm)"
         )

@@ -32,7 +32,10 @@ def make_mesh(mesh_data: int, mesh_fsdp: int, devices: list | None = None) -> Me
             f"mesh_data * mesh_fsdp must equal the device count {count}, got mesh_data={mesh_data}, "
             f"mesh_fsdp={mesh_fsdp}"
         )
-    return jax.make_mesh((data, mesh_fsdp), DATA_AXES, devices=devices)
+    # Auto axes: XLA's partitioner propagates shardings through the model, so modules need no
+    # sharding annotations (Explicit axes would demand out_sharding on every gather).
+    auto = (jax.sharding.AxisType.Auto,) * len(DATA_AXES)
+    return jax.make_mesh((data, mesh_fsdp), DATA_AXES, axis_types=auto, devices=devices)
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> PartitionSpec:

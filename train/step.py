@@ -54,14 +54,18 @@ def make_train_step(
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         (loss, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        # optax mixes Python floats with int32 step counts (Adam's bias correction, schedules), which
+        # strict dtype promotion rejects; the model above stays under whatever promotion the caller set.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            learning_rate = schedule(state.step // accum_steps)
         params = optax.apply_updates(state.params, updates)
         rng = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step))
         metrics = {
             "train/loss": loss,
             "train/tokens": weight,
             "train/grad_norm": optax.global_norm(grads),
-            "train/learning_rate": schedule(state.step // accum_steps),
+            "train/learning_rate": learning_rate,
         }
         return TrainState(state.step + 1, params, opt_state, rng), metrics
 
