@@ -1,0 +1,48 @@
+"""Local log-gate sums for forgetting attention (shared by every path, usable inside Pallas kernels).
+
+DESIGN numerics rule: every exponent is a sum of log-gates over exactly the positions it spans, never a
+difference of a global float32 cumsum. For a query block I starting at b_I and a key block J < I ending at
+e_J the pairwise bias is split as
+
+    Λ_i − Λ_j = λ_i + gap(J, I) + ρ_j,
+    λ_i = Σ_{l=b_I..i} a_l          (inclusive prefix sum inside the query block)
+    ρ_j = Σ_{l=j+1..e_J} a_l        (exclusive suffix sum inside the key block)
+    gap = Σ_{J<K<I} tot_K           (block totals in between, a running sum while walking blocks)
+
+and inside the diagonal block it is the masked-cumsum segment sum Σ_{l=j+1..i} a_l. All terms are ≤ 0,
+so nothing cancels. Only forward cumsums and masked reductions are used (Pallas Triton has no reverse
+cumsum) and no sum is obtained by subtracting two others.
+"""
+
+import jax.numpy as jnp
+from jax import lax
+
+
+def prefix_sums(a):
+    """λ: inclusive cumsum along the last axis. a [..., C] float32 -> [..., C]."""
+    return jnp.cumsum(a, axis=-1)
+
+
+def suffix_sums(a):
+    """ρ_j = Σ_{l>j} a_l along the last axis (exclusive), a masked reduction. a [..., C] -> [..., C]."""
+    c = a.shape[-1]
+    later = lax.broadcasted_iota(jnp.int32, (c, c), 1) > lax.broadcasted_iota(jnp.int32, (c, c), 0)
+    return jnp.sum(jnp.where(later, a[..., None, :], 0.0), axis=-1)
+
+
+def segment_sums(a):
+    """S[i, j] = Σ_{j<l≤i} a_l for j ≤ i and 0 above the diagonal. a [..., C] -> [..., C, C].
+
+    Built as a cumsum over l of the matrix M[l, j] = a_l·[l > j], so every entry is a plain sum of its
+    own terms (the stable segsum of mixers-03 §3).
+    """
+    c = a.shape[-1]
+    row = lax.broadcasted_iota(jnp.int32, (c, c), 0)
+    col = lax.broadcasted_iota(jnp.int32, (c, c), 1)
+    m = jnp.where(row > col, a[..., :, None], 0.0)
+    return jnp.cumsum(m, axis=-2)
+
+
+def reverse_cumsum(x, axis=-1):
+    """Σ_{s≥t} x_s along `axis`: turns dΛ into d log_fgate (used on gradients only, in XLA)."""
+    return jnp.flip(jnp.cumsum(jnp.flip(x, axis), axis=axis), axis)
