@@ -22,7 +22,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Our own messages at INFO; absl, orbax and TFDS stay at WARNING so the progress bar stays readable.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("train").setLevel(logging.INFO)
     from train.config import apply_overrides, load_preset
     from train.distributed import initialize_distributed
 

@@ -116,7 +116,7 @@ class Checkpointer:
         session, and only when a new save replaces them, keeps the evidence until then.
         """
         stale = sorted(s for s in self._unreadable if s >= step)
-        on_disk = set(self._manager.all_steps(read=True))
+        on_disk = set(self._reloaded_steps())
         for s in stale:
             if s in on_disk:
                 self._manager.delete(s)
@@ -142,7 +142,7 @@ class Checkpointer:
         abstract = _to_abstract(abstract_state)
         # A restore racing our own pending save could see a step that is still being written.
         self._manager.wait_until_finished()
-        steps = sorted(self._manager.all_steps(read=True), reverse=True)
+        steps = sorted(self._reloaded_steps(), reverse=True)
         if not steps:
             return None
         failures: list[tuple[int, str]] = []
@@ -180,9 +180,14 @@ class Checkpointer:
         """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
         return self._manager.latest_step()
 
+    def _reloaded_steps(self) -> list[int]:
+        # Re-list the directory: another process or a crash may have changed it since the manager cached it.
+        self._manager.reload()
+        return list(self._manager.all_steps())
+
     def all_steps(self) -> list[int]:
         """All finalized steps on disk, ascending (in-progress temporary directories excluded)."""
-        return sorted(self._manager.all_steps(read=True))
+        return sorted(self._reloaded_steps())
 
     def wait(self) -> None:
         """Blocks until every pending asynchronous save is on disk."""

@@ -21,7 +21,9 @@ class Embedding(nnx.Module):
     def __call__(self, tokens: jax.Array) -> jax.Array:
         """tokens: [B, T] int -> [B, T, D] in the compute dtype."""
         if not jnp.issubdtype(tokens.dtype, jnp.integer):
-            raise ValueError(f"tokens must be an integer array, got dtype {tokens.dtype} shape {tokens.shape}")
+            raise ValueError(
+                f"tokens must be an integer array, got dtype {tokens.dtype} shape {tokens.shape}"
+            )
         return jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:

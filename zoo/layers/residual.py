@@ -1,9 +1,9 @@
 """Residual sublayer wrapper implementing the norm placement switch.
 
-    pre       x + f(norm(x))                  (GPT-2, Llama)
-    post      norm(x + f(x))                  (original Transformer)
-    sandwich  x + norm2(f(norm1(x)))          (CogView / Gemma 2 style)
-    none      x + f(x)                        (no normalization; ablations)
+pre       x + f(norm(x))                  (GPT-2, Llama)
+post      norm(x + f(x))                  (original Transformer)
+sandwich  x + norm2(f(norm1(x)))          (CogView / Gemma 2 style)
+none      x + f(x)                        (no normalization; ablations)
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ class Residual(nnx.Module):
         self.norm = RMSNorm(dim, eps=eps) if placement in ("pre", "post", "sandwich") else None
         self.norm_out = RMSNorm(dim, eps=eps) if placement == "sandwich" else None
 
-    def __call__(self, x: jax.Array, f: Callable[[jax.Array], tuple[jax.Array, Any]]) -> tuple[jax.Array, Any]:
+    def __call__(
+        self, x: jax.Array, f: Callable[[jax.Array], tuple[jax.Array, Any]]
+    ) -> tuple[jax.Array, Any]:
         """x: [B, T, D] -> (x + sublayer, aux) with the configured placement."""
         if self.placement == "pre":
             y, aux = f(self.norm(x))

@@ -35,6 +35,18 @@ def decode_mask(index: jax.Array, num_new: int, max_len: int) -> jax.Array:
     return (key_slot[None, :] <= query_slot[:, None])[None, None]
 
 
+def _dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, **kwargs: Any) -> jax.Array:
+    """`jax.nn.dot_product_attention` on q [B, T, H, Dh], k/v [B, S, Hkv, Dh] -> [B, T, H, Dh].
+
+    Its XLA path calls `jnp.promote_types(bfloat16, float32)` to pick the logits dtype, which raises
+    under `jax_numpy_dtype_promotion="strict"` (our tests' setting); the promotion is intended there
+    (float32 logits), so it runs under the standard rules. Inputs all share one dtype, so nothing of
+    ours is promoted implicitly.
+    """
+    with jax.numpy_dtype_promotion("standard"):
+        return jax.nn.dot_product_attention(q, k, v, **kwargs)
+
+
 @register_mixer("attention")
 class Attention(nnx.Module):
     """Multi-head causal softmax attention (GQA: query head h reads kv head h // (H // Hkv)).
@@ -55,7 +67,9 @@ class Attention(nnx.Module):
         self.dtype = jnp.dtype(cfg.compute_dtype)
 
         def linear(n_in: int, n_out: int) -> nnx.Linear:
-            return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs)
+            return nnx.Linear(
+                n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs
+            )
 
         self.q_proj = linear(cfg.d_model, cfg.num_heads * self.head_dim)
         self.k_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
@@ -78,7 +92,7 @@ class Attention(nnx.Module):
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             mask = training_mask(segment_ids, x.shape[1])
-            out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)
+            out = _dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)
             new_cache = None
         else:
             if segment_ids is not None:
@@ -104,20 +118,22 @@ class Attention(nnx.Module):
     def _attend_cached(
         self, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array]
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """Writes k, v [B, T', Hkv, Dh] at the cache index, then attends q [B, T', H, Dh] to the filled slots."""
+        """Writes k, v [B, T', Hkv, Dh] at the cache index; attends q [B, T', H, Dh] to the filled slots."""
         self._check_cache(cache, q.shape[0])
         index = cache["index"]
         start = (jnp.zeros((), jnp.int32), index, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
         keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
         values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
         mask = decode_mask(index, q.shape[1], keys.shape[1])
-        out = jax.nn.dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask)
+        out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask)
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "index": new_index}
 
     def _check_cache(self, cache: Any, batch_size: int) -> None:
         if not isinstance(cache, dict) or set(cache) != {"k", "v", "index"}:
-            raise ValueError(f"cache must be the dict made by init_cache with keys k, v, index, got {cache!r}")
+            raise ValueError(
+                f"cache must be the dict made by init_cache with keys k, v, index, got {cache!r}"
+            )
         expected = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
         if cache["k"].shape != expected or cache["v"].shape != expected:
             raise ValueError(

@@ -83,7 +83,9 @@ def conformance_options(mixer_cls: type) -> tuple[tuple[tuple[str, Any], ...], .
     return tuple(getattr(mixer_cls, "CONFORMANCE_OPTIONS", DEFAULT_CONFORMANCE_OPTIONS))
 
 
-def check_mixer_inputs(x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int) -> None:
+def check_mixer_inputs(
+    x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int
+) -> None:
     """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are int [B, T]."""
     if x.ndim != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must have shape [B, T, {d_model}], got shape {x.shape}")

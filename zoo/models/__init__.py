@@ -1,0 +1,39 @@
+"""Language models. Importing this package registers every built-in model in zoo.registry.MODELS."""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from zoo.models import lm  # noqa: F401  (registers "llama")
+from zoo.models.block import convert_layer_layout, stack_layers, unstack_layers
+from zoo.models.config import ModelConfig
+from zoo.models.generate import generate, sample_logits
+from zoo.models.lm import DecodeCache, DecoderLM
+from zoo.registry import MODELS
+
+
+def build_model(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+    """The registered model cfg.name built from cfg (parameters initialized from rngs)."""
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    return MODELS.get(cfg.name)(cfg, rngs=rngs)
+
+
+def count_params(model: nnx.Module) -> int:
+    """Total number of scalar parameters (nnx.Param leaves) in model."""
+    return sum(int(leaf.size) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+__all__ = [
+    "DecodeCache",
+    "DecoderLM",
+    "ModelConfig",
+    "build_model",
+    "convert_layer_layout",
+    "count_params",
+    "generate",
+    "sample_logits",
+    "stack_layers",
+    "unstack_layers",
+]

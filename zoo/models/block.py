@@ -1,0 +1,149 @@
+"""The decoder block and the layer stack: scanned (stacked parameters) or unrolled (a list).
+
+Scanned layers hold every parameter with a leading [num_layers] axis and run under one `jax.lax.scan`,
+so compile time does not grow with depth. Unrolled layers are an `nnx.List` of blocks run by a Python
+loop. `stack_layers` / `unstack_layers` convert parameter dicts between the two layouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.mlp import SwiGLU
+from zoo.layers.residual import Residual
+from zoo.models.config import ModelConfig
+from zoo.registry import MIXERS
+
+
+class Block(nnx.Module):
+    """One decoder layer: x -> Residual(mixer) -> Residual(SwiGLU), both with cfg.norm_placement."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.mixer_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
+        self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
+        self.mlp_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
+
+    def __call__(
+        self, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array, cache: Any = None
+    ) -> tuple[jax.Array, Any]:
+        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None)."""
+
+        def mix(h: jax.Array) -> tuple[jax.Array, Any]:
+            return self.mixer(h, segment_ids=segment_ids, positions=positions, cache=cache)
+
+        x, new_cache = self.mixer_residual(x, mix)
+        x, _ = self.mlp_residual(x, lambda h: (self.mlp(h), None))
+        return x, new_cache
+
+
+def build_layers(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+    """cfg.num_layers blocks: one Block with stacked [L, ...] params if cfg.scan_layers, else an nnx.List."""
+    if not cfg.scan_layers:
+        return nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+
+    # vmap the constructor over split RNG streams: every layer gets its own initialization, and the
+    # parameters come out stacked along axis 0, the layout `jax.lax.scan` consumes.
+    @nnx.split_rngs(splits=cfg.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make_stacked(layer_rngs: nnx.Rngs) -> Block:
+        return Block(cfg, rngs=layer_rngs)
+
+    return make_stacked(rngs)
+
+
+def init_layer_caches(layers: nnx.Module, cfg: ModelConfig, batch_size: int, max_len: int) -> Any:
+    """Per-layer mixer caches: stacked [L, ...] leaves for scanned layers, else a tuple of L caches."""
+    dtype = jnp.dtype(cfg.compute_dtype)
+    if cfg.scan_layers:
+        one = layers.mixer.init_cache(batch_size, max_len, dtype)
+        return jax.tree.map(lambda a: jnp.broadcast_to(a, (cfg.num_layers, *a.shape)), one)
+    return tuple(layer.mixer.init_cache(batch_size, max_len, dtype) for layer in layers)
+
+
+def run_layers(
+    layers: nnx.Module,
+    x: jax.Array,
+    *,
+    cfg: ModelConfig,
+    segment_ids: jax.Array | None,
+    positions: jax.Array,
+    caches: Any = None,
+) -> tuple[jax.Array, Any]:
+    """Applies the layer stack to x [B, T, D]; returns (x [B, T, D], updated caches or None).
+
+    Each layer runs as a pure function of its parameter state (split / merge), so the same code serves
+    `lax.scan` and the unrolled loop, and `jax.checkpoint` (cfg.remat) wraps exactly one layer.
+    """
+
+    def apply(graphdef: nnx.GraphDef, state: nnx.State, h: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
+        layer = nnx.merge(graphdef, state)
+        return layer(h, segment_ids=segment_ids, positions=positions, cache=cache)
+
+    if cfg.remat:
+        # Inside scan, CSE cannot merge the recomputation with the forward, so prevent_cse is not needed.
+        apply = jax.checkpoint(apply, static_argnums=(0,), prevent_cse=not cfg.scan_layers)
+
+    if cfg.scan_layers:
+        graphdef, state = nnx.split(layers)
+
+        def body(h: jax.Array, layer_inputs: tuple[nnx.State, Any]) -> tuple[jax.Array, Any]:
+            return apply(graphdef, layer_inputs[0], h, layer_inputs[1])
+
+        return jax.lax.scan(body, x, (state, caches))
+
+    new_caches = []
+    for i, layer in enumerate(layers):
+        graphdef, state = nnx.split(layer)
+        x, new_cache = apply(graphdef, state, x, None if caches is None else caches[i])
+        new_caches.append(new_cache)
+    return x, (None if caches is None else tuple(new_caches))
+
+
+def unstack_layers(params: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """Scanned -> unrolled layout of a pure parameter dict (`nnx.to_pure_dict(state)`).
+
+    `params["layers"]` holds leaves [L, ...]; the result holds `params["layers"][i]` with leaves [...].
+    Every other entry is shared unchanged.
+    """
+    stacked = params["layers"]
+    for leaf in jax.tree.leaves(stacked):
+        if leaf.shape[:1] != (num_layers,):
+            raise ValueError(
+                f"stacked layer parameters must have leading axis {num_layers}, got {leaf.shape}"
+            )
+    layers = {i: jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(num_layers)}
+    return {**params, "layers": layers}
+
+
+def stack_layers(params: dict[str, Any]) -> dict[str, Any]:
+    """Unrolled -> scanned layout: `params["layers"]` {0: tree, 1: tree, ...} becomes one tree of [L, ...]."""
+    per_layer = params["layers"]
+    keys = sorted(per_layer)
+    if keys != list(range(len(keys))):
+        raise ValueError(f"unrolled layers must be keyed 0..L-1, got keys {keys}")
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(per_layer[i] for i in keys))
+    return {**params, "layers": stacked}
+
+
+def convert_layer_layout(model: nnx.Module, *, scan_layers: bool) -> nnx.Module:
+    """A copy of `model` (which has a `.cfg`) in the requested layer layout, with the same parameters.
+
+    Builds the target structure abstractly (`nnx.eval_shape`, no initialization), then fills it with
+    the model's parameters stacked or unstacked.
+    """
+    cfg = dataclasses.replace(model.cfg, scan_layers=scan_layers)
+    abstract = nnx.eval_shape(lambda: type(model)(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    if model.cfg.scan_layers and not scan_layers:
+        params = unstack_layers(params, cfg.num_layers)
+    elif scan_layers and not model.cfg.scan_layers:
+        params = stack_layers(params)
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state)
