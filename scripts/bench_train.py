@@ -114,7 +114,8 @@ def write_outputs(results: dict, misses: list[str], out: pathlib.Path) -> str:
     table = "\n".join([
         "| measurement | value | goal |",
         "|---|---|---|",
-        f"| train step (default preset) | {step['step_time_s'] * 1e3:.1f} ms, {step['tokens_per_s']:,.0f} tokens/s | - |",
+        f"| train step (default preset) | {step['step_time_s'] * 1e3:.1f} ms, "
+        f"{step['tokens_per_s']:,.0f} tokens/s | - |",
         f"| f32 matmul rate, same run | {step['matmul_gflop_per_s']:.0f} GFLOP/s | - |",
         f"| C8 MFU (MaxText FLOPs / matmul rate) | {step['mfu']:.1%} | >= {GOALS['mfu_min']:.0%} |",
         f"| C7 compile, 12 layers (scan + remat) | {comp['12_layers_s']:.2f} s | <= {GOALS['compile_12_max_s']} s |",

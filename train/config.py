@@ -15,7 +15,13 @@ import typing
 from typing import Any
 
 from zoo.models.config import ModelConfig
-from zoo.validation import check_choice, check_int, check_non_negative, check_positive, check_unit_interval
+from zoo.validation import (
+    check_int,
+    check_non_negative,
+    check_pairs,
+    check_positive,
+    check_unit_interval,
+)
 
 BUILTIN_DATASETS = ("pystdlib", "mqar")
 
@@ -86,8 +92,7 @@ class OptimConfig:
         check_positive("optim.eps", self.eps)
         check_non_negative("optim.grad_clip_norm", self.grad_clip_norm)
         check_int("optim.grad_accum_steps", self.grad_accum_steps)
-        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.options):
-            raise ValueError(f"optim.options must be a tuple of (name, value) pairs, got {self.options!r}")
+        check_pairs("optim.options", self.options)
 
     def option(self, name: str, default: Any = None) -> Any:
         """The value of optimizer option `name`, or `default` when it is not set."""

@@ -130,7 +130,9 @@ def train(
     check_vocab(config)
     data_lib.prepare(config.data)
     run, state = build_run(config, devices)
-    checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints) if config.checkpoint_every else None
+    checkpointer = None
+    if config.checkpoint_every:
+        checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints)
     iterator = data_lib.make_train_iterator(
         config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed
     )

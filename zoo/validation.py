@@ -32,3 +32,11 @@ def check_unit_interval(field: str, value: Any, *, closed_right: bool = False) -
     if not ok:
         bracket = "[0, 1]" if closed_right else "[0, 1)"
         raise ValueError(f"{field} must lie in {bracket}, got {value!r}")
+
+
+def check_pairs(field: str, value: Any) -> None:
+    """`value` must be a tuple of (name, value) pairs with string names, as in `mixer_options`."""
+    if not isinstance(value, tuple) or not all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in value
+    ):
+        raise ValueError(f"{field} must be a tuple of (name, value) pairs, got {value!r}")

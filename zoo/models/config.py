@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from zoo.validation import check_choice, check_int, check_positive
+from zoo.validation import check_choice, check_int, check_pairs, check_positive
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -74,8 +74,7 @@ class ModelConfig:
         check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         check_positive("norm_eps", self.norm_eps)
         check_positive("rope_theta", self.rope_theta)
-        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.mixer_options):
-            raise ValueError(f"mixer_options must be a tuple of (name, value) pairs, got {self.mixer_options!r}")
+        check_pairs("mixer_options", self.mixer_options)
 
     @property
     def resolved_head_dim(self) -> int:
