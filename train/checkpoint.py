@@ -245,24 +245,36 @@ def _is_inexact(leaf: Any) -> bool:
 def _first_non_finite_leaf(state: Any) -> str | None:
     """Path (as `keystr`) of the first floating leaf holding NaN/inf, else None.
 
-    All reductions are dispatched before one `device_get`, so a large tree costs one host sync; the
-    reduced scalars are replicated, which keeps this valid for multi-process global arrays.
+    Device arrays are reduced by one jitted program: one host sync for the whole tree, and, for global
+    arrays spanning several processes, one collective program that every process runs in the same
+    order (per-leaf eager reductions can interleave their collectives differently and deadlock).
     """
-    paths, flags = [], []
+    paths, host_flags, device_paths, device_leaves = [], {}, [], []
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
         if not _is_inexact(leaf):
             continue
-        paths.append(jax.tree_util.keystr(path))
+        key = jax.tree_util.keystr(path)
+        paths.append(key)
         if isinstance(leaf, float):
-            flags.append(math.isfinite(leaf))
+            host_flags[key] = math.isfinite(leaf)
         elif isinstance(leaf, jax.Array):
-            flags.append(jnp.isfinite(leaf).all())
+            device_paths.append(key)
+            device_leaves.append(leaf)
         else:
-            flags.append(np.isfinite(leaf).all())
-    for path, ok in zip(paths, jax.device_get(flags), strict=True):
-        if not ok:
-            return path
+            host_flags[key] = bool(np.isfinite(leaf).all())
+    if device_leaves:
+        flags = np.asarray(_finite_flags(device_leaves))
+        host_flags.update(zip(device_paths, flags.tolist(), strict=True))
+    for key in paths:
+        if not host_flags[key]:
+            return key
     return None
+
+
+@jax.jit
+def _finite_flags(leaves: list[jax.Array]) -> jax.Array:
+    """[len(leaves)] bool: whether each array is entirely finite (a replicated result)."""
+    return jnp.stack([jnp.isfinite(leaf).all() for leaf in leaves])
 
 
 def _data_payload(data_state: Mapping[str, Any] | None) -> dict:

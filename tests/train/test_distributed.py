@@ -45,7 +45,12 @@ def test_two_process_run_completes(tmp_path):
         )
         for rank in range(2)
     ]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        # A hung collective must not leave processes behind that hold the CPU for the rest of the suite.
+        for proc in procs:
+            proc.kill()
     for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"process {rank} failed:\n{out[-3000:]}"
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

@@ -120,3 +120,30 @@ def test_vocab_smaller_than_dataset_is_rejected(mqar_dir, tmp_path):
     config = tiny_config(mqar_dir, "model.vocab_size=8")
     with pytest.raises(ValueError, match="model.vocab_size must be at least"):
         train(config, tmp_path)
+
+
+def test_train_step_compiles_once(mqar_dir):
+    """Successive batches reuse one executable: no retracing or recompiling between steps."""
+    from train import data as data_lib
+    from train.loop import build_run
+    from train.sharding import global_batch
+
+    config = tiny_config(mqar_dir, "num_steps=3")
+    run, state = build_run(config, jax.devices()[:1])
+    iterator = data_lib.make_train_iterator(config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=0)
+    for _ in range(3):
+        state, _ = run.train_step(state, global_batch(run.mesh, next(iterator)))
+    assert run.train_step._cache_size() == 1
+
+
+def test_resume_skips_a_corrupt_latest_checkpoint(mqar_dir, tmp_path):
+    config = tiny_config(mqar_dir, "num_steps=4", "log_every=1", "checkpoint_every=2")
+    devices = jax.devices()[:1]
+    train(config, tmp_path, devices=devices)
+    assert Checkpointer(tmp_path / "checkpoints").all_steps() == [2, 4]
+    (tmp_path / "checkpoints" / "4" / "state" / "_METADATA").write_text("")
+    with pytest.warns(RuntimeWarning, match="checkpoint step 4 .* unreadable"):
+        summary = train(dataclasses.replace(config, num_steps=6), tmp_path, devices=devices)
+    assert int(summary["state"].step) == 6
+    logged = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    assert logged == [1, 2, 3, 4, 3, 4, 5, 6]
