@@ -1,0 +1,7 @@
+"""Pure array ops: one folder per op (reference, xla, pallas, api), re-exported here."""
+
+from kernels.delta_rule import gated_delta_rule
+from kernels.forgetting_attention import forgetting_attention
+from kernels.ssd import ssd
+
+__all__ = ["forgetting_attention", "gated_delta_rule", "ssd"]

@@ -14,6 +14,8 @@ This path is meant to be read, and to be the oracle for every other implementati
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -36,6 +38,7 @@ def gate_rows(g: jax.Array | None, shape: tuple[int, int, int, int]) -> jax.Arra
     return g[..., None] if g.ndim == 3 else g
 
 
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
 def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, segment_ids=None,
                      chunk_size=None):
     """Gated delta rule by plain recurrence.
