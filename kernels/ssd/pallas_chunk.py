@@ -1,0 +1,123 @@
+"""Pallas chunk kernels for SSD: forward and hand-written backward behind `jax.custom_vjp`.
+
+Split of work:
+- XLA: cast, pad and move heads forward (`_chunk.to_heads_first`), and after the backward kernel the
+  decay gradient (`_chunk.decay_grad`), which needs no kernel (see there).
+- Pallas, one program per (batch, head), GPU-style (`pl.pallas_call` with a (B, H) grid): the chunks in
+  order, each computed by `_chunk.chunk_forward` (decays masked before exp, stable segsum), the [P, N]
+  state carried in registers. The forward saves the state entering every chunk; the backward walks the
+  chunks in reverse, recomputes the chunk's decays and applies `_chunk.chunk_backward`, carrying dS.
+
+Only run and tested with `interpret=True` on CPU (api.py refuses "pallas" elsewhere): the in-kernel
+einsums with batch dims and cumsums have not been lowered and checked on a GPU/TPU backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from kernels.ssd import _chunk
+
+
+def _fwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, s0_ref, y_ref, hin_ref, sfin_ref, *, q):
+    """One (batch, head). x [Tp, P]; a [Tp, Na]; b, c [Tp, N]; k [Tp]; s0 [P, N] -> y, h_in [nc, P, N]."""
+
+    def body(i, carry):
+        h, kprev = carry
+        rows = pl.ds(i * q, q)
+        k = k_ref[rows]
+        y, h_new = _chunk.chunk_forward(h, x_ref[rows, :], a_ref[rows, :], b_ref[rows, :], c_ref[rows, :],
+                                        k, kprev)
+        y_ref[rows, :] = y
+        hin_ref[i] = h
+        return h_new, k[q - 1]
+
+    h, _ = lax.fori_loop(0, x_ref.shape[0] // q, body, (s0_ref[...], jnp.int32(0)))
+    sfin_ref[...] = h
+
+
+def _bwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, hin_ref, dy_ref, dsfin_ref,
+                dx_ref, db_ref, dc_ref, ds0_ref, *, q):
+    """One (batch, head), chunks in reverse; dS [P, N] carried from the final-state cotangent."""
+    n_chunks = x_ref.shape[0] // q
+
+    def body(j, dh):
+        i = n_chunks - 1 - j
+        rows = pl.ds(i * q, q)
+        before = k_ref[pl.ds(jnp.maximum(i * q - 1, 0), 1)][0]
+        kprev = jnp.where(i > 0, before, jnp.int32(0))
+        dx, db, dc, dh_in = _chunk.chunk_backward(
+            hin_ref[i], x_ref[rows, :], a_ref[rows, :], b_ref[rows, :], c_ref[rows, :], k_ref[rows], kprev,
+            dy_ref[rows, :], dh)
+        dx_ref[rows, :] = dx
+        db_ref[rows, :] = db
+        dc_ref[rows, :] = dc
+        return dh_in
+
+    ds0_ref[...] = lax.fori_loop(0, n_chunks, body, dsfin_ref[...])
+
+
+def _spec(shape, per_row: bool):
+    """Block of one (batch, head): arrays are [B, H, ...], or [B, ...] when shared by the heads."""
+    lead = 1 if per_row else 2
+    rest = tuple(shape[lead:])
+    squeeze = (pl.squeezed,) * lead
+    if per_row:
+        return pl.BlockSpec(squeeze + rest, lambda b, h: (b,) + (0,) * len(rest))
+    return pl.BlockSpec(squeeze + rest, lambda b, h: (b, h) + (0,) * len(rest))
+
+
+def _call(kernel, inputs, out_shapes, q):
+    """pallas_call on grid (B, H); the int32 segment counts (input 4) are [B, Tp], shared by heads."""
+    bsz, heads = inputs[0].shape[:2]
+    return pl.pallas_call(
+        functools.partial(kernel, q=q), grid=(bsz, heads),
+        in_specs=[_spec(z.shape, i == 4) for i, z in enumerate(inputs)],
+        out_specs=[_spec(s.shape, False) for s in out_shapes],
+        out_shape=out_shapes, interpret=True,
+    )(*inputs)
+
+
+def _sds(shape):
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def chunk_core(x, a, b, c, k, s0, q):
+    """Chunked SSD on prepared operands (`_chunk.to_heads_first`): y [B,H,Tp,P], final state [B,H,P,N]."""
+    return _core_fwd(x, a, b, c, k, s0, q)[0]
+
+
+def _core_fwd(x, a, b, c, k, s0, q):
+    bsz, heads, tp, p = x.shape
+    outs = (_sds(x.shape), _sds((bsz, heads, tp // q) + s0.shape[2:]), _sds(s0.shape))
+    y, h_in, s_fin = _call(_fwd_kernel, (x, a, b, c, k, s0), outs, q)
+    return (y, s_fin), (x, a, b, c, k, h_in, s_fin)
+
+
+def _core_bwd(q, res, cts):
+    x, a, b, c, k, h_in, s_fin = res
+    dy, ds_fin = cts
+    outs = (_sds(x.shape), _sds(b.shape), _sds(c.shape), _sds(s_fin.shape))
+    dx, db, dc, ds0 = _call(_bwd_kernel, (x, a, b, c, k, h_in, dy, ds_fin), outs, q)
+    da = _chunk.decay_grad(b, c, db, dc, k, s_fin, ds_fin, a.shape[-1])
+    return dx, da, db, dc, None, ds0
+
+
+chunk_core.defvjp(_core_fwd, _core_bwd)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64):
+    """Pallas (interpret-mode) chunked SSD; same contract and returns as `xla.ssd`."""
+    bsz, seqlen, heads, p = x.shape
+    xh, ah, bh, ch, k = _chunk.to_heads_first(x, a, b, c, segment_ids, chunk_size)
+    s0 = (jnp.zeros((bsz, heads, p, b.shape[-1]), jnp.float32) if initial_state is None
+          else initial_state.astype(jnp.float32))
+    y, s_fin = chunk_core(xh, ah, bh, ch, k, s0, chunk_size)
+    return jnp.moveaxis(y, 1, 2)[:, :seqlen].astype(x.dtype), s_fin
