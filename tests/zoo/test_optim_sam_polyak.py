@@ -1,0 +1,172 @@
+"""SAM-Polyak (spec train-04): ρ = 0 reduction to optax SPS+, step bounds, convergence, two-pass cost."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from train.config import OptimConfig
+from zoo.optim import sam_polyak as sp
+
+
+def _least_squares(num=64, dim=10, seed=0):
+    """Interpolating least squares (f* = 0): X [num, dim], y = X w* [num]."""
+    kx, kw = jax.random.split(jax.random.PRNGKey(seed))
+    x = jax.random.normal(kx, (num, dim))
+    return x, x @ jax.random.normal(kw, (dim,))
+
+
+def _loss(params, batch):
+    x, y = batch
+    residual = x @ params["w"] + params["b"] - y
+    return 0.5 * jnp.mean(residual * residual)
+
+
+def _zeros(dim=10):
+    return {"w": jnp.zeros(dim), "b": jnp.zeros([])}
+
+
+def _minibatch(data, step, size=16):
+    idx = jax.random.choice(jax.random.PRNGKey(step), data[0].shape[0], (size,), replace=False)
+    return data[0][idx], data[1][idx]
+
+
+def test_rho_zero_ascent_point_is_theta():
+    data, params = _least_squares(), {"w": jnp.linspace(-1.0, 1.0, 10), "b": jnp.asarray(0.3)}
+    two_pass = sp.sam_polyak_grads(_loss, params, data, rho=0.0)
+    value, grad = jax.value_and_grad(_loss)(params, data)
+    assert all(not np.any(np.asarray(d)) for d in jax.tree.leaves(two_pass.perturbation))
+    np.testing.assert_array_equal(two_pass.value, value)
+    jax.tree.map(np.testing.assert_array_equal, two_pass.grad, grad)
+
+
+def test_rho_zero_step_is_optax_polyak_sgd_sps_plus():
+    # Fed the same (g, f) as optax.polyak_sgd(variant="sps+") and a zero perturbation (ρ = 0), the
+    # SAM-Polyak update is optax's, bit for bit, along a 25-step stochastic trajectory.
+    data = _least_squares()
+    ours_tx = sp.sam_polyak(0.7, f_min=0.01, eps=1e-12)
+    ref_tx = optax.polyak_sgd(max_learning_rate=0.7, f_min=0.01, eps=1e-12, variant="sps+")
+    params = _zeros()
+    ours_state, ref_state = ours_tx.init(params), ref_tx.init(params)
+    for t in range(25):
+        value, grad = jax.value_and_grad(_loss)(params, _minibatch(data, t))
+        zero = jax.tree.map(jnp.zeros_like, params)
+        ours, ours_state = ours_tx.update(grad, ours_state, params, value=value, perturbation=zero)
+        ref, ref_state = ref_tx.update(grad, ref_state, params, value=value)
+        jax.tree.map(np.testing.assert_array_equal, ours, ref)
+        params = optax.apply_updates(params, ref)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_step_size_stays_in_zero_to_cap(normalize):
+    data, cap = _least_squares(), 0.3
+    tx = sp.scale_by_sam_polyak(f_min=0.0, max_learning_rate=cap)
+    params = _zeros()
+    for t in range(10):
+        two_pass = sp.sam_polyak_grads(_loss, params, _minibatch(data, t), rho=0.5, normalize=normalize)
+        scaled, _ = tx.update(two_pass.grad, tx.init(params), value=two_pass.value,
+                              perturbation=two_pass.perturbation)
+        gamma = float(jnp.linalg.norm(scaled["w"]) / jnp.linalg.norm(two_pass.grad["w"]))
+        assert 0.0 <= gamma <= cap * (1 + 1e-6)
+        params = jax.tree.map(lambda p, u: p - u, params, scaled)
+
+
+def test_zero_step_when_the_gap_is_negative_and_no_nan_for_zero_gradient():
+    tx = sp.scale_by_sam_polyak(f_min=1.0, max_learning_rate=5.0)
+    grad = {"w": jnp.ones(3)}
+    scaled, _ = tx.update(grad, tx.init(grad), value=jnp.asarray(0.5), perturbation=None)
+    np.testing.assert_array_equal(scaled["w"], 0.0)  # f − f* < 0: clamped to a zero step
+    zero = {"w": jnp.zeros(3)}
+    scaled, _ = tx.update(zero, tx.init(zero), value=jnp.asarray(2.0), perturbation={"w": jnp.zeros(3)})
+    np.testing.assert_array_equal(scaled["w"], 0.0)
+    # A large ascent inner product ⟨g, e − θ⟩ also clamps the step to zero.
+    scaled, _ = tx.update(grad, tx.init(grad), value=jnp.asarray(2.0), perturbation={"w": jnp.ones(3)})
+    np.testing.assert_array_equal(scaled["w"], 0.0)
+
+
+def test_deterministic_sam_polyak_converges_geometrically_on_a_quadratic():
+    diag = jnp.linspace(1.0, 20.0, 12)
+    target = jnp.linspace(-1.0, 1.0, 12)
+    loss = lambda p, _: 0.5 * jnp.sum(diag * (p["w"] - target) ** 2)
+    tx = sp.sam_polyak(jnp.inf)  # deterministic: full loss, no cap, c = 1
+    params, state, dist = {"w": jnp.zeros(12)}, tx.init({"w": jnp.zeros(12)}), []
+    # USAM with ρ ≤ 1/L (L = 20) converges linearly to θ*; normalised SAM only to a ρ-neighbourhood.
+    step = jax.jit(lambda p, s: sp.sam_polyak_step(loss, tx, p, None, s, rho=0.02, normalize=False))
+    for _ in range(100):
+        params, state, _ = step(params, state)
+        dist.append(float(jnp.linalg.norm(params["w"] - target)))
+    # Before the float32 floor (~1e-7, reached near step 120): a steady log-linear decrease.
+    log_dist = np.log(np.asarray(dist)[[19, 49, 79]])
+    assert np.all(np.diff(log_dist) < -2.0), log_dist  # > e² per 30 steps
+
+
+def _stochastic_run(normalize, rho=0.05, steps=300):
+    kx, kw = jax.random.split(jax.random.PRNGKey(1))
+    x = jax.random.normal(kx, (128, 20))
+    w_star = jax.random.normal(kw, (20,))
+    data = (x, x @ w_star)
+    tx = sp.sam_polyak(1.0)
+    params = {"w": jnp.zeros(20), "b": jnp.zeros([])}
+    state = tx.init(params)
+    step = jax.jit(lambda p, s, b: sp.sam_polyak_step(_loss, tx, p, b, s, rho=rho, normalize=normalize))
+    initial = float(_loss(params, data))
+    for t in range(steps):
+        params, state, metrics = step(params, state, _minibatch(data, t, 32))
+    return float(_loss(params, data)) / initial, float(jnp.linalg.norm(params["w"] - w_star)), metrics
+
+
+def test_stochastic_usam_interpolates_least_squares_without_tuning():
+    relative_loss, _, _ = _stochastic_run(normalize=False)
+    assert relative_loss < 1e-10
+
+
+def test_stochastic_sam_reaches_the_rho_neighbourhood_then_the_clamp_stops_it():
+    # Normalised SAM keeps ‖e − θ‖ = ρ, so near θ* the term ⟨g, e − θ⟩ exceeds f(e) and the clamp gives
+    # zero steps (the spec's pitfall): the iterate stalls within about ρ of the interpolating solution.
+    relative_loss, distance, metrics = _stochastic_run(normalize=True)
+    assert distance < 2 * 0.05 and relative_loss < 1e-3
+    assert float(metrics["step_size"]) == 0.0
+
+
+def test_one_batch_and_exactly_two_passes():
+    calls = []
+
+    def loss(params, batch):
+        calls.append(batch)
+        return jnp.sum(batch["scale"] * params["w"] ** 2)
+
+    batch = {"scale": jnp.arange(1.0, 4.0)}
+    tx = sp.sam_polyak(1.0)
+    params = {"w": jnp.ones(3)}
+    new_params, _, metrics = sp.sam_polyak_step(loss, tx, params, batch, tx.init(params), rho=0.1)
+    assert len(calls) == 2 and all(b is batch for b in calls)
+    # value and loss must be those of this batch: f(θ) = Σ scale·w² = 6.
+    assert float(metrics["loss"]) == pytest.approx(6.0)
+    assert float(metrics["sam_loss"]) > 6.0  # the ascent point has the higher loss
+
+
+def test_inject_hyperparams_and_registry_factory():
+    data = _least_squares()
+    tx = optax.inject_hyperparams(sp.sam_polyak, static_args=("mask",))(learning_rate=0.5, c=2.0)
+    params = _zeros()
+    state = tx.init(params)
+    params, state, _ = jax.jit(lambda p, s: sp.sam_polyak_step(_loss, tx, p, data, s))(params, state)
+    assert float(state.hyperparams["c"]) == 2.0 and float(_loss(params, data)) < float(_loss(_zeros(), data))
+    cfg = OptimConfig(name="sam_polyak", options=(("rho", 0.1),))
+    assert sp.rho_from_config(cfg) == 0.1
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: sp.sam_polyak(-1.0), "learning_rate"),
+        (lambda: sp.scale_by_sam_polyak(c=0.0), "c"),
+        (lambda: sp.sam_polyak(1.0, weight_decay=-1.0), "weight_decay"),
+        (lambda: sp.sam_polyak_grads(_loss, _zeros(), _least_squares(), rho=-0.1), "rho"),
+        (lambda: sp.rho_from_config(OptimConfig(options=(("rho", -0.05),))), "rho"),
+    ],
+)
+def test_bad_hyperparameters_raise_naming_the_argument(build, name):
+    with pytest.raises(ValueError, match=name):
+        build()

@@ -1,0 +1,73 @@
+"""Construction-time checks of optimizer hyperparameters that also pass under `optax.inject_hyperparams`.
+
+`inject_hyperparams` calls an alias again inside `init`/`update` with its numeric hyperparameters as
+arrays, which may be tracers under `jax.jit`. A tracer has no value to check, so the checks below test
+what is concrete (Python numbers, concrete arrays, a schedule's value at step 0) and let tracers through:
+the values they stand for were checked when the alias was first built from plain numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def concrete_value(value: Any) -> float | None:
+    """`value` as a Python float when it is a concrete scalar (a schedule is read at step 0), else None."""
+    if callable(value):
+        value = value(0)
+    try:
+        return float(value)
+    except TypeError:  # a tracer (ConcretizationTypeError is a TypeError) or a non-scalar array
+        return None
+
+
+def check_non_negative(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` when a concrete `value` is negative or NaN."""
+    number = concrete_value(value)
+    if number is not None and not number >= 0:
+        raise ValueError(f"{name} must be non-negative, got {number!r}")
+
+
+def check_positive(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` when a concrete `value` is not > 0 (or NaN)."""
+    number = concrete_value(value)
+    if number is not None and not number > 0:
+        raise ValueError(f"{name} must be positive, got {number!r}")
+
+
+def check_unit_interval(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` when a concrete `value` lies outside [0, 1)."""
+    number = concrete_value(value)
+    if number is not None and not 0 <= number < 1:
+        raise ValueError(f"{name} must lie in [0, 1), got {number!r}")
+
+
+def as_float32(value: Any) -> jnp.ndarray:
+    """A hyperparameter as a float32 array: `inject_hyperparams` stores it in the params' dtype (e.g.
+    bfloat16), and strict dtype promotion forbids mixing it with float32 maths implicitly."""
+    return jnp.asarray(value, dtype=jnp.float32)
+
+
+def with_standard_promotion(tx: Any) -> Any:
+    """`tx` with init and update traced under standard dtype promotion.
+
+    optax's Adam-family bias correction computes `decay ** count` from a Python float and an int32, which
+    strict promotion (the zoo's test setting) rejects; the arithmetic is the same under standard
+    promotion. Wrapping keeps the zoo's optax-based optimizers usable in strict code.
+    """
+    import optax
+
+    tx = optax.with_extra_args_support(tx)
+
+    def init_fn(params):
+        with jax.numpy_dtype_promotion("standard"):
+            return tx.init(params)
+
+    def update_fn(updates, state, params=None, **extra_args):
+        with jax.numpy_dtype_promotion("standard"):
+            return tx.update(updates, state, params, **extra_args)
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
