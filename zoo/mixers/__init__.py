@@ -3,7 +3,10 @@
 The interface a mixer implements is documented in zoo/mixers/base.py.
 """
 
-from zoo.mixers import attention  # noqa: F401  (registers "attention")
+from zoo.mixers import (
+    attention,  # noqa: F401  (registers "attention")
+    fox,  # noqa: F401  (registers "fox")
+)
 from zoo.mixers.base import SequenceMixer, conformance_options
 
 __all__ = ["SequenceMixer", "conformance_options"]
