@@ -46,3 +46,23 @@ def segment_sums(a):
 def reverse_cumsum(x, axis=-1):
     """Σ_{s≥t} x_s along `axis`: turns dΛ into d log_fgate (used on gradients only, in XLA)."""
     return jnp.flip(jnp.cumsum(jnp.flip(x, axis), axis=axis), axis)
+
+
+def segmented_reverse_cumsum(x, seg):
+    """Σ_{i ≥ t, i in t's segment} x_i along the last axis; x [..., T] float32, seg broadcastable or None.
+
+    Restarting the sum at every segment end keeps gate gradients exactly zero across packed segments: a
+    plain reverse cumsum adds later segments' contributions, which cancel only up to rounding.
+    """
+    if seg is None:
+        return reverse_cumsum(x)
+    seg = jnp.broadcast_to(seg, x.shape)
+    is_last = jnp.concatenate([seg[..., 1:] != seg[..., :-1], jnp.ones_like(seg[..., :1], bool)], axis=-1)
+
+    def combine(left, right):
+        value_l, reset_l = left
+        value_r, reset_r = right
+        return jnp.where(reset_r, value_r, value_l + value_r), reset_l | reset_r
+
+    flipped, _ = lax.associative_scan(combine, (jnp.flip(x, -1), jnp.flip(is_last, -1)), axis=x.ndim - 1)
+    return jnp.flip(flipped, -1)

@@ -88,7 +88,8 @@ def _backward(q, k, v, a, seg, o, lse, do, scale, c, interpret):
     def group_sum(x, like):
         return x.reshape(b, tp, hkv, h // hkv, d).sum(axis=3).astype(like.dtype)
 
-    da = _gates.reverse_cumsum(dq_out[1] - dkv_out[2], axis=-1) if has_gate else None
+    seg_rows = None if seg is None else seg[:, None, :]
+    da = _gates.segmented_reverse_cumsum(dq_out[1] - dkv_out[2], seg_rows) if has_gate else None
     return dq_out[0], group_sum(dkv_out[0], k), group_sum(dkv_out[1], v), da
 
 

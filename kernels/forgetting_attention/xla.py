@@ -175,10 +175,12 @@ def _blocked_bwd(scale, res, do):
     dq, dk, dv, d_lambda = _backward(q, k, v, a, seg, o, lse, do, scale)
     da = None
     if d_lambda is not None:
-        # d log f_t = Σ_{i ≥ t} dΛ_i over the whole (padded) sequence, in time order.
+        # d log f_t = Σ_{i ≥ t} dΛ_i over t's own segment of the (padded) sequence, in time order.
         n, c = d_lambda.shape[0], d_lambda.shape[-1]
         flat = jnp.moveaxis(d_lambda, 0, -2).reshape(*d_lambda.shape[1:-1], n * c)
-        da = jnp.moveaxis(_gates.reverse_cumsum(flat).reshape(*d_lambda.shape[1:-1], n, c), -2, 0)
+        seg_flat = None if seg is None else jnp.moveaxis(seg, 0, 1).reshape(seg.shape[1], 1, 1, n * c)
+        summed = _gates.segmented_reverse_cumsum(flat, seg_flat)
+        da = jnp.moveaxis(summed.reshape(*d_lambda.shape[1:-1], n, c), -2, 0)
     return dq, dk, dv, da, None
 
 

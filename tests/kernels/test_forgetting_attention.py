@@ -174,6 +174,23 @@ def test_packed_equals_loop_over_segments(impl):
                 _assert_close(g[row:row + 1, lo:hi], g_s, TOL[jnp.float32]["grad"], f"grad[{row},{lo}:{hi}]")
 
 
+@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+def test_no_gradient_crosses_a_segment_boundary(impl):
+    """A loss on the second segment's outputs gives exactly zero gradient to every first-segment input."""
+    q, k, v, a, _ = _inputs(40)
+    seg = jnp.asarray(np.repeat([[1] * 17 + [2] * 23], 2, axis=0), jnp.int32)
+    mask = (seg == 2).astype(jnp.float32)[..., None, None]
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32) * mask
+
+    fn = reference.forgetting_attention if impl == "reference" else FAST[impl]
+
+    def loss(q, k, v, a):
+        return jnp.sum(fn(q, k, v, a, segment_ids=seg).astype(jnp.float32) * weights)
+
+    for name, grad in zip("qkva", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, a), strict=True):
+        np.testing.assert_array_equal(np.asarray(grad[:, :17]), 0.0, err_msg=f"d{name} leaked across segments")
+
+
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_bfloat16_forward(impl):
     q, k, v, a, _ = _inputs(63, dtype=jnp.bfloat16)
