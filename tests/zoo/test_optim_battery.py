@@ -207,3 +207,23 @@ def test_strict_dtype_promotion(name, dtype):
     params = _params(dtype)
     updates, _ = update(tx, jax.grad(_quadratic)(params), tx.init(params), params, _quadratic(params))
     assert all(u.dtype == dtype for u in jax.tree.leaves(updates))
+
+
+def test_decay_mask_selects_weight_matrices_by_name():
+    from flax import nnx
+
+    from zoo import ModelConfig
+    from zoo.models import build_model
+    from zoo.optim import decay_mask
+
+    model = build_model(ModelConfig(d_model=32, num_layers=2, num_heads=2, num_kv_heads=1), rngs=nnx.Rngs(0))
+    params = nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
+    flags = {
+        jax.tree_util.keystr(path): flag
+        for path, flag in jax.tree_util.tree_leaves_with_path(decay_mask(params))
+    }
+    assert flags["['layers']['mlp']['up']['kernel']"]
+    assert flags["['embed']['embedding']"]
+    # Stacked [L, D] norm scales are two-dimensional yet must not be decayed.
+    assert not flags["['layers']['mixer_residual']['norm']['scale']"]
+    assert not flags["['final_norm']['scale']"]

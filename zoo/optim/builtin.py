@@ -2,7 +2,8 @@
 
 A factory takes `(learning_rate, cfg)`: `learning_rate` is a float or an optax schedule and `cfg` is any
 object with the fields of `train.config.OptimConfig` (b1, b2, eps, weight_decay). Weight decay applies only
-to parameters with two or more dimensions, so norms' scales and biases are not decayed.
+to weight matrices, named `kernel` or `embedding` as Flax's Linear, Conv and Embed name them; norm scales,
+biases, gates and other parameters are not decayed.
 """
 
 from __future__ import annotations
@@ -14,10 +15,24 @@ import optax
 
 from zoo.registry import register_optimizer
 
+DECAYED_NAMES = ("kernel", "embedding")
+
 
 def decay_mask(params: Any) -> Any:
-    """True for leaves that weight decay should touch: matrices and higher-rank tensors."""
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+    """True for the weight matrices that weight decay should touch, by parameter name.
+
+    The name, not the rank, decides: with scanned layers a norm scale is stacked to [L, D], and a rank
+    rule would decay it.
+    """
+    return jax.tree_util.tree_map_with_path(lambda path, _: _leaf_name(path) in DECAYED_NAMES, params)
+
+
+def _leaf_name(path: tuple) -> str:
+    for key in reversed(path):
+        name = getattr(key, "key", getattr(key, "name", None))
+        if isinstance(name, str) and name != "value":
+            return name
+    return ""
 
 
 @register_optimizer("adamw")
