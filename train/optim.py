@@ -22,7 +22,13 @@ def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:
 
 def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransformation:
     """The full update rule; with `grad_accum_steps > 1` every call is one micro-step (optax.MultiSteps)."""
-    core = OPTIMIZERS.get(cfg.name)(learning_rate_schedule(cfg, num_steps), cfg)
+    factory = OPTIMIZERS.get(cfg.name)
+    if getattr(factory, "needs_two_gradients", False):
+        raise ValueError(
+            f"optim.name={cfg.name!r} needs two gradient evaluations per step (e.g. SAM), which the shared "
+            "train step does not run yet; drive it with its own step helper (zoo.optim.sam_polyak.sam_polyak_step)"
+        )
+    core = factory(learning_rate_schedule(cfg, num_steps), cfg)
     if cfg.grad_clip_norm > 0:
         core = optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), core)
     if cfg.grad_accum_steps > 1:

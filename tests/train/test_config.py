@@ -77,3 +77,11 @@ def test_missing_preset_file(tmp_path):
     bad.write_text("x = 1\n")
     with pytest.raises(ValueError, match="get_config"):
         load_preset(bad)
+
+
+def test_optimizers_the_train_step_cannot_drive_are_rejected():
+    from train.optim import build_optimizer
+
+    with pytest.raises(ValueError, match="optim.name='sam_polyak' needs two gradient evaluations"):
+        build_optimizer(OptimConfig(name="sam_polyak"), num_steps=10)
+    build_optimizer(OptimConfig(name="cubic_damped_adam"), num_steps=10)

@@ -213,3 +213,7 @@ def _sam_polyak_factory(learning_rate, cfg) -> optax.GradientTransformationExtra
         learning_rate, f_min=cfg.option("f_min", 0.0), c=cfg.option("c", 1.0),
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
+
+
+# Read by train.optim: the shared one-gradient train step cannot drive this optimizer.
+_sam_polyak_factory.needs_two_gradients = True
