@@ -136,13 +136,16 @@ class TrainConfig:
     sample_length: int = 200
     sample_temperature: float = 0.8
     sample_top_k: int = 40
+    # Run the Adam loss-spike monitor (spec train-07) every this many steps; 0 disables it. It needs an
+    # Adam-family optimizer and costs about one extra forward-backward plus ~10 Hessian-vector products.
+    spike_monitor_every: int = 0
     # Initialize jax.distributed (multi-host); None means "when JAX's cluster environment is detected".
     distributed: bool | None = None
 
     def __post_init__(self):
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
             check_int(name, getattr(self, name))
-        for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed"):
+        for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed", "spike_monitor_every"):
             check_int(name, getattr(self, name), minimum=0)
         check_int("sample_top_k", self.sample_top_k, minimum=0)
         check_non_negative("sample_temperature", self.sample_temperature)

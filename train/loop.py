@@ -19,7 +19,8 @@ from train import data as data_lib
 from train.checkpoint import Checkpointer, NonFiniteStateError
 from train.config import TrainConfig
 from train.flops import mesh_peak_flops, train_flops_per_token
-from train.metrics import create_writer
+from train.metrics import create_writer, read_metrics
+from train.monitor import flagged_steps, make_spike_monitor
 from train.optim import build_optimizer, learning_rate_schedule
 from train.plotting import plot_loss_curves
 from train.progress import Progress
@@ -44,6 +45,7 @@ class Run:
     state_shardings: TrainState
     train_step: Any
     eval_step: Any
+    spike_monitor: Any = None
 
 
 def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, TrainState]:
@@ -79,7 +81,13 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
         donate_argnums=0,
     )
     eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings.params, None), out_shardings=replicated)
-    return Run(config, mesh, graphdef, shardings, train_step, eval_step), state
+    spike_monitor = None
+    if config.spike_monitor_every:
+        spike_monitor = jax.jit(
+            make_spike_monitor(graphdef, schedule, config.optim), in_shardings=(shardings, None),
+            out_shardings=replicated,
+        )
+    return Run(config, mesh, graphdef, shardings, train_step, eval_step, spike_monitor), state
 
 
 def evaluate(run: Run, params: dict) -> dict[str, float]:
@@ -156,7 +164,10 @@ def train(
     summary: dict[str, Any] = {}
     try:
         for step in range(start, last_step):
-            state, metrics = run.train_step(state, global_batch(run.mesh, next(iterator)))
+            batch = global_batch(run.mesh, next(iterator))
+            if run.spike_monitor is not None and (step + 1) % config.spike_monitor_every == 0:
+                writer.write(step + 1, jax.device_get(run.spike_monitor(state, batch)))
+            state, metrics = run.train_step(state, batch)
             pending.append((step + 1, metrics["train/loss"]))
             window_steps += 1
             done = step + 1
@@ -225,7 +236,11 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer) -> dict[s
         summary["eval/unigram_bits_per_byte"] = data_lib.unigram_bits_per_byte(config.data, config.data.eval_split)
     writer.flush()
     if jax.process_index() == 0:
-        summary["plot"] = plot_loss_curves(workdir / "metrics.jsonl", workdir / "loss_curve.png")
+        metrics_path = workdir / "metrics.jsonl"
+        markers = flagged_steps(read_metrics(metrics_path))
+        summary["plot"] = plot_loss_curves(metrics_path, workdir / "loss_curve.png", markers=markers)
+        if config.spike_monitor_every:
+            summary["spike/flagged_steps"] = markers
         if config.sample_length and data_lib.bytes_per_token(config.data):
             summary["sample"] = sample_text(run, state.params, config)
         (workdir / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()}, indent=2))

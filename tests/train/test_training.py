@@ -147,3 +147,19 @@ def test_resume_skips_a_corrupt_latest_checkpoint(mqar_dir, tmp_path):
     assert int(summary["state"].step) == 6
     logged = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
     assert logged == [1, 2, 3, 4, 3, 4, 5, 6]
+
+
+def test_spike_monitor_logs_flags_and_leaves_training_unchanged(mqar_dir, tmp_path):
+    from train.monitor import flagged_steps
+
+    devices = jax.devices()[:1]
+    common = ("num_steps=4", "log_every=1", "checkpoint_every=0", "optim.warmup_steps=0", "optim.learning_rate=3.0")
+    plain = tiny_config(mqar_dir, *common)
+    train(plain, tmp_path / "plain", devices=devices)
+    summary = train(dataclasses.replace(plain, spike_monitor_every=2), tmp_path / "monitored", devices=devices)
+    assert train_losses(tmp_path / "monitored") == train_losses(tmp_path / "plain")
+    records = [r for r in read_jsonl(tmp_path / "monitored" / "metrics.jsonl") if "spike/lambda_dir" in r]
+    assert [r["step"] for r in records] == [2, 4]
+    assert all(0.0 <= r["spike/small_grad_fraction"] <= 1.0 for r in records)
+    # A learning rate of 3 is far past 2 / curvature, so the quadratic model predicts a loss increase.
+    assert summary["spike/flagged_steps"] == flagged_steps(records) != []
