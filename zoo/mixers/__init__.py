@@ -5,7 +5,9 @@ The interface a mixer implements is documented in zoo/mixers/base.py.
 
 from zoo.mixers import (
     attention,  # noqa: F401  (registers "attention")
+    delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
     fox,  # noqa: F401  (registers "fox")
+    mamba2,  # noqa: F401  (registers "mamba2")
 )
 from zoo.mixers.base import SequenceMixer, conformance_options
 
