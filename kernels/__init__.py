@@ -2,6 +2,7 @@
 
 from kernels.delta_rule import gated_delta_rule
 from kernels.forgetting_attention import forgetting_attention
+from kernels.momentum_delta_rule import momentum_delta_rule
 from kernels.ssd import ssd
 
-__all__ = ["forgetting_attention", "gated_delta_rule", "ssd"]
+__all__ = ["forgetting_attention", "gated_delta_rule", "momentum_delta_rule", "ssd"]

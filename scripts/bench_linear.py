@@ -1,10 +1,11 @@
-"""Benchmark: chunked gated delta rule vs its step recurrence (PERFORMANCE.md goals C1, C2, C3, C5).
+"""Benchmark: chunked gated / momentum delta rule vs their step recurrences (PERFORMANCE.md C1, C2, C3, C5).
 
 All ratios are measured side by side in one process (f32, after warmup, min of --repeats runs):
   C3  chunked fwd+bwd >= 4x faster than autodiff through the `lax.scan` recurrence, B1 H4 T2048 D64;
       chunked fwd within 1.5x of the recurrent fwd.
   C2  chunked fwd+bwd time and peak temporary memory x <= 2.3 when T doubles 1024 -> 2048.
-  C5  KDA <= 2.0x GDN (chunked fwd+bwd).
+  C5  KDA <= 2.0x GDN and MDN <= 1.6x GDN (chunked fwd+bwd).
+C3 and C2 cover DeltaNet, GDN, KDA and MDN (momentum delta rule; C1 has no MDN row: it has no Pallas path).
   C1  Pallas (interpret) fwd+bwd <= 10x the XLA chunked path.
 Writes bench_linear.json, bench_linear.md (and bench_linear.png when matplotlib is present) to --out and exits
 non-zero when a goal is missed.
@@ -28,11 +29,26 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels.delta_rule import gated_delta_rule  # noqa: E402
+from kernels.momentum_delta_rule import momentum_delta_rule  # noqa: E402
 
 B, H, D = 1, 4, 64
 
 
+VARIANTS = ("deltanet", "gdn", "kda", "mdn")
+
+
+def _mdn_inputs(x: dict, rng) -> dict:
+    """GDN inputs plus the MDN gates as the layer makes them (specs/mixers-02 §1.1): p = alpha k,
+    log_mu in (-2, 0), eta in (0, 2), beta <= 1 - alpha."""
+    alpha = jnp.exp(x["g"])
+    f = lambda a: jnp.asarray(a, jnp.float32)
+    return dict(x, p=alpha[..., None] * x["k"], log_mu=f(rng.uniform(-2, 0, alpha.shape)),
+                eta=f(rng.uniform(0, 2, alpha.shape)), beta=x["beta"] * (1 - alpha))
+
+
 def _inputs(variant: str, t: int, seed: int = 0) -> dict:
+    if variant == "mdn":
+        return _mdn_inputs(_inputs("gdn", t, seed), np.random.default_rng(seed + 1))
     rng = np.random.default_rng(seed)
     nrm = lambda x: jnp.asarray(x / np.linalg.norm(x, axis=-1, keepdims=True), jnp.float32)
     g = {"deltanet": None, "gdn": rng.uniform(-1.6, 0, (B, t, H)), "kda": rng.uniform(-1.6, 0, (B, t, H, D))}
@@ -42,12 +58,13 @@ def _inputs(variant: str, t: int, seed: int = 0) -> dict:
                 g=None if g[variant] is None else jnp.asarray(g[variant], jnp.float32))
 
 
-def _fns(impl: str):
-    """(forward, forward+backward) for one implementation; the backward covers q, k, v, beta, g."""
-    fwd = lambda x: gated_delta_rule(**x, chunk_size=64, implementation=impl)[0]
+def _fns(impl: str, variant: str = "gdn"):
+    """(forward, forward+backward) for one implementation; the backward covers every input."""
+    op = momentum_delta_rule if variant == "mdn" else gated_delta_rule
+    fwd = lambda x: op(**x, chunk_size=64, implementation=impl)[0]
 
     def fwd_bwd(x):
-        loss = lambda x: jnp.sum(gated_delta_rule(**x, chunk_size=64, implementation=impl)[0] ** 2)
+        loss = lambda x: jnp.sum(op(**x, chunk_size=64, implementation=impl)[0] ** 2)
         return jax.grad(loss)(x)
 
     return fwd, fwd_bwd
@@ -69,14 +86,15 @@ def _time(fn, x, repeats: int) -> tuple[float, int]:
 
 def measure(repeats: int, with_pallas: bool) -> dict:
     res: dict = {}
-    for variant in ("deltanet", "gdn", "kda"):
+    for variant in VARIANTS:
         for t in (1024, 2048):
             x = _inputs(variant, t)
-            impls = ("reference", "xla", "pallas") if with_pallas and t == 2048 else ("reference", "xla")
+            pallas = with_pallas and t == 2048 and variant != "mdn"
+            impls = ("reference", "xla", "pallas") if pallas else ("reference", "xla")
             for impl in impls:
                 if impl == "reference" and t == 1024:
                     continue
-                fwd, fwd_bwd = _fns(impl)
+                fwd, fwd_bwd = _fns(impl, variant)
                 res[(variant, t, impl, "fwd")] = _time(fwd, x, repeats)
                 res[(variant, t, impl, "fwd+bwd")] = _time(fwd_bwd, x, repeats)
                 print(f"{variant:8s} T{t} {impl:9s} fwd {res[(variant, t, impl, 'fwd')][0] * 1e3:8.1f} ms"
@@ -93,7 +111,7 @@ def goals(res: dict, with_pallas: bool) -> list[dict]:
     tm = lambda v, t, impl, kind: res[(v, t, impl, kind)][0]
     fb = "fwd+bwd"
     rows = []
-    for v in ("deltanet", "gdn", "kda"):
+    for v in VARIANTS:
         rows.append(_goal("C3", f"{v}: recurrent / chunked fwd+bwd",
                           tm(v, 2048, "reference", fb) / tm(v, 2048, "xla", fb), ">=", 4.0))
         rows.append(_goal("C3", f"{v}: chunked / recurrent fwd",
@@ -103,11 +121,13 @@ def goals(res: dict, with_pallas: bool) -> list[dict]:
         m2, m1 = res[(v, 2048, "xla", fb)][1], res[(v, 1024, "xla", fb)][1]
         rows.append(_goal("C2", f"{v}: chunked fwd+bwd temp memory T2048 / T1024",
                           m2 / max(m1, 1), "<=", 2.3))
-        if with_pallas:
+        if with_pallas and v != "mdn":
             rows.append(_goal("C1", f"{v}: pallas(interpret) / xla fwd+bwd",
                               tm(v, 2048, "pallas", fb) / tm(v, 2048, "xla", fb), "<=", 10.0))
     rows.append(_goal("C5", "KDA / GDN chunked fwd+bwd",
                       tm("kda", 2048, "xla", fb) / tm("gdn", 2048, "xla", fb), "<=", 2.0))
+    rows.append(_goal("C5", "MDN / GDN chunked fwd+bwd",
+                      tm("mdn", 2048, "xla", fb) / tm("gdn", 2048, "xla", fb), "<=", 1.6))
     return rows
 
 

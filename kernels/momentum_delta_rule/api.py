@@ -1,0 +1,138 @@
+"""Public entry point of the momentum delta rule: validation and `implementation=` dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.delta_rule.api import CHUNK_SIZES
+from kernels.momentum_delta_rule import reference, xla
+
+_NAME = "momentum_delta_rule"
+
+# name -> (function, backends it can run on). No Pallas path yet: one is registered only once it is
+# complete and tested, so naming "pallas" raises instead of silently running something else.
+_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "reference": (reference.momentum_delta_rule, ("cpu", "gpu", "tpu")),
+    "xla": (xla.momentum_delta_rule, ("cpu", "gpu", "tpu")),
+}
+_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+_GATES = ("g", "log_mu", "beta", "eta")
+
+
+def _fail(name: str, shape, expected: str) -> None:
+    raise ValueError(f"{_NAME}: `{name}` has shape {tuple(shape)}, expected {expected}")
+
+
+def _check_shapes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
+    """Raises ValueError naming the argument, its shape and the expected shape."""
+    if q.ndim != 4:
+        _fail("q", q.shape, "[B, T, H, K]")
+    b, t, h, dk = q.shape
+    for name, x in (("k", k), ("p", p)):
+        if x.shape != q.shape:
+            _fail(name, x.shape, f"{(b, t, h, dk)} = q.shape")
+    if v.ndim != 4 or v.shape[:3] != (b, t, h):
+        _fail("v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
+    for name, x in gates.items():
+        if x.shape != (b, t, h):
+            _fail(name, x.shape, f"{(b, t, h)} = [B, T, H]")
+    if initial_state is not None:
+        want = (b, h, dk, v.shape[-1])
+        if not isinstance(initial_state, tuple | list) or len(initial_state) != 2:
+            raise ValueError(f"{_NAME}: `initial_state` must be None or a pair (S0, M0), got "
+                             f"{type(initial_state).__name__}")
+        for name, x in zip(("initial_state[0]", "initial_state[1]"), initial_state, strict=True):
+            if x.shape != want:
+                _fail(name, x.shape, f"{want} = [B, H, K, V]")
+    if segment_ids is not None and segment_ids.shape != (b, t):
+        _fail("segment_ids", segment_ids.shape, f"{(b, t)} = [B, T]")
+
+
+def _check_dtypes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
+    if not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"{_NAME}: `q` has dtype {q.dtype}, expected a floating dtype")
+    for name, x in (("k", k), ("v", v), ("p", p)):
+        if x.dtype != q.dtype:
+            raise ValueError(f"{_NAME}: `{name}` has dtype {x.dtype}, expected q.dtype = {q.dtype}")
+    states = {} if initial_state is None else {f"initial_state[{i}]": x for i, x in enumerate(initial_state)}
+    for name, x in {**gates, **states}.items():
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{_NAME}: `{name}` has dtype {x.dtype}, expected a floating dtype")
+    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise ValueError(f"{_NAME}: `segment_ids` has dtype {segment_ids.dtype}, expected int")
+
+
+def _check_values(gates: dict) -> None:
+    """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped).
+
+    log_mu must be finite: the chunked form sums log-gates by a matmul, where 0 * -inf is NaN; a large
+    negative value such as -1e4 already gives mu = 0 exactly.
+    """
+    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if not isinstance(x, jax.core.Tracer)}
+    bounds = {"g": (-np.inf, 0.0), "log_mu": (-np.inf, 0.0), "beta": (0.0, 2.0), "eta": (0.0, np.inf)}
+    text = {"g": "is a log-decay and must be finite and <= 0", "log_mu": "is a log-decay and must be finite "
+            "and <= 0 (use e.g. -1e4 for mu = 0)", "beta": "must lie in [0, 2]", "eta": "must be finite, >= 0"}
+    for name, x in concrete.items():
+        lo, hi = bounds[name]
+        if not np.all(np.isfinite(x)) or bool(np.any((x < lo) | (x > hi))):
+            raise ValueError(f"{_NAME}: `{name}` (shape {x.shape}) {text[name]}")
+
+
+def _candidates(implementation) -> list[str]:
+    if implementation is None:
+        return [_DEFAULT.get(jax.default_backend(), "xla")]
+    names = [implementation] if isinstance(implementation, str) else list(implementation)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{_NAME}: bad `implementation` {implementation!r}")
+    unknown = [n for n in names if n not in _IMPLEMENTATIONS]
+    if unknown:
+        raise ValueError(f"{_NAME}: unknown implementation(s) {unknown}; expected one of {sorted(_IMPLEMENTATIONS)}")
+    return names
+
+
+def _select(implementation: None | str | Sequence[str]) -> Callable:
+    """First candidate that can run on the default backend; an explicit choice never falls back silently."""
+    backend = jax.default_backend()
+    names = _candidates(implementation)
+    for name in names:
+        fn, backends = _IMPLEMENTATIONS[name]
+        if backend in backends:
+            return fn
+    raise RuntimeError(f"{_NAME}: implementation(s) {names} cannot run on backend {backend!r}")
+
+
+def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
+                        segment_ids=None, chunk_size=64, implementation=None):
+    """Momentum delta rule (Momentum DeltaNet, specs/mixers-02).
+
+    Per step: e = S^T p - v; M <- exp(log_mu) M + (eta k) e^T; S <- exp(g) S - beta M; o = S^T (scale q).
+    With p = exp(g) k and log_mu -> -inf it is the gated delta rule with beta * eta.
+
+    Args:
+      q, k, p: [B, T, H, K]; v: [B, T, H, V] (all one dtype).
+      g, log_mu: [B, T, H] log-decays (finite, <= 0); beta: [B, T, H] in [0, 2]; eta: [B, T, H] >= 0.
+      scale: multiplies q; None means K**-0.5.
+      initial_state: (S0, M0) each [B, H, K, V], or None (zeros); applies to the first segment of each row.
+      segment_ids: [B, T] int; both states reset at every segment start, nothing crosses a boundary.
+      chunk_size: one of CHUNK_SIZES (chunked path; smaller is more accurate under strong decay).
+      implementation: None (best for the backend), "reference", "xla", or a sequence tried in order (the
+        first one that can run on the backend).
+    Returns:
+      o [B, T, H, V] in q.dtype, (S, M) final states each [B, H, K, V] float32 (of each row's last segment).
+
+    The range checks on the gates run only on concrete arrays; under `jit`/`grad` they are skipped.
+    """
+    gates = dict(g=g, log_mu=log_mu, beta=beta, eta=eta)
+    _check_shapes(q, k, v, p, gates, initial_state, segment_ids)
+    _check_dtypes(q, k, v, p, gates, initial_state, segment_ids)
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"{_NAME}: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
+    _check_values(gates)
+    fn = _select(implementation)
+    state = None if initial_state is None else tuple(initial_state)
+    return fn(q, k, v, p=p, g=g, log_mu=log_mu, beta=beta, eta=eta, scale=scale, initial_state=state,
+              segment_ids=segment_ids, chunk_size=chunk_size)

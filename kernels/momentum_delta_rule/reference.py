@@ -1,0 +1,69 @@
+"""Reference (oracle) momentum delta rule (MDN): the step-by-step recurrence as a float32 `lax.scan`.
+
+Per head, with states S, M [K, V] (key-major) and scale folded into q (specs/mixers-02 §1):
+
+    e_t = S^T p_t - v_t                          (prediction error of the pre-update state)
+    M  <- exp(log_mu_t) M + (eta_t k_t) e_t^T    (momentum buffer)
+    S  <- exp(g_t) S - beta_t M                  (state follows the momentum)
+    o_t = S^T (scale * q_t)
+
+With `segment_ids`, both S and M are reset to zero at every segment start after the first (a position
+whose id differs from its predecessor), so nothing flows across a packed-sequence boundary.
+
+This path is meant to be read, and to be the oracle for every other implementation; it is slow.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from kernels.delta_rule.reference import segment_starts
+
+_HI = jax.lax.Precision.HIGHEST
+
+
+def initial_states(initial_state, shape: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
+    """(S0, M0) float32 [B, H, K, V]; None means zeros for both."""
+    if initial_state is None:
+        zeros = jnp.zeros(shape, jnp.float32)
+        return zeros, zeros
+    s0, m0 = initial_state
+    return s0.astype(jnp.float32), m0.astype(jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk_size",))
+def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
+                        segment_ids=None, chunk_size=None):
+    """Momentum delta rule by plain recurrence.
+
+    Args:
+      q, k, p: [B, T, H, K]; v: [B, T, H, V]; g, log_mu, beta, eta: [B, T, H] (g, log_mu log-decays).
+      scale: multiplies q; None means K**-0.5. initial_state: (S0, M0) each [B, H, K, V], or None.
+      segment_ids: [B, T] int or None. chunk_size: ignored (accepted so every path has one signature).
+    Returns:
+      o [B, T, H, V] in q.dtype, (S, M) final states [B, H, K, V] float32.
+    """
+    del chunk_size
+    bsz, seqlen, heads, dk = q.shape
+    scale = dk**-0.5 if scale is None else scale
+    f32 = lambda x: x.astype(jnp.float32)
+    reset = segment_starts(segment_ids, bsz, seqlen)
+    state0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
+
+    def step(state, xs):
+        q_t, k_t, p_t, v_t, g_t, lm_t, b_t, eta_t, r_t = xs  # [B,H,K]x3 [B,H,V] [B,H]x4 [B]
+        s, m = (jnp.where(r_t[:, None, None, None], 0.0, x) for x in state)
+        e = jnp.einsum("bhkv,bhk->bhv", s, p_t, precision=_HI) - v_t
+        m = jnp.exp(lm_t)[..., None, None] * m + (eta_t[..., None] * k_t)[..., None] * e[..., None, :]
+        s = jnp.exp(g_t)[..., None, None] * s - b_t[..., None, None] * m
+        o_t = jnp.einsum("bhkv,bhk->bhv", s, q_t, precision=_HI)
+        return (s, m), o_t
+
+    time_major = lambda x: jnp.moveaxis(x, 1, 0)
+    xs = (f32(q) * jnp.float32(scale), f32(k), f32(p), f32(v), f32(g), f32(log_mu), f32(beta), f32(eta),
+          reset)
+    final, o = jax.lax.scan(step, state0, tuple(time_major(x) for x in xs))
+    return time_major(o).astype(q.dtype), final
