@@ -1,4 +1,7 @@
-"""The demo: a 4-layer, 256-wide Llama-style byte LM on the Python standard library, ~5 min on 2 CPU cores."""
+"""The demo: a 4-layer, 256-wide Llama-style byte LM on the Python standard library, ~5 min on 2 CPU cores.
+
+250 steps of 16 x 256 bytes (about 1M tokens) take about 1.2 s each on a quiet 2-core machine.
+"""
 
 from train.config import DataConfig, OptimConfig, TrainConfig
 from zoo.models.config import ModelConfig
@@ -13,9 +16,9 @@ def get_config() -> TrainConfig:
         optim=OptimConfig(learning_rate=3e-3, warmup_steps=30),
         batch_size=16,
         seq_len=256,
-        num_steps=400,
+        num_steps=250,
         log_every=10,
-        eval_every=100,
+        eval_every=125,
         eval_batches=20,
-        checkpoint_every=200,
+        checkpoint_every=125,
     )
