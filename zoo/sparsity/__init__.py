@@ -1,0 +1,51 @@
+"""Pruning at initialisation (spec train-13): Random, Magnitude, SNIP and GraSP masks at an exact target
+sparsity, an optax wrapper that keeps pruned weights at zero, and graphon-view mask statistics.
+
+Typical use on a zoo LM:
+
+    graphdef, state = nnx.split(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    mask = snip_mask(params, sparsity=0.9, loss_fn=lm_loss_fn(graphdef), batch=batch)
+    params = apply_mask(params, mask)
+    optimizer = masked_optimizer(optax.adamw(1e-3, weight_decay=0.1), mask)
+    print(mask_statistics(mask)["total"])
+"""
+
+from zoo.sparsity.masks import (
+    PRUNABLE_NAMES,
+    MaskedOptimizerState,
+    apply_mask,
+    grasp_hessian_gradient,
+    grasp_mask,
+    grasp_scores,
+    lm_loss_fn,
+    magnitude_mask,
+    mask_from_scores,
+    masked_optimizer,
+    prunable_mask,
+    random_mask,
+    snip_mask,
+    snip_scores,
+)
+from zoo.sparsity.stats import empirical_graphon, layer_densities, mask_statistics, matrix_statistics
+
+__all__ = [
+    "PRUNABLE_NAMES",
+    "MaskedOptimizerState",
+    "apply_mask",
+    "empirical_graphon",
+    "grasp_hessian_gradient",
+    "grasp_mask",
+    "grasp_scores",
+    "layer_densities",
+    "lm_loss_fn",
+    "magnitude_mask",
+    "mask_from_scores",
+    "mask_statistics",
+    "masked_optimizer",
+    "matrix_statistics",
+    "prunable_mask",
+    "random_mask",
+    "snip_mask",
+    "snip_scores",
+]
