@@ -1,0 +1,29 @@
+"""Periodic Q-learning with scheduled target-network updates (spec train-08): constant and adaptive
+(geometrically growing) periods, small exact MDPs, a tabular learner and a DQN, measured against Q*."""
+
+from train.rl.dqn import DQNTrace, QNetwork, train_dqn
+from train.rl.envs import (
+    FiniteMDP,
+    bellman_optimality,
+    chain_mdp,
+    make_mdp,
+    random_mdp,
+    sample_transitions,
+    step,
+    value_iteration,
+)
+from train.rl.schedules import (
+    GeometricTargetSchedule,
+    SyncState,
+    adaptive_ratio,
+    adaptive_schedule,
+    constant_schedule,
+)
+from train.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
+
+__all__ = [
+    "DQNTrace", "FiniteMDP", "GeometricTargetSchedule", "QLearningTrace", "QNetwork", "SyncState",
+    "adaptive_ratio", "adaptive_schedule", "bellman_optimality", "chain_mdp", "constant_schedule",
+    "inner_step_size", "make_mdp", "periodic_q_learning", "random_mdp", "sample_transitions", "step",
+    "steps_to_reach", "train_dqn", "value_iteration",
+]
