@@ -21,7 +21,7 @@ from train.config import TrainConfig
 from train.flops import mesh_peak_flops, train_flops_per_token
 from train.metrics import create_writer, read_metrics
 from train.monitor import flagged_steps, make_spike_monitor
-from train.optim import build_optimizer, learning_rate_schedule
+from train.optim import build_optimizer, custom_update, learning_rate_schedule
 from train.plotting import plot_loss_curves
 from train.progress import Progress
 from train.sharding import global_batch, make_mesh, tree_shardings
@@ -75,7 +75,7 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
 
     state = jax.jit(init, out_shardings=shardings)()
     train_step = jax.jit(
-        make_train_step(graphdef, optimizer, schedule, config.optim.grad_accum_steps),
+        make_train_step(graphdef, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)),
         in_shardings=(shardings, None),
         out_shardings=(shardings, replicated),
         donate_argnums=0,

@@ -23,10 +23,10 @@ def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:
 def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransformation:
     """The full update rule; with `grad_accum_steps > 1` every call is one micro-step (optax.MultiSteps)."""
     factory = OPTIMIZERS.get(cfg.name)
-    if getattr(factory, "needs_two_gradients", False):
+    if custom_update(cfg) is not None and cfg.grad_accum_steps > 1:
         raise ValueError(
-            f"optim.name={cfg.name!r} needs two gradient evaluations per step (e.g. SAM), which the shared "
-            "train step does not run yet; drive it with its own step helper (zoo.optim.sam_polyak.sam_polyak_step)"
+            f"optim.grad_accum_steps must be 1 for optim.name={cfg.name!r}, which takes two gradients per step "
+            f"(optax.MultiSteps drops the extra arguments it needs), got {cfg.grad_accum_steps}"
         )
     core = factory(learning_rate_schedule(cfg, num_steps), cfg)
     if cfg.grad_clip_norm > 0:
@@ -34,3 +34,14 @@ def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransform
     if cfg.grad_accum_steps > 1:
         return optax.MultiSteps(core, every_k_schedule=cfg.grad_accum_steps)
     return core
+
+
+def custom_update(cfg: OptimConfig):
+    """The optimizer's own update hook, or None for the default single-gradient step.
+
+    An optimizer factory that needs more than `optimizer.update(grads, state, params)` (SAM's second
+    gradient, Polyak's loss value) carries `make_update(cfg)`, which returns
+    `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)`.
+    """
+    make_update = getattr(OPTIMIZERS.get(cfg.name), "make_update", None)
+    return None if make_update is None else make_update(cfg)

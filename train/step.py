@@ -41,24 +41,44 @@ def model_logits(graphdef: nnx.GraphDef, params: dict, batch: dict[str, jax.Arra
     return model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"])
 
 
-def make_train_step(
-    graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, schedule: Callable, accum_steps: int
-) -> Callable:
-    """Returns `train_step(state, batch) -> (state, metrics)` for a fixed model graph and optimizer."""
+def default_update(loss_fn, params, batch, opt_state, optimizer):
+    """One value_and_grad, then `optimizer.update`; returns (loss, grads, updates, opt_state)."""
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return loss, grads, updates, opt_state
 
-    def loss_fn(params, batch):
-        loss_sum, weight, _ = weighted_cross_entropy(
-            model_logits(graphdef, params, batch), batch["targets"], batch["weights"]
-        )
-        return loss_sum / jnp.maximum(weight, 1.0), weight
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    schedule: Callable,
+    accum_steps: int,
+    update: Callable | None = None,
+) -> Callable:
+    """Returns `train_step(state, batch) -> (state, metrics)` for a fixed model graph and optimizer.
+
+    `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)` replaces
+    the default single-gradient update for optimizers that need more (see `train.optim.custom_update`).
+    """
+    update = default_update if update is None else update
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
-        (loss, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        caller_promotion = jax.config.jax_numpy_dtype_promotion
+
+        def loss_fn(params, batch):
+            # The model traces under the caller's promotion rules (strict in the tests), not optax's.
+            with jax.numpy_dtype_promotion(caller_promotion):
+                loss_sum, weight, _ = weighted_cross_entropy(
+                    model_logits(graphdef, params, batch), batch["targets"], batch["weights"]
+                )
+                return loss_sum / jnp.maximum(weight, 1.0)
+
         # optax mixes Python floats with int32 step counts (Adam's bias correction, schedules), which
-        # strict dtype promotion rejects; the model above stays under whatever promotion the caller set.
+        # strict dtype promotion rejects.
         with jax.numpy_dtype_promotion("standard"):
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            loss, grads, updates, opt_state = update(loss_fn, state.params, batch, state.opt_state, optimizer)
             learning_rate = schedule(state.step // accum_steps)
+        weight = jnp.sum(batch["weights"])
         params = optax.apply_updates(state.params, updates)
         rng = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step))
         metrics = {

@@ -79,9 +79,10 @@ def test_missing_preset_file(tmp_path):
         load_preset(bad)
 
 
-def test_optimizers_the_train_step_cannot_drive_are_rejected():
-    from train.optim import build_optimizer
+def test_two_gradient_optimizers_reject_gradient_accumulation():
+    from train.optim import build_optimizer, custom_update
 
-    with pytest.raises(ValueError, match="optim.name='sam_polyak' needs two gradient evaluations"):
-        build_optimizer(OptimConfig(name="sam_polyak"), num_steps=10)
-    build_optimizer(OptimConfig(name="cubic_damped_adam"), num_steps=10)
+    with pytest.raises(ValueError, match="optim.grad_accum_steps must be 1 for optim.name='sam_polyak'"):
+        build_optimizer(OptimConfig(name="sam_polyak", grad_accum_steps=2), num_steps=10)
+    assert custom_update(OptimConfig(name="sam_polyak")) is not None
+    assert custom_update(OptimConfig(name="adamw")) is None

@@ -104,6 +104,19 @@ def test_gradient_accumulation_runs_micro_steps(mqar_dir, tmp_path):
     assert int(state.step) == 4
 
 
+@pytest.mark.parametrize("optimizer", ["sam_polyak", "cubic_damped_adam", "muon"])
+def test_registered_optimizers_train_through_the_shared_step(mqar_dir, tmp_path, optimizer):
+    """Optimizers with their own update hook (SAM-Polyak's two passes) run in the same train step."""
+    lr = {"sam_polyak": "1.0", "cubic_damped_adam": "1e-2", "muon": "2e-2"}[optimizer]
+    config = tiny_config(
+        mqar_dir, "num_steps=40", "log_every=10", "checkpoint_every=0", f"optim.name={optimizer}",
+        f"optim.learning_rate={lr}",
+    )
+    train(config, tmp_path, devices=jax.devices()[:1])
+    losses = train_losses(tmp_path)
+    assert losses[max(losses)] < 0.9 * losses[min(losses)], losses
+
+
 def test_non_finite_loss_stops_without_checkpoint(mqar_dir, tmp_path):
     config = tiny_config(
         mqar_dir, "num_steps=20", "log_every=1", "checkpoint_every=1", "optim.learning_rate=1e30",

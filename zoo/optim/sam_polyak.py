@@ -215,5 +215,20 @@ def _sam_polyak_factory(learning_rate, cfg) -> optax.GradientTransformationExtra
     )
 
 
-# Read by train.optim: the shared one-gradient train step cannot drive this optimizer.
-_sam_polyak_factory.needs_two_gradients = True
+def _sam_polyak_update(cfg: Any) -> Callable:
+    """The trainer's update hook: two passes on the batch, then the Polyak-scaled step (see train.step)."""
+    rho = rho_from_config(cfg)
+
+    def update(loss_fn, params, batch, opt_state, optimizer):
+        two_pass = sam_polyak_grads(loss_fn, params, batch, rho)
+        updates, opt_state = optimizer.update(
+            two_pass.grad, opt_state, params, value=two_pass.value, perturbation=two_pass.perturbation
+        )
+        return two_pass.loss, two_pass.grad, updates, opt_state
+
+    return update
+
+
+# Read by train.optim: SAM needs two gradients per step, so the shared train step calls this hook
+# instead of its default single value_and_grad.
+_sam_polyak_factory.make_update = _sam_polyak_update
