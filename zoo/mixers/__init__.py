@@ -8,6 +8,7 @@ from zoo.mixers import (
     delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
     fox,  # noqa: F401  (registers "fox")
     mamba2,  # noqa: F401  (registers "mamba2")
+    mdn,  # noqa: F401  (registers "mdn")
 )
 from zoo.mixers.base import SequenceMixer, conformance_options
 
