@@ -5,8 +5,10 @@ The interface a mixer implements is documented in zoo/mixers/base.py.
 
 from zoo.mixers import (
     attention,  # noqa: F401  (registers "attention")
+    circulation,  # noqa: F401  (registers "circulation")
     delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
     fox,  # noqa: F401  (registers "fox")
+    goat,  # noqa: F401  (registers "goat")
     mamba2,  # noqa: F401  (registers "mamba2")
     mdn,  # noqa: F401  (registers "mdn")
 )

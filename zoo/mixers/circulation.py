@@ -1,0 +1,257 @@
+"""Circulation attention: causal softmax attention with logits M_sym + α·M_skew (spec 08, read from code).
+
+Spec: specs/mixers-08-sym-skew.md. Per query head h (KV head g = h // (H // Hkv)), with A_h = W_Q,hᵀ W_K,g:
+
+    ℓ_α = M_sym + α·M_skew = c₁·QKᵀ + c₂·KQᵀ,   c₁ = (1 + α)/2,  c₂ = (1 − α)/2
+    H_org = softmax(QKᵀ/√d_h) X,   H_α = softmax(ℓ_α/√d_h) X          (retrieval over the raw inputs X)
+    H_new = H_org + β(H_α − H_org),  then ·clip(‖H_α‖/‖H_new‖, ratio_min, ratio_max) per token
+    out_h = H_new W_V,gᵀ, concatenated over heads, then o_proj
+
+Single-kernel form: q̃ = [c₁q, c₂k]/√d_h and k̃ = [k, q] (head dim doubled), so q̃·k̃ = ℓ_α/√d_h with the
+softmax scale 1. This general form is used (not the spec's [q, (c₂/c₁)k] variant) because the adaptive
+variant makes c₁, c₂ per query token and α ≤ −1 must work; both sit on the query side, so per-row
+coefficients fold in. `reference_logits` materializes c₁QKᵀ + c₂KQᵀ for the tests.
+
+Causal LM extension (the spec's suggestion, not in the paper, which is non-causal): the causal and segment
+masks are applied after forming ℓ_α, so the symmetric/skew split holds for the unmasked logits only.
+GQA is allowed: k̃ contains q, so it has H heads (the cache stores past queries); A_h pairs head h with
+its KV head. No RoPE: the input-space bilinear form (and the energy analysis) needs bias-free q/k
+projections and no position-dependent rotation.
+
+When β = 1 (and adaptive_beta is off) H_new = H_α with ratio 1, and by linearity retrieval over X then
+W_V equals attention over V = X W_V, so the cheap path attends over V directly (the test checks both).
+
+Options (`cfg.mixer_options`):
+  alpha (float, 1.0): the circulation knob; 1.0 is the baseline.
+  beta (float, 1.0): the blend factor.
+  ratio_min, ratio_max (float, 0.25 and 4.0): the per-token norm-ratio clamp.
+  adaptive (None | "dev" | "scale", None): η_M-guided knob, α_eff = 1 + (α − 1)·η_M ("dev") or α·η_M.
+  adaptive_beta (bool, False): also β_eff = β(1 − η_M); needs adaptive.
+Adaptive, causal (my extension): η_M is computed per row and token from the token's own prefix (same
+segment, centered over it), averaged over heads, not over the batch (which would mix rows); gradient-free.
+It costs O(T·C²) memory per row ([B, T, H, C, C] intermediates): meant for small models and analysis.
+
+Decode cache: k [B, S, Hkv, Dh], past queries q [B, S, H, Dh], v [B, S, Hkv, Dh] (or, with the blend,
+the raw inputs x [B, S, D]), with adaptive the float32 prefix sums Σx [B, D] and Σxxᵀ [B, D, D], and the
+write index.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.mixers.attention import decode_mask
+from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
+from zoo.models.config import ModelConfig
+from zoo.registry import register_mixer
+
+_HP = jax.lax.Precision.HIGHEST
+
+
+def circulation_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
+    """The concatenation trick: q/k at query rows [B, T, H, Dh] and key columns [B, S, H, Dh] -> [B, H, T, S].
+
+    c1, c2: scalars or [B, T, 1, 1]. Returns (c₁ q_i·k_j + c₂ k_i·q_j)/√Dh in float32.
+    """
+    scale = 1.0 / math.sqrt(q_rows.shape[-1])
+    q_t = jnp.concatenate([c1 * scale * q_rows.astype(jnp.float32), c2 * scale * k_rows.astype(jnp.float32)], -1)
+    k_t = jnp.concatenate([k_cols, q_cols], -1).astype(jnp.float32)
+    return jnp.einsum("bthd,bshd->bhts", q_t, k_t, precision=_HP)
+
+
+def reference_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
+    """Materialized (c₁·QKᵀ + c₂·KQᵀ)/√Dh, [B, H, T, S] float32 (the reference for circulation_logits)."""
+    qk = jnp.einsum("bthd,bshd->bhts", q_rows.astype(jnp.float32), k_cols.astype(jnp.float32), precision=_HP)
+    kq = jnp.einsum("bthd,bshd->bhts", k_rows.astype(jnp.float32), q_cols.astype(jnp.float32), precision=_HP)
+    c1, c2 = (jnp.moveaxis(jnp.asarray(c, jnp.float32), 2, 1) if jnp.ndim(c) == 4 else c for c in (c1, c2))
+    return (c1 * qk + c2 * kq) / math.sqrt(q_rows.shape[-1])
+
+
+class CirculationOptions(NamedTuple):
+    """The parsed mixer_options (hashable: nnx keeps it as static graph data)."""
+
+    alpha: Any
+    beta: Any
+    ratio_min: Any
+    ratio_max: Any
+    adaptive: Any
+    adaptive_beta: Any
+
+
+def _parse_options(cfg: ModelConfig) -> CirculationOptions:
+    opts = {
+        "alpha": cfg.option("alpha", 1.0), "beta": cfg.option("beta", 1.0),
+        "ratio_min": cfg.option("ratio_min", 0.25), "ratio_max": cfg.option("ratio_max", 4.0),
+        "adaptive": cfg.option("adaptive", None), "adaptive_beta": cfg.option("adaptive_beta", False),
+    }
+    for name in ("alpha", "beta", "ratio_min", "ratio_max"):
+        if not isinstance(opts[name], (int, float)) or isinstance(opts[name], bool) or not math.isfinite(opts[name]):
+            raise ValueError(f"{name} must be a finite float, got {opts[name]!r}")
+    if not 0 < opts["ratio_min"] <= opts["ratio_max"]:
+        raise ValueError(f"ratio_min and ratio_max must satisfy 0 < ratio_min <= ratio_max, got {opts}")
+    if opts["adaptive"] not in (None, "dev", "scale"):
+        raise ValueError(f"adaptive must be None, 'dev' or 'scale', got {opts['adaptive']!r}")
+    if not isinstance(opts["adaptive_beta"], bool) or (opts["adaptive_beta"] and opts["adaptive"] is None):
+        raise ValueError(f"adaptive_beta must be a bool and needs adaptive set, got {opts['adaptive_beta']!r}")
+    return CirculationOptions(**opts)
+
+
+@register_mixer("circulation")
+class CirculationAttention(nnx.Module):
+    """Circulation attention mixer: x [B, T, D] -> y [B, T, D] (see the module docstring)."""
+
+    # The skew path (α ≠ 1, V retrieval) and the full path (blend over X, adaptive α and β, prefix sums).
+    CONFORMANCE_OPTIONS = (
+        (("alpha", 1.2),),
+        (("alpha", 0.9), ("beta", 3.0), ("adaptive", "dev"), ("adaptive_beta", True)),
+    )
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.options = _parse_options(cfg)
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
+        self.dtype = jnp.dtype(cfg.compute_dtype)
+        # Retrieval over X is needed only when the blend is nonlinear (β ≠ 1 or a per-token β).
+        self.retrieve_inputs = self.options.beta != 1.0 or self.options.adaptive_beta
+
+        def linear(n_in: int, n_out: int) -> nnx.Linear:
+            # Bias-free q/k are required (spec §6): a bias breaks the bilinear form x_iᵀ A x_j.
+            return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs)
+
+        width, kv_width = cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
+        self.q_proj, self.o_proj = linear(cfg.d_model, width), linear(width, cfg.d_model)
+        self.k_proj, self.v_proj = linear(cfg.d_model, kv_width), linear(cfg.d_model, kv_width)
+
+    def _group(self, t: jax.Array) -> jax.Array:
+        """[B, S, Hkv, ...] -> [B, S, H, ...]: query head h reads KV head h // (H // Hkv)."""
+        return jnp.repeat(t, self.num_heads // self.num_kv_heads, axis=2)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array,
+        cache: dict[str, Any] | None = None,
+    ) -> tuple[jax.Array, dict[str, Any] | None]:
+        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
+        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        batch, length = x.shape[:2]
+        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        new_cache = None
+        if cache is None:
+            seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
+            causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
+            mask = (causal[None] & (seg[:, :, None] == seg[:, None, :]))[:, None]  # [B, 1, T, T]
+            q_cols, k_cols, v_cols, x_cols = q, k, v, x
+            stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
+        else:
+            if segment_ids is not None:
+                raise ValueError(f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}")
+            self._check_cache(cache, batch)
+            index, zero = cache["index"], jnp.zeros((), jnp.int32)
+
+            def write(name: str, new: jax.Array) -> jax.Array:
+                start = (zero, index) + (zero,) * (new.ndim - 2)
+                return jax.lax.dynamic_update_slice(cache[name], new.astype(cache[name].dtype), start)
+
+            mask = decode_mask(index, length, cache["k"].shape[1])
+            new_cache = {"k": write("k", k), "q": write("q", q), "index": index + jnp.asarray(length, jnp.int32)}
+            new_cache["x" if self.retrieve_inputs else "v"] = write("x" if self.retrieve_inputs else "v",
+                                                                    x if self.retrieve_inputs else v)
+            q_cols, k_cols = new_cache["q"], new_cache["k"]
+            v_cols, x_cols = new_cache.get("v"), new_cache.get("x")
+            stats = None
+            if self.options.adaptive:
+                x32 = x.astype(jnp.float32)
+                sum_x = cache["sum_x"][:, None] + jnp.cumsum(x32, axis=1)
+                sum_xx = cache["sum_xx"][:, None] + jnp.cumsum(x32[..., :, None] * x32[..., None, :], axis=1)
+                count = (index + jnp.arange(1, length + 1, dtype=jnp.int32)).astype(jnp.float32)
+                stats = (sum_x, sum_xx, jnp.broadcast_to(count, (batch, length)))
+                new_cache["sum_x"], new_cache["sum_xx"] = sum_x[:, -1], sum_xx[:, -1]
+        out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats)
+        return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
+
+    def _prefix_stats(self, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Per-token sums over the token's prefix in its segment: x [B, T, C], mask [B, T, S] bool ->
+        (Σx [B, T, C], Σxxᵀ [B, T, C, C], count [B, T]) in float32."""
+        m, x32 = mask.astype(jnp.float32), x.astype(jnp.float32)
+        sum_x = jnp.einsum("bts,bsc->btc", m, x32, precision=_HP)
+        sum_xx = jnp.einsum("bts,bsc,bsd->btcd", m, x32, x32, precision=_HP)
+        return sum_x, sum_xx, jnp.sum(m, axis=-1)
+
+    def eta(self, stats: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
+        """η_M per row and token [B, T] from prefix sums, head-averaged, gradient-free (spec §2)."""
+        sum_x, sum_xx, count = jax.lax.stop_gradient(stats)
+        # Centered Gram matrix of the prefix: Σxxᵀ − n·μμᵀ with μ = Σx / n.
+        gram = sum_xx - sum_x[..., :, None] * sum_x[..., None, :] / count[..., None, None]
+        w_q = self.q_proj.kernel[...].reshape(self.d_model, self.num_heads, self.head_dim)
+        w_k = jnp.repeat(self.k_proj.kernel[...].reshape(self.d_model, self.num_kv_heads, self.head_dim),
+                         self.num_heads // self.num_kv_heads, axis=1)
+        # Our kernels are [C, H, Dh]; the spec's W_Q,h is [Dh, C], i.e. the transpose of kernel[:, h].
+        s_mat, n_mat = jax.vmap(symmetric_skew_parts)(w_q.transpose(1, 2, 0), w_k.transpose(1, 2, 0))
+        s_mat, n_mat = jax.lax.stop_gradient((s_mat, n_mat))
+        sym_sq, skew_sq = jax.vmap(lambda s, n: sym_skew_frobenius(gram, s, n))(s_mat, n_mat)  # [H, B, T]
+        return jnp.mean(eta_m(sym_sq, skew_sq), axis=0)
+
+    def _attend(self, q, k, q_cols, k_cols, v_cols, x_cols, mask, stats) -> jax.Array:
+        """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
+        alpha, beta = self.options.alpha, self.options.beta
+        if stats is not None:
+            eta = self.eta(stats)[:, :, None, None]  # [B, T, 1, 1]
+            alpha = 1.0 + (alpha - 1.0) * eta if self.options.adaptive == "dev" else alpha * eta
+            beta = beta * (1.0 - eta) if self.options.adaptive_beta else beta
+        c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0
+        if not isinstance(alpha, jax.Array) and abs(c2) < 1e-12:
+            logits = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)  # α = 1: the baseline (c₂ = 0)
+        else:
+            logits = circulation_logits(q, k, q_cols, k_cols, c1, c2)
+        probs = jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
+        if not self.retrieve_inputs:
+            return jnp.einsum("bhts,bshd->bthd", probs.astype(self.dtype), self._group(v_cols))
+        base = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)
+        probs_org = jax.nn.softmax(jnp.where(mask, base, -jnp.inf), axis=-1)
+        x32 = x_cols.astype(jnp.float32)
+        h_alpha = jnp.einsum("bhts,bsc->bthc", probs, x32, precision=_HP)  # [B, T, H, C]
+        h_org = jnp.einsum("bhts,bsc->bthc", probs_org, x32, precision=_HP)
+        h_new = h_org + beta * (h_alpha - h_org)
+        norm_alpha = jnp.maximum(jnp.linalg.norm(h_alpha, axis=-1, keepdims=True), 1e-6)
+        norm_new = jnp.maximum(jnp.linalg.norm(h_new, axis=-1, keepdims=True), 1e-6)
+        ratio = jnp.nan_to_num(jnp.clip(norm_alpha / norm_new, self.options.ratio_min, self.options.ratio_max))
+        h_new = (h_new * ratio).astype(self.dtype)
+        w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
+        w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
+        return jnp.einsum("bthc,chd->bthd", h_new, w_v)
+
+    def _check_cache(self, cache: Any, batch_size: int) -> None:
+        expected = set(self.init_cache(batch_size, 1, self.dtype))
+        if not isinstance(cache, dict) or set(cache) != expected:
+            raise ValueError(f"cache must be the dict made by init_cache with keys {sorted(expected)}, got {cache!r}")
+        want = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
+        if cache["k"].shape != want:
+            raise ValueError(f"cache k must have shape [B, S, Hkv, Dh] = {want}, got {cache['k'].shape}")
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
+        """Empty cache (see the module docstring): k, q, v or x in dtype, prefix sums in float32, index."""
+        kv_shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)
+        cache = {
+            "k": jnp.zeros(kv_shape, dtype),
+            "q": jnp.zeros((batch_size, max_len, self.num_heads, self.head_dim), dtype),
+            "index": jnp.zeros((), jnp.int32),
+        }
+        if self.retrieve_inputs:
+            cache["x"] = jnp.zeros((batch_size, max_len, self.d_model), dtype)
+        else:
+            cache["v"] = jnp.zeros(kv_shape, dtype)
+        if self.options.adaptive:
+            cache["sum_x"] = jnp.zeros((batch_size, self.d_model), jnp.float32)
+            cache["sum_xx"] = jnp.zeros((batch_size, self.d_model, self.d_model), jnp.float32)
+        return cache
