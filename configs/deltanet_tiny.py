@@ -4,23 +4,8 @@ The same shape and schedule as llama_tiny with the "deltanet" mixer: 4 value hea
 (num_kv_heads), short conv width 4. Options: `(('allow_neg_eigval', True),)` lets β reach 2.
 """
 
-from train.config import DataConfig, OptimConfig, TrainConfig
-from zoo.models.config import ModelConfig
+from train.presets import tiny_byte_lm
 
 
-def get_config() -> TrainConfig:
-    return TrainConfig(
-        model=ModelConfig(
-            name="llama", mixer="deltanet", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
-            max_seq_len=256,
-        ),
-        data=DataConfig(name="pystdlib"),
-        optim=OptimConfig(learning_rate=3e-3, warmup_steps=10),
-        batch_size=8,
-        seq_len=64,
-        num_steps=50,
-        log_every=5,
-        eval_batches=4,
-        checkpoint_every=25,
-        sample_length=32,
-    )
+def get_config():
+    return tiny_byte_lm("deltanet")

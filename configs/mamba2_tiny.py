@@ -5,23 +5,8 @@ The same shape and schedule as llama_tiny with the "mamba2" mixer: expand 2 (d_i
 settings). The generalized diagonal decay: `model.mixer_options="(('decay', 'diagonal'),)"`.
 """
 
-from train.config import DataConfig, OptimConfig, TrainConfig
-from zoo.models.config import ModelConfig
+from train.presets import tiny_byte_lm
 
 
-def get_config() -> TrainConfig:
-    return TrainConfig(
-        model=ModelConfig(
-            name="llama", mixer="mamba2", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
-            max_seq_len=256, mixer_options=(("decay", "scalar"), ("state_size", 16)),
-        ),
-        data=DataConfig(name="pystdlib"),
-        optim=OptimConfig(learning_rate=3e-3, warmup_steps=10),
-        batch_size=8,
-        seq_len=64,
-        num_steps=50,
-        log_every=5,
-        eval_batches=4,
-        checkpoint_every=25,
-        sample_length=32,
-    )
+def get_config():
+    return tiny_byte_lm("mamba2", (("decay", "scalar"), ("state_size", 16)))
