@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._dispatch import select_implementation
 from kernels.delta_rule.api import CHUNK_SIZES
 from kernels.momentum_delta_rule import reference, xla
 
@@ -82,27 +83,9 @@ def _check_values(gates: dict) -> None:
             raise ValueError(f"{_NAME}: `{name}` (shape {x.shape}) {text[name]}")
 
 
-def _candidates(implementation) -> list[str]:
-    if implementation is None:
-        return [_DEFAULT.get(jax.default_backend(), "xla")]
-    names = [implementation] if isinstance(implementation, str) else list(implementation)
-    if not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{_NAME}: bad `implementation` {implementation!r}")
-    unknown = [n for n in names if n not in _IMPLEMENTATIONS]
-    if unknown:
-        raise ValueError(f"{_NAME}: unknown implementation(s) {unknown}; expected one of {sorted(_IMPLEMENTATIONS)}")
-    return names
-
-
 def _select(implementation: None | str | Sequence[str]) -> Callable:
     """First candidate that can run on the default backend; an explicit choice never falls back silently."""
-    backend = jax.default_backend()
-    names = _candidates(implementation)
-    for name in names:
-        fn, backends = _IMPLEMENTATIONS[name]
-        if backend in backends:
-            return fn
-    raise RuntimeError(f"{_NAME}: implementation(s) {names} cannot run on backend {backend!r}")
+    return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
 def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,

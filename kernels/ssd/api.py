@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._dispatch import select_implementation
 from kernels.ssd import attention_form, pallas_chunk, reference, xla
 
 CHUNK_SIZES = (16, 32, 64, 128)
@@ -71,28 +72,9 @@ def _check_values(a) -> None:
                          "a positive value would make the state grow")
 
 
-def _candidates(implementation) -> list[str]:
-    if implementation is None:
-        return [_DEFAULT.get(jax.default_backend(), "xla")]
-    names = [implementation] if isinstance(implementation, str) else list(implementation)
-    if not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"ssd: bad `implementation` {implementation!r}")
-    unknown = [n for n in names if n not in _IMPLEMENTATIONS]
-    if unknown:
-        raise ValueError(f"ssd: unknown implementation(s) {unknown}; "
-                         f"expected one of {sorted(_IMPLEMENTATIONS)}")
-    return names
-
-
 def _select(implementation: None | str | Sequence[str]) -> Callable:
     """First candidate that can run on the default backend; an explicit choice never falls back silently."""
-    backend = jax.default_backend()
-    names = _candidates(implementation)
-    for name in names:
-        fn, backends = _IMPLEMENTATIONS[name]
-        if backend in backends:
-            return fn
-    raise RuntimeError(f"ssd: implementation(s) {names} cannot run on backend {backend!r}")
+    return select_implementation("ssd", implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
 def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64, implementation=None):
