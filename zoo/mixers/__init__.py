@@ -9,6 +9,8 @@ from zoo.mixers import (
     delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
     fox,  # noqa: F401  (registers "fox")
     goat,  # noqa: F401  (registers "goat")
+    hyena,  # noqa: F401  (registers "hyena")
+    mamba,  # noqa: F401  (registers "mamba")
     mamba2,  # noqa: F401  (registers "mamba2")
     mdn,  # noqa: F401  (registers "mdn")
 )

@@ -1,0 +1,104 @@
+"""Public entry point of the selective scan (Mamba1's diagonal SSM): validation and dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels._dispatch import select_implementation
+from kernels.selective_scan import reference, xla
+
+CHUNK_SIZES = (16, 32, 64, 128)
+_ALL = ("cpu", "gpu", "tpu")
+
+# name -> (function, backends it can run on). No Pallas path: the associative scan is memory-bound
+# elementwise work that XLA already fuses; a kernel would have to beat that to be worth its upkeep.
+_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "reference": (reference.selective_scan, _ALL),
+    "xla": (xla.selective_scan, _ALL),
+}
+_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+
+
+def _fail(name: str, shape, expected: str) -> None:
+    raise ValueError(f"selective_scan: `{name}` has shape {tuple(shape)}, expected {expected}")
+
+
+def _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
+    """Raises ValueError naming the argument, its shape and the expected shape."""
+    if u.ndim != 3:
+        _fail("u", u.shape, "[B, T, D_in] (3 dims)")
+    bsz, seqlen, d_in = u.shape
+    if seqlen < 1:
+        _fail("u", u.shape, "T >= 1")
+    if delta.shape != u.shape:
+        _fail("delta", delta.shape, f"{u.shape} = u.shape [B, T, D_in]")
+    if A.ndim != 2 or A.shape[0] != d_in:
+        _fail("A", A.shape, f"[D_in, N] = ({d_in}, N)")
+    n = A.shape[1]
+    for name, z in (("B", B), ("C", C)):
+        if z.shape != (bsz, seqlen, n):
+            _fail(name, z.shape, f"{(bsz, seqlen, n)} = [B, T, N]")
+    if D is not None and D.shape != (d_in,):
+        _fail("D", D.shape, f"{(d_in,)} = [D_in]")
+    if initial_state is not None and initial_state.shape != (bsz, d_in, n):
+        _fail("initial_state", initial_state.shape, f"{(bsz, d_in, n)} = [B, D_in, N]")
+    if segment_ids is not None and segment_ids.shape != (bsz, seqlen):
+        _fail("segment_ids", segment_ids.shape, f"{(bsz, seqlen)} = [B, T]")
+
+
+def _check_dtypes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
+    if not jnp.issubdtype(u.dtype, jnp.floating):
+        raise ValueError(f"selective_scan: `u` has dtype {u.dtype}, expected a floating dtype")
+    for name, z in (("B", B), ("C", C)):
+        if z.dtype != u.dtype:
+            raise ValueError(f"selective_scan: `{name}` has dtype {z.dtype}, expected u.dtype = {u.dtype}")
+    for name, z in (("delta", delta), ("A", A), ("D", D), ("initial_state", initial_state)):
+        if z is not None and not jnp.issubdtype(z.dtype, jnp.floating):
+            raise ValueError(f"selective_scan: `{name}` has dtype {z.dtype}, expected a floating dtype")
+    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise ValueError(f"selective_scan: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
+
+
+def _check_values(A) -> None:
+    """Sign check on a concrete `A` only (under jit/grad tracing the values are unknown; skipped)."""
+    if isinstance(A, jax.core.Tracer):
+        return
+    if bool(np.any(np.asarray(A, np.float32) >= 0)):
+        raise ValueError(f"selective_scan: `A` (shape {tuple(A.shape)}) must be < 0 (A = -exp(A_log)); "
+                         "a non-negative entry would make the state grow or never forget")
+
+
+def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids=None, chunk_size=64,
+                   implementation: None | str | Sequence[str] = None):
+    """Mamba1's selective scan (spec 06 §B.5): a diagonal SSM with input-dependent Δ, B and C.
+
+    Per step, per channel d and state n: h[d, n] <- exp(Δ_t[d] A[d, n]) h[d, n] + Δ_t[d] u_t[d] B_t[n];
+    y_t[d] = Σ_n h[d, n] C_t[n] + D[d] u_t[d].
+
+    Args:
+      u: [B, T, D_in] the input (a floating dtype); delta: [B, T, D_in] the step Δ > 0 (after softplus;
+        used in float32 whatever its dtype).
+      A: [D_in, N], < 0 (A = -exp(A_log)).
+      B, C: [B, T, N], same dtype as u, shared by all channels.
+      D: [D_in] or None (no skip).
+      initial_state: [B, D_in, N] or None (zeros); applies to the first segment of each row.
+      segment_ids: [B, T] int (packed sequences): the state resets to zero at every segment start.
+      chunk_size: one of CHUNK_SIZES (the "xla" path's chunk; only memory and speed depend on it).
+      implementation: None (best for the backend: "xla"), "reference", "xla", or a sequence tried in
+        order (the first that can run on the backend); an explicit name never falls back silently.
+    Returns:
+      y [B, T, D_in] in u.dtype, final state [B, D_in, N] float32 (of each row's last segment).
+
+    The sign check on `A` runs only on a concrete array; under `jit`/`grad` it is skipped.
+    """
+    _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids)
+    _check_dtypes(u, delta, A, B, C, D, initial_state, segment_ids)
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"selective_scan: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
+    _check_values(A)
+    fn = select_implementation("selective_scan", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    return fn(u, delta, A, B, C, D=D, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)

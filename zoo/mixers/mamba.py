@@ -1,0 +1,192 @@
+"""Mamba (Mamba1), the selective-SSM mixer of spec 06 §B (following `mamba_simple.py`'s block).
+
+Per token t (D = d_model, d_inner = expand·D, N the state size, R = dt_rank):
+
+    x, z = in_proj(u)                            each [d_inner]
+    x = silu(conv(x))                            causal depthwise conv of width K, never across segments
+    dt_low, B, C = x_proj(x)                     [R], [N], [N]; B and C shared by all channels
+    Δ = softplus(dt_proj(dt_low))                [d_inner], float32 (dt_proj has the bias)
+    h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t x_t B_tᵀ,   y_t = h_t C_t + D ⊙ x_t     (the `kernels.selective_scan` op)
+    out = out_proj(y ⊙ silu(z))                  no norm inside the mixer (Mamba1 has none)
+
+A = −exp(A_log) [d_inner, N] with the S4D-real init A_log[c, n] = log(n + 1); D = 1; dt_proj.weight
+U(±R^−½), dt_proj.bias = softplus⁻¹(Δ₀), Δ₀ log-uniform in [dt_min, dt_max] (floored at 1e-4).
+
+Options (`cfg.mixer_options`): expand (2), state_size (N, 16), dt_rank (None = ceil(D / 16)), conv_size
+(K, 4), chunk_size (64), implementation (None = the op's default), dt_min / dt_max (1e-3, 1e-1).
+cfg.num_heads, num_kv_heads and head_dim are not used.
+
+Zoo choice: x_proj's dt part, dt_proj, the softplus and A run in float32 (a bfloat16 Δ would lose digits
+before the exp); x, B, C and y enter and leave the op in the compute dtype; the SSM state is float32.
+
+Decode cache: "conv" [B, K−1, d_inner] (the last K−1 conv inputs, compute dtype) and "ssm" [B, d_inner, N]
+float32. A chunk of T > 1 tokens is prefilled by the chunked op from the cached state; a single token takes
+one `selective_scan_step`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_step
+from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.mamba2_parts import causal_conv, init_conv, init_dt_bias
+from zoo.models.config import ModelConfig
+from zoo.registry import register_mixer
+
+IMPLEMENTATIONS = ("reference", "xla")
+HI = jax.lax.Precision.HIGHEST
+
+
+@dataclasses.dataclass(frozen=True)
+class MambaOptions:
+    """The Mamba1 mixer's `cfg.mixer_options`, validated by `parse_options`."""
+
+    expand: int = 2  # d_inner = expand * d_model
+    state_size: int = 16  # N
+    dt_rank: int | None = None  # R; None = ceil(d_model / 16) (mamba_simple's "auto")
+    conv_size: int = 4  # width of the causal depthwise conv over x
+    chunk_size: int = 64  # the selective-scan op's chunk (one of kernels.selective_scan.CHUNK_SIZES)
+    implementation: Any = None  # the op's `implementation=`: None = best for the backend
+    dt_min: float = 1e-3  # range of the initial Δ (dt_proj.bias init)
+    dt_max: float = 1e-1
+
+
+def _fail(name: str, expected: str, value: Any) -> None:
+    raise ValueError(f"mamba mixer option {name!r} must be {expected}, got {value!r}")
+
+
+def parse_options(cfg: ModelConfig) -> MambaOptions:
+    """Reads and validates the options of `cfg`; a bad name or value raises ValueError naming it."""
+    known = {f.name for f in dataclasses.fields(MambaOptions)}
+    for name, _ in cfg.mixer_options:
+        if name not in known:
+            raise ValueError(f"unknown mamba mixer option {name!r}; known options: {sorted(known)}")
+    defaults = MambaOptions()
+    values = {name: cfg.option(name, getattr(defaults, name)) for name in known}
+    if values["dt_rank"] is None:
+        values["dt_rank"] = math.ceil(cfg.d_model / 16)
+    for name in ("expand", "state_size", "dt_rank", "conv_size"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            _fail(name, "an integer >= 1", value)
+    if values["chunk_size"] not in CHUNK_SIZES:
+        _fail("chunk_size", f"one of {list(CHUNK_SIZES)}", values["chunk_size"])
+    impl = values["implementation"]
+    names = (impl,) if isinstance(impl, str) else impl
+    valid = isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names)
+    if impl is not None and not valid:
+        _fail("implementation", f"None, one of {list(IMPLEMENTATIONS)} or a sequence of those", impl)
+    for name in ("dt_min", "dt_max"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            _fail(name, "a positive number", value)
+    if values["dt_min"] > values["dt_max"]:
+        _fail("dt_min", f"<= dt_max = {values['dt_max']}", values["dt_min"])
+    return MambaOptions(**values)
+
+
+def init_a_log_s4d_real(d_inner: int, state_size: int) -> jax.Array:
+    """[d_inner, N] float32: A_log[c, n] = log(n + 1), so A = −(1, 2, …, N) for every channel (S4D-real)."""
+    return jnp.broadcast_to(jnp.log(jnp.arange(1, state_size + 1, dtype=jnp.float32)), (d_inner, state_size))
+
+
+@register_mixer("mamba")
+class Mamba(nnx.Module):
+    """Mamba1 mixer: x [B, T, D] -> y [B, T, D] (see the module docstring for the maths and options)."""
+
+    CONFORMANCE_OPTIONS = ((),)
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.options = opts = parse_options(cfg)
+        self.d_model, self.dtype = cfg.d_model, jnp.dtype(cfg.compute_dtype)
+        self.d_inner, self.state_size, self.dt_rank = opts.expand * cfg.d_model, opts.state_size, opts.dt_rank
+
+        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
+            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
+            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+
+        self.in_proj = linear(cfg.d_model, 2 * self.d_inner)  # [x | z]
+        weight, bias = init_conv(rngs.params(), opts.conv_size, self.d_inner)
+        self.conv_weight, self.conv_bias = nnx.Param(weight), nnx.Param(bias)
+        # float32 throughout: dt_low feeds the softplus and the exp of the decay.
+        self.x_proj = linear(self.d_inner, self.dt_rank + 2 * self.state_size, dtype=jnp.float32, precision=HI)
+        scale = self.dt_rank**-0.5
+        self.dt_proj = linear(self.dt_rank, self.d_inner, dtype=jnp.float32, precision=HI, use_bias=True)
+        # mamba_simple's init: weight U(−R^−½, R^−½) (dt_scale 1), bias = softplus⁻¹(Δ₀) per channel.
+        shape = (self.dt_rank, self.d_inner)
+        self.dt_proj.kernel[...] = jax.random.uniform(rngs.params(), shape, jnp.float32, -scale, scale)
+        self.dt_proj.bias[...] = init_dt_bias(rngs.params(), self.d_inner, opts.dt_min, opts.dt_max)
+        self.A_log = nnx.Param(init_a_log_s4d_real(self.d_inner, self.state_size))
+        self.D = nnx.Param(jnp.ones((self.d_inner,), jnp.float32))
+        self.out_proj = linear(self.d_inner, cfg.d_model)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array,
+        cache: dict[str, jax.Array] | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+
+        Positions are not used: the conv and the recurrence carry order themselves.
+        """
+        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        if cache is not None:
+            if segment_ids is not None:
+                raise ValueError(
+                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
+                )
+            self._check_cache(cache, x.shape[0])
+        xs, z = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)
+        conv_state = None if cache is None else cache["conv"]
+        xs, new_conv = causal_conv(xs, self.conv_weight[...], self.conv_bias[...], segment_ids=segment_ids,
+                                   state=conv_state)
+        xs = jax.nn.silu(xs)  # float32 [B, T, d_inner]
+        dt_low, b, c = jnp.split(self.x_proj(xs), [self.dt_rank, self.dt_rank + self.state_size], axis=-1)
+        delta = jax.nn.softplus(self.dt_proj(dt_low))  # [B, T, d_inner] float32, > 0
+        a = -jnp.exp(self.A_log[...])  # [d_inner, N] float32, < 0
+        xs, b, c = (v.astype(self.dtype) for v in (xs, b, c))
+        y, ssm_state = self._scan(xs, delta, a, b, c, segment_ids, None if cache is None else cache["ssm"])
+        gated = y.astype(jnp.float32) * jax.nn.silu(z.astype(jnp.float32))
+        out = self.out_proj(gated.astype(self.dtype))
+        new_cache = None if cache is None else {"conv": new_conv.astype(cache["conv"].dtype), "ssm": ssm_state}
+        return out, new_cache
+
+    def _scan(self, xs, delta, a, b, c, segment_ids, state) -> tuple[jax.Array, jax.Array]:
+        """The SSM core: xs/delta [B, T, d_inner], a [d_inner, N], b/c [B, T, N] -> y [B, T, d_inner] and the
+        final state [B, d_inner, N] float32. One decode token takes the single step (no chunk padding)."""
+        d = self.D[...]
+        if state is not None and xs.shape[1] == 1:
+            y, new_state = selective_scan_step(xs[:, 0], delta[:, 0], a, b[:, 0], c[:, 0], D=d, state=state)
+            return y[:, None], new_state
+        return selective_scan(xs, delta, a, b, c, D=d, initial_state=state, segment_ids=segment_ids,
+                              chunk_size=self.options.chunk_size, implementation=self.options.implementation)
+
+    def _cache_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
+        """Shape of every cache entry: the single source for init_cache and its check."""
+        return {"conv": (batch_size, self.options.conv_size - 1, self.d_inner),
+                "ssm": (batch_size, self.d_inner, self.state_size)}
+
+    def _check_cache(self, cache: Any, batch_size: int) -> None:
+        expected = self._cache_shapes(batch_size)
+        if not isinstance(cache, dict) or set(cache) != set(expected):
+            raise ValueError(f"cache must be the dict made by init_cache, with entries {expected}, got {cache!r}")
+        actual = {name: tuple(value.shape) for name, value in cache.items()}
+        if actual != expected:
+            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
+        """Empty cache: conv [B, K−1, d_inner] in dtype (zeros = no previous input) and ssm [B, d_inner, N]
+        float32. Its size does not depend on max_len. Reads no parameters."""
+        del max_len  # a recurrent state: constant size whatever the length
+        shapes = self._cache_shapes(batch_size)
+        return {"conv": jnp.zeros(shapes["conv"], dtype), "ssm": jnp.zeros(shapes["ssm"], jnp.float32)}
