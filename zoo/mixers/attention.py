@@ -88,17 +88,13 @@ class Attention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             mask = training_mask(segment_ids, x.shape[1])
             out = _dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)
             new_cache = None
         else:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             out, new_cache = self._attend_cached(q, k, v, cache)
         batch, length = x.shape[:2]
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache

@@ -84,9 +84,14 @@ def conformance_options(mixer_cls: type) -> tuple[tuple[tuple[str, Any], ...], .
 
 
 def check_mixer_inputs(
-    x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int
+    x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int, cache: Any = None
 ) -> None:
-    """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are int [B, T]."""
+    """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are int [B, T].
+
+    Decoding from a cache takes no segment_ids: a cache holds one sequence per row.
+    """
+    if cache is not None and segment_ids is not None:
+        raise ValueError(f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}")
     if x.ndim != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must have shape [B, T, {d_model}], got shape {x.shape}")
     for name, arr in (("segment_ids", segment_ids), ("positions", positions)):

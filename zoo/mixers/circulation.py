@@ -141,7 +141,7 @@ class CirculationAttention(nnx.Module):
         cache: dict[str, Any] | None = None,
     ) -> tuple[jax.Array, dict[str, Any] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         batch, length = x.shape[:2]
         q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
@@ -154,8 +154,6 @@ class CirculationAttention(nnx.Module):
             q_cols, k_cols, v_cols, x_cols = q, k, v, x
             stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
         else:
-            if segment_ids is not None:
-                raise ValueError(f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}")
             self._check_cache(cache, batch)
             index, zero = cache["index"], jnp.zeros((), jnp.int32)
 

@@ -117,12 +117,8 @@ class _DeltaRuleMixer(nnx.Module):
 
         positions are unused: the recurrence is position-free (no RoPE in these mixers).
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             self._check_cache(cache, x.shape[0])
         q, k, v, conv_states = self._project_qkv(x, segment_ids, cache)
         beta, g = self.beta(x), self.log_decay(x)

@@ -110,12 +110,8 @@ class ForgettingAttention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             self._check_cache(cache, x.shape[0])
         q, k, v, shift_state = self._project_qkv(x, segment_ids, positions, cache)
         log_fgate = self.log_forget_gate(x)

@@ -176,7 +176,7 @@ class GOATAttention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         q_total, k_total, v = self.augmented_qkv(x, positions)
         if cache is None:
             mask = training_mask(segment_ids, x.shape[1])
@@ -185,10 +185,6 @@ class GOATAttention(nnx.Module):
                                          scale=1.0)
             new_cache = None
         else:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             out, new_cache = self._attend_cached(q_total, k_total, v, positions, cache)
         batch, length = x.shape[:2]
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache

@@ -147,10 +147,8 @@ class Hyena(nnx.Module):
 
         Positions are not used: the convolutions carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(f"segment_ids must be None when decoding with a cache, got {segment_ids.shape}")
             self._check_cache(cache, x.shape[0])
         order, length = self.options.order, x.shape[1]
         conv_state = None if cache is None else cache["conv"]

@@ -139,12 +139,8 @@ class Mamba(nnx.Module):
 
         Positions are not used: the conv and the recurrence carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             self._check_cache(cache, x.shape[0])
         xs, z = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)
         conv_state = None if cache is None else cache["conv"]

@@ -82,12 +82,8 @@ class Mamba2(nnx.Module):
 
         Positions are not used: the conv and the recurrence carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(
-                    f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}"
-                )
             self._check_cache(cache, x.shape[0])
         batch, length = x.shape[:2]
         z, xbc = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)

@@ -209,10 +209,8 @@ class MomentumDeltaNet(nnx.Module):
         positions are unused: the recurrence is position-free. With a cache, T = 1 runs the step op and
         T > 1 the chunked op from the cached (S, M); both carry the conv states.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model)
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         if cache is not None:
-            if segment_ids is not None:
-                raise ValueError(f"segment_ids must be None when decoding with a cache, got shape {segment_ids.shape}")
             self._check_cache(cache, x.shape[0])
         gates = self.gates(x)
         q, k, p, v, conv_states = self._project(x, segment_ids, cache, gates["g"])
