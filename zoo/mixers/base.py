@@ -50,6 +50,7 @@ Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import jax
@@ -102,3 +103,17 @@ def check_mixer_inputs(
                 f"{name} must be an integer array of shape {x.shape[:2]} (x is [B, T, D] = {x.shape}), "
                 f"got {arr.dtype} {arr.shape}"
             )
+
+
+def read_mixer_options(cfg: Any, mixer: str, defaults: Any, *, known: Any = None) -> dict[str, Any]:
+    """Each field of the options dataclass instance `defaults`, read from `cfg.mixer_options`.
+
+    An option name outside `known` (default: the dataclass's field names) raises ValueError naming it and
+    listing the known ones; fields outside `known` are left out of the result.
+    """
+    fields = [f.name for f in dataclasses.fields(defaults)]
+    known = set(fields) if known is None else set(known)
+    for name, _ in cfg.mixer_options:
+        if name not in known:
+            raise ValueError(f"unknown {mixer} mixer option {name!r}; known options: {sorted(known)}")
+    return {name: cfg.option(name, getattr(defaults, name)) for name in fields if name in known}

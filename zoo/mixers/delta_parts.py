@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.delta_rule import CHUNK_SIZES
+from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
 IMPLEMENTATIONS = ("reference", "xla", "pallas")
@@ -59,11 +60,7 @@ def _check_implementation(mixer: str, value: Any) -> None:
 def parse_options(cfg: ModelConfig, mixer: str, *, kda: bool = False) -> DeltaOptions:
     """Validated options of mixer `mixer`; ValueError names any unknown or ill-typed option."""
     known = {f.name for f in dataclasses.fields(DeltaOptions)} - (set() if kda else {"safe_gate"})
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown {mixer} mixer option {name!r}; known options: {sorted(known)}")
-    defaults = DeltaOptions()
-    values = {name: cfg.option(name, getattr(defaults, name)) for name in known}
+    values = read_mixer_options(cfg, mixer, DeltaOptions(), known=known)
     conv_size = values["conv_size"]
     if isinstance(conv_size, bool) or not isinstance(conv_size, int) or conv_size < 2:
         raise ValueError(f"{mixer} mixer option 'conv_size' must be an integer >= 2, got {conv_size!r}")

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
 GATES = ("full", "bias_only", "fixed", "none")
@@ -71,13 +72,9 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
     `pro=True` turns on all four Pro flags (spec A.2); an individually given flag overrides it.
     """
     known = {f.name for f in dataclasses.fields(FoxOptions)} | {"pro"}
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown fox mixer option {name!r}; known options: {sorted(known)}")
+    values = read_mixer_options(cfg, "fox", FoxOptions(), known=known)
     pro = cfg.option("pro", False)
     _check_bool("pro", pro)
-    defaults = FoxOptions()
-    values = {f.name: cfg.option(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(FoxOptions)}
     for flag in PRO_FLAGS:
         values[flag] = cfg.option(flag, pro)
     for name in ("rope", *PRO_FLAGS):

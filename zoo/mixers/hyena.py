@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.long_conv import causal_long_conv
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_mixer_inputs, read_mixer_options
 from zoo.mixers.mamba2_parts import causal_conv, init_conv
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -59,12 +59,7 @@ class HyenaOptions:
 
 def parse_options(cfg: ModelConfig) -> HyenaOptions:
     """Reads and validates the Hyena options; a bad name or value raises ValueError naming the option."""
-    known = {f.name for f in dataclasses.fields(HyenaOptions)}
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown hyena mixer option {name!r}; known options: {sorted(known)}")
-    defaults = HyenaOptions()
-    values = {name: cfg.option(name, getattr(defaults, name)) for name in known}
+    values = read_mixer_options(cfg, "hyena", HyenaOptions())
     minimum = {"order": 2, "filter_order": 1, "emb_dim": 3, "num_inner_mlps": 0, "short_filter_order": 1}
     for name, low in minimum.items():
         value = values[name]

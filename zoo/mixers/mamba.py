@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_step
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_mixer_inputs, read_mixer_options
 from zoo.mixers.mamba2_parts import causal_conv, init_conv, init_dt_bias
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -64,12 +64,7 @@ def _fail(name: str, expected: str, value: Any) -> None:
 
 def parse_options(cfg: ModelConfig) -> MambaOptions:
     """Reads and validates the options of `cfg`; a bad name or value raises ValueError naming it."""
-    known = {f.name for f in dataclasses.fields(MambaOptions)}
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown mamba mixer option {name!r}; known options: {sorted(known)}")
-    defaults = MambaOptions()
-    values = {name: cfg.option(name, getattr(defaults, name)) for name in known}
+    values = read_mixer_options(cfg, "mamba", MambaOptions())
     if values["dt_rank"] is None:
         values["dt_rank"] = math.ceil(cfg.d_model / 16)
     for name in ("expand", "state_size", "dt_rank", "conv_size"):

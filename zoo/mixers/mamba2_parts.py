@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.ssd import CHUNK_SIZES
+from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
 DECAYS = ("scalar", "diagonal")
@@ -62,12 +63,7 @@ def _check_dt_range(dt_min: Any, dt_max: Any) -> None:
 
 def parse_options(cfg: ModelConfig) -> Mamba2Options:
     """Reads and validates the Mamba2 options of `cfg`; a bad name or value raises ValueError naming it."""
-    known = {f.name for f in dataclasses.fields(Mamba2Options)}
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown mamba2 mixer option {name!r}; known options: {sorted(known)}")
-    defaults = Mamba2Options()
-    values = {f.name: cfg.option(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(Mamba2Options)}
+    values = read_mixer_options(cfg, "mamba2", Mamba2Options())
     if values["decay"] not in DECAYS:
         _fail("decay", f"one of {list(DECAYS)}", values["decay"])
     if values["head_dim"] is None:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.momentum_delta_rule import CHUNK_SIZES, momentum_delta_rule, momentum_delta_rule_step
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_mixer_inputs, read_mixer_options
 from zoo.mixers.delta_parts import (
     SMALL_INIT,
     GatedRMSNorm,
@@ -78,12 +78,7 @@ def _is_real(value: Any) -> bool:
 
 def parse_mdn_options(cfg: ModelConfig) -> MDNOptions:
     """Validated MDN options; ValueError names any unknown, ill-typed or out-of-range option."""
-    known = {f.name for f in dataclasses.fields(MDNOptions)}
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown {NAME} mixer option {name!r}; known options: {sorted(known)}")
-    defaults = MDNOptions()
-    values = {name: cfg.option(name, getattr(defaults, name)) for name in known}
+    values = read_mixer_options(cfg, NAME, MDNOptions())
     checks = {
         "conv_size": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
         "chunk_size": (lambda v: v in CHUNK_SIZES, f"one of {list(CHUNK_SIZES)}"),
