@@ -27,8 +27,14 @@ TOLERANCES = {
     "bfloat16": {"atol": 5e-2, "rtol": 5e-2},
 }
 # Gradients of past logits w.r.t. future inputs must vanish exactly: masks act before any exp, so a
-# masked contribution is an exact zero, and any nonzero value is a leak, however small.
+# masked contribution is an exact zero, and any nonzero value is a leak, however small. The one exception
+# is a mixer that declares CAUSAL_ROUNDOFF (an FFT convolution, whose round-off spreads ~1e-7 of every
+# input over all outputs): its future influence may reach that bound, never more. Rows never mix in any case.
 CAUSAL_LEAK_TOLERANCE = 0.0
+
+
+def _causal_leak_tolerance(cfg: ModelConfig) -> float:
+    return float(getattr(MIXERS.get(cfg.mixer), "CAUSAL_ROUNDOFF", CAUSAL_LEAK_TOLERANCE))
 
 BATCH, LENGTH, VOCAB = 2, 12, 64
 TINY = {
@@ -138,7 +144,7 @@ def test_causality_by_gradients(case):
     jac = jnp.einsum("btbsd->btsd", jac)  # keep b_out == b_in
     influence = np.asarray(jnp.abs(jac).max(axis=-1))  # [B, T(out), T(in)]
     future = np.triu(np.ones((LENGTH, LENGTH), bool), k=1)
-    assert influence[:, future].max() <= CAUSAL_LEAK_TOLERANCE
+    assert influence[:, future].max() <= _causal_leak_tolerance(case.cfg)
     assert influence[:, np.eye(LENGTH, dtype=bool)].min() > 0
 
 
