@@ -10,15 +10,17 @@ import numpy as np
 
 from kernels._dispatch import select_implementation
 from kernels.delta_rule.api import CHUNK_SIZES
-from kernels.momentum_delta_rule import reference, xla
+from kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
 _NAME = "momentum_delta_rule"
 
-# name -> (function, backends it can run on). No Pallas path yet: one is registered only once it is
-# complete and tested, so naming "pallas" raises instead of silently running something else.
+# name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only (the same policy
+# as the gated delta rule): the kernels have not been lowered and checked on a GPU/TPU backend yet, so
+# naming it there raises instead of guessing.
 _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "reference": (reference.momentum_delta_rule, ("cpu", "gpu", "tpu")),
     "xla": (xla.momentum_delta_rule, ("cpu", "gpu", "tpu")),
+    "pallas": (pallas_chunk.momentum_delta_rule, ("cpu",)),
 }
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 _GATES = ("g", "log_mu", "beta", "eta")
@@ -102,8 +104,8 @@ def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial
       initial_state: (S0, M0) each [B, H, K, V], or None (zeros); applies to the first segment of each row.
       segment_ids: [B, T] int; both states reset at every segment start, nothing crosses a boundary.
       chunk_size: one of CHUNK_SIZES (chunked path; smaller is more accurate under strong decay).
-      implementation: None (best for the backend), "reference", "xla", or a sequence tried in order (the
-        first one that can run on the backend).
+      implementation: None (best for the backend), "reference", "xla", "pallas" (interpret mode, CPU only),
+        or a sequence tried in order (the first one that can run on the backend).
     Returns:
       o [B, T, H, V] in q.dtype, (S, M) final states each [B, H, K, V] float32 (of each row's last segment).
 

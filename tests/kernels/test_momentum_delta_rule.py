@@ -296,7 +296,7 @@ def test_bad_chunk_size_and_implementation():
     with pytest.raises(ValueError, match="chunk_size"):
         momentum_delta_rule(**_bad(), chunk_size=48)
     with pytest.raises(ValueError, match="unknown implementation"):
-        momentum_delta_rule(**_bad(), implementation="pallas")  # not registered until it exists
+        momentum_delta_rule(**_bad(), implementation="triton")
 
 
 def test_dispatch_never_falls_back_silently(monkeypatch):
