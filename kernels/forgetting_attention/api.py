@@ -4,6 +4,7 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels.forgetting_attention import pallas, reference, xla
 
@@ -76,9 +77,10 @@ def _check_inputs(q, k, v, log_fgate, segment_ids):
     if log_fgate is not None:
         if log_fgate.shape != (b, t, h) or not jnp.issubdtype(log_fgate.dtype, jnp.floating):
             raise _bad("log_fgate", log_fgate, f"[B, T, H] = [{b}, {t}, {h}], floating (float32 advised)")
-        if not isinstance(log_fgate, jax.core.Tracer) and bool(jnp.any(log_fgate > 0)):
+        # numpy, not jnp: inside an outer jit a captured concrete array would be traced by jnp.any.
+        if not isinstance(log_fgate, jax.core.Tracer) and bool(np.any(np.asarray(log_fgate) > 0)):
             raise ValueError(f"log_fgate (shape {tuple(log_fgate.shape)}) must be ≤ 0 (a log forget gate); "
-                             f"max is {float(jnp.max(log_fgate))}")
+                             f"max is {float(np.max(np.asarray(log_fgate)))}")
     if segment_ids is not None and (segment_ids.shape != (b, t)
                                     or not jnp.issubdtype(segment_ids.dtype, jnp.integer)):
         raise _bad("segment_ids", segment_ids, f"[B, T] = [{b}, {t}], integer")
