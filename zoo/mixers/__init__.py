@@ -13,6 +13,7 @@ from zoo.mixers import (
     mamba,  # noqa: F401  (registers "mamba")
     mamba2,  # noqa: F401  (registers "mamba2")
     mdn,  # noqa: F401  (registers "mdn")
+    protot,  # noqa: F401  (registers "protot")
 )
 from zoo.mixers.base import SequenceMixer, conformance_options
 

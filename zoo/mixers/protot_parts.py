@@ -1,0 +1,234 @@
+"""Pieces of the ProtoT mixer (zoo/mixers/protot.py): options, time scales, edits, and the channel-memory
+recurrence in its parallel form (two `kernels.ssd` calls) and as a readable per-step reference.
+
+Spec: specs/mixers-05-protot.md §1–2 (a RECONSTRUCTION: the paper's method section and code were not
+available). Channel k of head h has retention λ_k ∈ [0, 1); with write weights w_t = (1 − λ) ⊙ a_t (a_t
+expanded over the scales) and values v_t,
+
+    m_{t,k} = λ_k m_{t−1,k} + w_{t,k} v_t        memory     [P] per channel (the SSD state [P, K])
+    n_{t,k} = λ_k n_{t−1,k} + w_{t,k}            normalizer (the same recurrence with v ≡ 1)
+    r_t = Σ_k b_{t,k} m_{t,k} / (n_{t,k} + ε)    read ("avg"); "sum" drops the division
+
+Channel layout: K = K₀·S channels, channel k = j·S + s is base prototype j at scale s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from kernels.ssd import CHUNK_SIZES, ssd, ssd_step
+from zoo.mixers.base import read_mixer_options
+from zoo.models.config import ModelConfig
+
+DECAYS = ("fixed", "learned")
+MEMORIES = ("avg", "sum")
+READS = ("joint", "factored")
+IMPLEMENTATIONS = ("reference", "xla", "attention", "pallas")
+# log λ is floored here: λ = 0 (exponent 0) has log λ = −inf, which the chunked op cannot take. exp(−100)
+# underflows float32 to (sub)normal zero, so the floor still keeps nothing of the previous state.
+LOG_DECAY_FLOOR = -100.0
+# The normalizer pass runs the scalar-decay SSD with one head per channel ([B, H·K, nc, Q, Q] weights):
+# a short chunk keeps that tile small.
+COUNT_CHUNK = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtoTOptions:
+    """The ProtoT mixer's `cfg.mixer_options`, validated (see `parse_options`)."""
+
+    num_prototypes: int = 64  # K₀ base prototypes per head (spec §6)
+    scale_exponents: tuple[float, ...] = (1, 4, 7, 10)  # λ_s = 1 − 2^(−e_s): half-lives ≈ 0.7·2^e tokens
+    decay: str = "fixed"  # "fixed": option (B), K = K₀·S; "learned": option (A), K = K₀, λ_k = σ(θ_k)
+    memory: str = "avg"  # "avg": normalized memories m/(n + ε); "sum": unnormalized (ablation)
+    read: str = "joint"  # "joint": softmax over all K; "factored": + per-scale logits W_s x (concept × scale)
+    read_count_bias: bool = False  # add log(n + ε) to the read logits (spec §5: ignore empty channels)
+    prototype_dim: int = 64  # d_p
+    value_dim: int | None = None  # d_v; None = d_model
+    num_heads: int = 1  # H independent prototype banks, d_v / H value channels each
+    eps: float = 1e-6
+    chunk_size: int = 64  # chunk of the memory SSD (one of kernels.ssd.CHUNK_SIZES)
+    implementation: Any = None  # the SSD op's `implementation=`: None = best for the backend
+
+
+def _fail(name: str, expected: str, value: Any) -> None:
+    raise ValueError(f"protot mixer option {name!r} must be {expected}, got {value!r}")
+
+
+def _check_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(name, "an integer >= 1", value)
+
+
+def _check_exponents(values: dict[str, Any]) -> None:
+    exps = values["scale_exponents"]
+    is_number = lambda e: not isinstance(e, bool) and isinstance(e, int | float) and 0 <= e <= 30
+    if not isinstance(exps, tuple | list) or not exps or not all(is_number(e) for e in exps):
+        _fail("scale_exponents", "a non-empty tuple of numbers in [0, 30] (λ = 1 − 2^(−e))", exps)
+    if len(set(exps)) != len(exps):
+        _fail("scale_exponents", "free of duplicates", exps)
+    if values["decay"] == "learned" and min(exps) <= 0:
+        _fail("scale_exponents", "all > 0 with decay='learned' (λ = 0 has no finite logit θ)", exps)
+
+
+def _check_implementation(value: Any) -> None:
+    names = (value,) if isinstance(value, str) else value
+    ok = value is None or (isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names))
+    if not ok:
+        _fail("implementation", f"None, one of {list(IMPLEMENTATIONS)} or a sequence of those", value)
+
+
+def parse_options(cfg: ModelConfig) -> ProtoTOptions:
+    """Reads and validates the ProtoT options of `cfg`; a bad name or value raises ValueError naming it."""
+    values = read_mixer_options(cfg, "protot", ProtoTOptions())
+    for name, choices in (("decay", DECAYS), ("memory", MEMORIES), ("read", READS)):
+        if values[name] not in choices:
+            _fail(name, f"one of {list(choices)}", values[name])
+    if values["value_dim"] is None:
+        values["value_dim"] = cfg.d_model
+    for name in ("num_prototypes", "prototype_dim", "value_dim", "num_heads"):
+        _check_int(name, values[name])
+    _check_exponents(values)
+    values["scale_exponents"] = tuple(values["scale_exponents"])
+    if values["read"] == "factored" and values["decay"] != "fixed":
+        _fail("read", "'joint' with decay='learned' (one scale per prototype: no scale axis to factor)", "factored")
+    if not isinstance(values["read_count_bias"], bool):
+        _fail("read_count_bias", "a bool", values["read_count_bias"])
+    eps = values["eps"]
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+        _fail("eps", "a positive number", eps)
+    if values["chunk_size"] not in CHUNK_SIZES:
+        _fail("chunk_size", f"one of {list(CHUNK_SIZES)}", values["chunk_size"])
+    _check_implementation(values["implementation"])
+    if values["value_dim"] % values["num_heads"]:
+        _fail("num_heads", f"a divisor of value_dim = {values['value_dim']}", values["num_heads"])
+    return ProtoTOptions(**values)
+
+
+def fixed_log_decay(exponents: tuple[float, ...]) -> np.ndarray:
+    """[S] float32 log λ_s = log(1 − 2^(−e_s)), floored at LOG_DECAY_FLOOR (e = 0 is λ = 0)."""
+    e = np.asarray(exponents, np.float64)
+    with np.errstate(divide="ignore"):
+        return np.maximum(np.log1p(-(2.0**-e)), LOG_DECAY_FLOOR).astype(np.float32)
+
+
+def learned_decay_init(exponents: tuple[float, ...], num_prototypes: int) -> np.ndarray:
+    """[K₀] float32 θ = logit(λ) with half-life exponents log-spaced from min(e) to max(e) (option (A))."""
+    e = np.linspace(min(exponents), max(exponents), num_prototypes)
+    return np.log(np.expm1(e * np.log(2.0))).astype(np.float32)  # logit(1 − 2^−e) = log(2^e − 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrototypeEdit:
+    """A targeted edit of one ProtoT layer (spec §3), static: it is part of the module's graph definition.
+
+    block_writes: base prototypes j with a_{·,j} = 0 (no token writes to concept j, at any scale).
+    zero_memories: channels k with m̄_{·,k} = 0 (read out as empty).
+    pin_reads: (channel k, value) pairs: b_{·,k} = value, the other read weights left as they are.
+    heads: the heads the edit applies to; None = all.
+    """
+
+    block_writes: tuple[int, ...] = ()
+    zero_memories: tuple[int, ...] = ()
+    pin_reads: tuple[tuple[int, float], ...] = ()
+    heads: tuple[int, ...] | None = None
+
+    def masks(self, heads: int, num_prototypes: int, channels: int) -> tuple[np.ndarray, ...]:
+        """(write_keep [H, K₀], memory_keep [H, K], pinned [H, K] bool, pin_value [H, K]) float32 masks."""
+        self._check("heads", self.heads or (), heads)
+        self._check("block_writes", self.block_writes, num_prototypes)
+        self._check("zero_memories", self.zero_memories, channels)
+        self._check("pin_reads", tuple(k for k, _ in self.pin_reads), channels)
+        rows = np.zeros(heads, bool)
+        rows[list(range(heads) if self.heads is None else self.heads)] = True
+        write_keep = np.ones((heads, num_prototypes), np.float32)
+        write_keep[np.ix_(rows, list(self.block_writes))] = 0.0
+        memory_keep = np.ones((heads, channels), np.float32)
+        memory_keep[np.ix_(rows, list(self.zero_memories))] = 0.0
+        pinned, pin_value = np.zeros((heads, channels), bool), np.zeros((heads, channels), np.float32)
+        for k, value in self.pin_reads:
+            pinned[rows, k], pin_value[rows, k] = True, value
+        return write_keep, memory_keep, pinned, pin_value
+
+    @staticmethod
+    def _check(name: str, ids: tuple[int, ...], size: int) -> None:
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size for i in ids):
+            raise ValueError(f"PrototypeEdit.{name} must hold integers in [0, {size}), got {ids!r}")
+
+
+def channel_counts(write, log_decay, *, segment_ids, count0, implementation):
+    """The normalizers n_{t,k}: the channel recurrence with v ≡ 1, one scalar-decay SSD head per channel.
+
+    write [B, T, H, K] float32 (w = (1 − λ) ⊙ a), log_decay [H, K] float32, count0 [B, H, K] or None.
+    Returns n [B, T, H, K] and the final normalizers [B, H, K], float32. A single token with a state
+    takes one `ssd_step`.
+    """
+    bsz, length, heads, k = write.shape
+    x = write.reshape(bsz, length, heads * k, 1)
+    a = jnp.broadcast_to(log_decay.reshape(heads * k), (bsz, length, heads * k))
+    ones = jnp.ones_like(x)
+    s0 = None if count0 is None else count0.reshape(bsz, heads * k, 1, 1)
+    if s0 is not None and length == 1:
+        y, state = ssd_step(x[:, 0], a[:, 0], ones[:, 0], ones[:, 0], s0)
+        y = y[:, None]
+    else:
+        y, state = ssd(x, a, ones, ones, initial_state=s0, segment_ids=segment_ids, chunk_size=COUNT_CHUNK,
+                       implementation=implementation)
+    return y.reshape(bsz, length, heads, k), state.reshape(bsz, heads, k)
+
+
+def read_memories(v, write, coeff, log_decay, *, segment_ids, memory0, chunk_size, implementation):
+    """r_t = Σ_k coeff_{t,k} m_{t,k}: the memory recurrence as a diagonal-decay SSD with N = K channels.
+
+    v [B, T, H, P], write / coeff [B, T, H, K], float32; log_decay [H, K]; memory0 [B, H, P, K] or None.
+    coeff is b / (n + ε) ("avg") or b ("sum"), so the per-channel division happens before the contraction
+    over channels and the [B, T, H, K, P] memories are never materialized.
+    Returns r [B, T, H, P] and the final memories [B, H, P, K], float32.
+    """
+    bsz, length = v.shape[:2]
+    a = jnp.broadcast_to(log_decay, (bsz, length) + log_decay.shape)
+    if memory0 is not None and length == 1:
+        r, state = ssd_step(v[:, 0], a[:, 0], write[:, 0], coeff[:, 0], memory0)
+        return r[:, None], state
+    return ssd(v, a, write, coeff, initial_state=memory0, segment_ids=segment_ids, chunk_size=chunk_size,
+               implementation=implementation)
+
+
+def reference_recurrence(v, write, read, log_decay, *, memory="avg", eps=1e-6, segment_ids=None,
+                         memory0=None, count0=None):
+    """The channel memories step by step (spec §1 step 2 and the read of step 3), float32 `lax.scan`.
+
+    v [B, T, H, P]; write (w = (1 − λ) ⊙ a) and read (b) [B, T, H, K]; log_decay [H, K]; memory0
+    [B, H, P, K] / count0 [B, H, K] or None (zeros). The state resets at every segment start.
+    Returns r [B, T, H, P], n [B, T, H, K], m̄ [B, T, H, K, P] (m/(n + ε), or m for "sum") and the final
+    memories [B, H, P, K] and normalizers [B, H, K].
+    """
+    bsz, length, heads, p = v.shape
+    k = write.shape[-1]
+    lam = jnp.exp(log_decay.astype(jnp.float32))
+    m0 = jnp.zeros((bsz, heads, p, k), jnp.float32) if memory0 is None else memory0.astype(jnp.float32)
+    n0 = jnp.zeros((bsz, heads, k), jnp.float32) if count0 is None else count0.astype(jnp.float32)
+    seg = jnp.zeros((bsz, length), jnp.int32) if segment_ids is None else segment_ids
+    starts = jnp.concatenate([jnp.zeros((bsz, 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+
+    def step(carry, inputs):
+        m, n = carry
+        v_t, w_t, b_t, start = inputs
+        m = jnp.where(start[:, None, None, None], 0.0, m)
+        n = jnp.where(start[:, None, None], 0.0, n)
+        m = lam[:, None, :] * m + v_t[..., :, None] * w_t[..., None, :]
+        n = lam * n + w_t
+        m_bar = m / (n[:, :, None, :] + eps) if memory == "avg" else m
+        r = jnp.einsum("bhpk,bhk->bhp", m_bar, b_t, precision=lax.Precision.HIGHEST)
+        return (m, n), (r, n, jnp.swapaxes(m_bar, -1, -2))
+
+    time_first = lambda z: jnp.moveaxis(z.astype(jnp.float32), 1, 0)
+    (m_fin, n_fin), (r, n, m_bar) = lax.scan(
+        step, (m0, n0), (time_first(v), time_first(write), time_first(read), jnp.moveaxis(starts, 1, 0))
+    )
+    batch_first = lambda z: jnp.moveaxis(z, 0, 1)
+    return batch_first(r), batch_first(n), batch_first(m_bar), m_fin, n_fin
