@@ -6,6 +6,7 @@ from kernels.long_conv import causal_long_conv
 from kernels.momentum_delta_rule import momentum_delta_rule
 from kernels.selective_scan import selective_scan
 from kernels.ssd import ssd
+from kernels.value_forget_attention import value_forget_attention
 
 __all__ = [
     "causal_long_conv",
@@ -14,4 +15,5 @@ __all__ = [
     "momentum_delta_rule",
     "selective_scan",
     "ssd",
+    "value_forget_attention",
 ]

@@ -1,0 +1,101 @@
+"""Public entry point of value-forget attention (FiX): validation and `implementation=` dispatch.
+
+FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels._dispatch import select_implementation
+from kernels.value_forget_attention import pallas, reference, xla
+
+_ALL = ("cpu", "gpu", "tpu")
+
+# name -> (function, backends it can run on). "reference" materializes [T, T, Dv]: short sequences only.
+_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "reference": (reference.value_forget_attention, _ALL),
+    "xla": (xla.value_forget_attention, _ALL),
+    "pallas": (pallas.value_forget_attention, ("cpu",)),  # interpret mode: Triton lowering not yet checked
+}
+_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+
+
+def _bad(name, x, expected):
+    return ValueError(f"value_forget_attention: `{name}` has shape {tuple(x.shape)} (dtype {x.dtype}); "
+                      f"expected {expected}")
+
+
+def _check_log_gate(name, gate, shape):
+    """A log gate: the given shape, floating, and ≤ 0 wherever its values are known (not traced)."""
+    if gate.shape != shape or not jnp.issubdtype(gate.dtype, jnp.floating):
+        dims = "[B, T, H, Dv]" if len(shape) == 4 else "[B, T, H]"
+        raise _bad(name, gate, f"{dims} = {list(shape)}, floating (float32 advised)")
+    # numpy, not jnp: inside an outer jit a captured concrete array would be traced by jnp.any.
+    if not isinstance(gate, jax.core.Tracer) and bool(np.any(np.asarray(gate) > 0)):
+        raise ValueError(f"value_forget_attention: `{name}` (shape {tuple(gate.shape)}) must be ≤ 0 (a log "
+                         f"forget gate); max is {float(np.max(np.asarray(gate)))}")
+
+
+def _check_inputs(q, k, v, log_vgate, log_fgate, segment_ids, block_size):
+    """Raise ValueError naming the argument, its shape or value and what was expected."""
+    if q.ndim != 4 or q.shape[1] < 1:
+        raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
+    b, t, h, d = q.shape
+    if k.ndim != 4 or k.shape[:2] != (b, t) or k.shape[3] != d:
+        raise _bad("k", k, f"[B, T, Hkv, D] = [{b}, {t}, Hkv, {d}]")
+    hkv = k.shape[2]
+    if hkv == 0 or h % hkv != 0:
+        raise _bad("k", k, f"a number of key/value heads Hkv that divides H = {h}")
+    if v.ndim != 4 or v.shape[:3] != (b, t, hkv):
+        raise _bad("v", v, f"[B, T, Hkv, Dv] = [{b}, {t}, {hkv}, Dv]")
+    if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"value_forget_attention: q, k, v must share one floating dtype; got {q.dtype}, "
+                         f"{k.dtype}, {v.dtype} (shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)})")
+    _check_log_gate("log_vgate", log_vgate, (b, t, h, v.shape[3]))
+    if log_fgate is not None:
+        _check_log_gate("log_fgate", log_fgate, (b, t, h))
+    if segment_ids is not None and (segment_ids.shape != (b, t)
+                                    or not jnp.issubdtype(segment_ids.dtype, jnp.integer)):
+        raise _bad("segment_ids", segment_ids, f"[B, T] = [{b}, {t}], integer")
+    if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool)
+                                   or block_size < 1):
+        raise ValueError(f"value_forget_attention: `block_size` is {block_size!r}; expected None or an int ≥ 1")
+
+
+def value_forget_attention(q, k, v, log_vgate, *, log_fgate=None, scale=None, segment_ids=None,
+                           block_size=None, causal=True, implementation: None | str | Sequence[str] = None):
+    """Value-forget attention (FiX): causal softmax attention with per-channel forget gates on the values.
+
+    P_ij = softmax_{j ≤ i, same segment}(scale·q_i·k_j + Λ^f_i − Λ^f_j) and
+    u_i = Σ_j P_ij · exp(Λ^v_i − Λ^v_j) ⊙ v_j, with Λ^v = cumsum(log_vgate) per value channel and
+    Λ^f = cumsum(log_fgate). Every path builds these exponents as local sums of the log gates (never as
+    differences of a global float32 cumsum). u is normalized by the softmax denominator; there is NO RMSNorm
+    inside the op: the FiX mixer must apply the fp32 RMSNorm (eps 1e-6) that makes the denominator redundant.
+    FiX is a reconstruction from the paper's abstract (specs/mixers-01 Part B).
+
+    Args:
+      q: [B, T, H, D]. k: [B, T, Hkv, D]. v: [B, T, Hkv, Dv]; q, k, v share one floating dtype. GQA:
+        query head h reads key/value head h // (H // Hkv).
+      log_vgate: [B, T, H, Dv], ≤ 0: per query head and value channel log forget gate (computed in float32).
+      log_fgate: [B, T, H], ≤ 0, or None: optional FoX scalar gate added to the logits.
+      scale: logit scale; None means D**-0.5.
+      segment_ids: [B, T] int or None: packed sequences, nothing attends or decays across a boundary.
+      block_size: query/key block of the blocked paths (None: their default); unused by "reference".
+      causal: must be True (FiX is causal only); present so that non-causal use fails loudly.
+      implementation: None (the backend default), "reference", "xla", "pallas", or a sequence tried in
+        order; an explicitly named path that cannot run raises.
+
+    Returns:
+      u: [B, T, H, Dv] in v.dtype.
+    """
+    if causal is not True:
+        raise ValueError(f"value_forget_attention: causal={causal!r}: FiX is causal only; expected causal=True")
+    _check_inputs(q, k, v, log_vgate, log_fgate, segment_ids, block_size)
+    fn = select_implementation("value_forget_attention", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    kwargs = {} if block_size is None else {"block_size": block_size}
+    return fn(q, k, v, log_vgate, log_fgate=log_fgate, scale=scale, segment_ids=segment_ids, **kwargs)

@@ -1,0 +1,216 @@
+"""Decoding cache of value-forget attention (FiX): the decayed-value cache of spec B.4 (a), with (c) pruning.
+
+FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B). The cache is a dict of arrays
+(a pytree) with S slots per row:
+
+    k             [B, S, Hkv, D]  keys, in the dtype given to `init_cache`
+    v             [B, S, H, Dv]   float32 decayed values ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head (spec B.4:
+                                  in bf16, f·ṽ rounds back to ṽ when f > 1 − 2⁻⁹ and slow channels stop decaying)
+    fgate_decay   [B, S, H]       float32 Λ^f_t − Λ^f_j of the FoX scalar gate (0 when no scalar gate is used)
+    forget_bound  [B, S, H]       float32 upper bound of max_c (Λ_t − Λ_j)[c]: Σ_{l=j+1..t} max_c log_vgate_l[c]
+    valid         [B, S]          bool, the slot holds a token that is attended to
+    length        [B]             int32, tokens appended so far
+    evicted       [B]             int32, tokens dropped while still remembered (see "Full cache" below)
+
+No prefix sum Λ is stored: after every step the whole value cache is multiplied by exp(Σ log_vgate) of the
+new tokens and the other sums grow by the same local sums (every stored exponent is a suffix sum, ≤ 0).
+
+`decode_step` appends T ≥ 1 tokens at once (T = 1 decoding or chunked prefill), in pieces of at most
+`prefill_block` tokens (and at most the capacity). A piece's queries attend to every valid slot and,
+causally, to each other (the direct form, [B, H, Dv, P, P] decays); only then is the piece written into slots.
+
+Pruning (spec B.4 (c), `prune_eps` set): after the update, a slot with max_h forget_bound < log(prune_eps)
+(every channel of every head decayed below prune_eps) is invalidated and reused. The bound adds the largest
+log gate of each step, so it never frees a slot that any channel still remembers above prune_eps. Dropping a
+token removes its term from the softmax denominator too, which rescales u_i by a positive per-(row, head)
+scalar: the mixer's mandatory per-head RMSNorm removes it (spec B.2), so RMSNorm(u) changes only by the
+dropped numerator terms (each ≤ prune_eps·P_ij·|v_j| before renormalization).
+
+Full cache: a piece's P tokens take invalid slots first; when there are fewer than P of them, the valid slots
+with the smallest max_h forget_bound (the most forgotten; the oldest under time-constant gates, which makes
+the cache a sliding window of S + P tokens) are overwritten and counted in `evicted`. Without pruning, a cache
+with capacity ≥ the total length never evicts and equals the full forward at every position.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from kernels.forgetting_attention import _gates
+
+_HI = lax.Precision.HIGHEST
+_F32 = jnp.float32
+
+
+def init_cache(batch, capacity, num_heads, num_kv_heads, head_dim, value_dim, dtype):
+    """Empty cache with `capacity` slots per row; keys in `dtype`, decayed values and gate sums in float32."""
+    for name, value in (("batch", batch), ("capacity", capacity), ("num_heads", num_heads),
+                        ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"init_cache: `{name}` is {value!r}; expected an int ≥ 1")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"init_cache: `num_kv_heads` = {num_kv_heads} must divide num_heads = {num_heads}")
+    return {
+        "k": jnp.zeros((batch, capacity, num_kv_heads, head_dim), dtype),
+        "v": jnp.zeros((batch, capacity, num_heads, value_dim), _F32),
+        "fgate_decay": jnp.zeros((batch, capacity, num_heads), _F32),
+        "forget_bound": jnp.zeros((batch, capacity, num_heads), _F32),
+        "valid": jnp.zeros((batch, capacity), bool),
+        "length": jnp.zeros((batch,), jnp.int32),
+        "evicted": jnp.zeros((batch,), jnp.int32),
+    }
+
+
+def _bad(name, x, expected):
+    return ValueError(f"decode_step: `{name}` has shape {tuple(x.shape)} (dtype {x.dtype}); expected {expected}")
+
+
+def _check(cache, q, k, v, log_vgate, log_fgate, prune_eps, prefill_block):
+    """Raise ValueError naming the argument, its shape or value and what was expected."""
+    expected_keys = {"k", "v", "fgate_decay", "forget_bound", "valid", "length", "evicted"}
+    if not isinstance(cache, dict) or set(cache) != expected_keys:
+        raise ValueError(f"decode_step: `cache` must be the dict made by init_cache with keys "
+                         f"{sorted(expected_keys)}; got {type(cache).__name__}")
+    b, s, hkv, d = cache["k"].shape
+    h, dv = cache["v"].shape[2:]
+    if q.ndim != 4 or q.shape[0] != b or q.shape[2:] != (h, d) or q.shape[1] < 1:
+        raise _bad("q", q, f"[B, T, H, D] = [{b}, T, {h}, {d}] with T ≥ 1")
+    t = q.shape[1]
+    if k.shape != (b, t, hkv, d):
+        raise _bad("k", k, f"[B, T, Hkv, D] = {[b, t, hkv, d]}")
+    if v.shape != (b, t, hkv, dv):
+        raise _bad("v", v, f"[B, T, Hkv, Dv] = {[b, t, hkv, dv]}")
+    if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"decode_step: q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, gate, shape in (("log_vgate", log_vgate, (b, t, h, dv)), ("log_fgate", log_fgate, (b, t, h))):
+        if gate is None:
+            continue
+        if gate.shape != shape or not jnp.issubdtype(gate.dtype, jnp.floating):
+            raise _bad(name, gate, f"{list(shape)}, floating")
+        if not isinstance(gate, jax.core.Tracer) and bool(jnp.any(gate > 0)):
+            raise ValueError(f"decode_step: `{name}` must be ≤ 0 (a log forget gate); max is {float(jnp.max(gate))}")
+    if not isinstance(prefill_block, int) or prefill_block < 1:
+        raise ValueError(f"decode_step: `prefill_block` is {prefill_block!r}; expected an int ≥ 1")
+    if prune_eps is not None and not 0.0 < prune_eps < 1.0:
+        raise ValueError(f"decode_step: `prune_eps` is {prune_eps!r}; expected None or a float in (0, 1)")
+
+
+def _exclusive_suffix(a):
+    """ρ_i = Σ_{l>i} a_l along axis 1 (time), each a plain sum of its own terms. a [B, T, ...]."""
+    later = _gates.reverse_cumsum(a, axis=1)[:, 1:]
+    return jnp.concatenate([later, jnp.zeros_like(a[:, :1])], axis=1)
+
+
+def _attend(cache, q, k, v, av, af, scale):
+    """u [B, T, H, Dv] float32 of the new queries over the valid slots and, causally, the new tokens."""
+    b, t, h, _ = q.shape
+    hkv = k.shape[2]
+    qg = q.reshape(b, t, hkv, h // hkv, -1)
+    lam_v = jnp.cumsum(av, axis=1)  # Λ_{n+i} − Λ_n: inclusive prefix inside the chunk [B, T, H, Dv]
+    lam_f = jnp.cumsum(af, axis=1)  # [B, T, H]
+    s_old = jnp.einsum("btkgd,bskd->btkgs", qg, cache["k"].astype(q.dtype), precision=_HI,
+                       preferred_element_type=_F32).reshape(b, t, h, -1) * scale
+    s_old = s_old + lam_f[..., None] + jnp.moveaxis(cache["fgate_decay"], 1, 2)[:, None]
+    s_old = jnp.where(cache["valid"][:, None, None, :], s_old, -jnp.inf)
+    s_new = jnp.einsum("btkgd,bskd->btkgs", qg, k, precision=_HI, preferred_element_type=_F32)
+    s_new = s_new.reshape(b, t, h, t) * scale + jnp.moveaxis(_gates.segment_sums(jnp.moveaxis(af, 1, 2)), 1, 2)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    s_new = jnp.where(causal[:, None, :], s_new, -jnp.inf)
+    # The new token itself is always visible, so m is finite and masked terms give exact zeros.
+    m = jnp.maximum(jnp.max(s_old, axis=-1), jnp.max(s_new, axis=-1))[..., None]
+    p_old, p_new = jnp.exp(s_old - m), jnp.exp(s_new - m)
+    z = jnp.sum(p_old, axis=-1) + jnp.sum(p_new, axis=-1)
+    num_old = jnp.exp(lam_v) * jnp.einsum("bths,bshc->bthc", p_old, cache["v"], precision=_HI)
+    sums = _gates.segment_sums(jnp.transpose(av, (0, 2, 3, 1)))  # [B, H, Dv, T, T]
+    decay = jnp.exp(jnp.where(causal, sums, -jnp.inf))
+    vq = jnp.repeat(v.astype(_F32), h // hkv, axis=2)
+    num_new = jnp.einsum("bihj,bhcij,bjhc->bihc", p_new, decay, vq, precision=_HI)
+    return (num_old + num_new) / z[..., None]
+
+
+def _choose_slots(valid, bound, t):
+    """Slots [B, T] for the new tokens: invalid ones first, then the most forgotten (smallest max_h bound)."""
+    score = jnp.where(valid, jnp.max(bound, axis=-1), -jnp.inf)
+    _, slots = lax.top_k(-score, t)
+    return slots
+
+
+def _updated_cache(cache, k, v, av, af, prune_eps):
+    """Decay every slot by the chunk's gates, prune, then write the T new tokens into chosen slots."""
+    b, t, h, _ = av.shape
+    tot_v = jnp.sum(av, axis=1)  # [B, H, Dv], a local sum of ≤ 0 terms
+    step_bound = jnp.max(av, axis=-1)  # [B, T, H]: the slowest channel of each step
+    values = cache["v"] * jnp.exp(tot_v)[:, None]
+    fgate_decay = cache["fgate_decay"] + jnp.sum(af, axis=1)[:, None]
+    bound = cache["forget_bound"] + jnp.sum(step_bound, axis=1)[:, None]
+    valid = cache["valid"]
+    if prune_eps is not None:
+        valid = valid & (jnp.max(bound, axis=-1) >= math.log(prune_eps))
+    slots = _choose_slots(valid, bound, t)
+    rows = jnp.arange(b)[:, None]
+    new_values = jnp.exp(_exclusive_suffix(av)) * jnp.repeat(v.astype(_F32), h // k.shape[2], axis=2)
+    return {
+        "k": cache["k"].at[rows, slots].set(k.astype(cache["k"].dtype)),
+        "v": values.at[rows, slots].set(new_values),
+        "fgate_decay": fgate_decay.at[rows, slots].set(_exclusive_suffix(af)),
+        "forget_bound": bound.at[rows, slots].set(_exclusive_suffix(step_bound)),
+        "valid": valid.at[rows, slots].set(True),
+        "length": cache["length"] + jnp.int32(t),
+        "evicted": cache["evicted"] + jnp.sum(jnp.take_along_axis(valid, slots, axis=1), axis=1, dtype=jnp.int32),
+    }
+
+
+def _step(cache, q, k, v, av, af, scale, prune_eps):
+    """One piece of T ≤ capacity tokens: attend, then append. Returns (u [B, T, H, Dv] in v.dtype, cache)."""
+    u = _attend(cache, q, k, v, av, af, scale)
+    return u.astype(v.dtype), _updated_cache(cache, k, v, av, af, prune_eps)
+
+
+def _split_pieces(x, n, size):
+    """[B, T, ...] -> its first n·size steps as [n, B, size, ...] (pieces in time order)."""
+    x = x[:, :n * size]
+    return jnp.moveaxis(x.reshape(x.shape[0], n, size, *x.shape[2:]), 1, 0)
+
+
+def decode_step(cache, q, k, v, log_vgate, log_fgate=None, *, scale=None, prune_eps=None, prefill_block=64):
+    """Append T ≥ 1 tokens to the cache and return their outputs (decoding or chunked prefill).
+
+    Tokens are processed in pieces of P = min(prefill_block, capacity) (a `lax.scan` over the full pieces,
+    then the remainder): each piece attends to the cache and causally to itself, then is appended, so the
+    in-piece decays cost [B, H, Dv, P, P] whatever T, and T may exceed the capacity when slots free up
+    (pruning) or get evicted (see the module docstring).
+
+    Args:
+      cache: the dict from `init_cache` (or a previous `decode_step`); no segment ids: one sequence per row.
+      q: [B, T, H, D]; k: [B, T, Hkv, D]; v: [B, T, Hkv, Dv] (one floating dtype).
+      log_vgate: [B, T, H, Dv] ≤ 0. log_fgate: [B, T, H] ≤ 0 or None (no scalar gate).
+      scale: logit scale; None means D**-0.5.
+      prune_eps: None (keep every token while there is room) or ε in (0, 1): free the slots whose every
+        channel has decayed below ε (see the module docstring for the bound used and for a full cache).
+      prefill_block: the piece length P (before the capacity cap), an int ≥ 1.
+
+    Returns:
+      (u [B, T, H, Dv] in v.dtype, softmax-normalized as the full op; the updated cache).
+    """
+    _check(cache, q, k, v, log_vgate, log_fgate, prune_eps, prefill_block)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    av = log_vgate.astype(_F32)
+    af = jnp.zeros(q.shape[:3], _F32) if log_fgate is None else log_fgate.astype(_F32)
+    t, size = q.shape[1], min(prefill_block, cache["k"].shape[1])
+    if t <= size:
+        return _step(cache, q, k, v, av, af, scale, prune_eps)
+    n = t // size
+    inputs = (q, k, v, av, af)
+
+    def piece(carry, xs):
+        u, carry = _step(carry, *xs, scale, prune_eps)
+        return carry, u
+
+    cache, u_full = lax.scan(piece, cache, tuple(_split_pieces(x, n, size) for x in inputs))
+    u_full = jnp.moveaxis(u_full, 0, 1).reshape(q.shape[0], n * size, *u_full.shape[3:])
+    if n * size == t:
+        return u_full, cache
+    u_rest, cache = _step(cache, *(x[:, n * size:] for x in inputs), scale, prune_eps)
+    return jnp.concatenate([u_full, u_rest], axis=1), cache

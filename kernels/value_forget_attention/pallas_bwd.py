@@ -1,0 +1,139 @@
+"""Pallas backward kernels of value-forget attention (FiX): one for dq (and dS row sums), one for dk/dv
+(and dS column sums). Both recompute P = exp(S − lse) block by block from the stored logsumexp.
+
+FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+
+With D_ij = exp(Λ^v_i − Λ^v_j) (per channel) and u_i = Σ_j P_ij D_ij ⊙ v_j:
+
+    dP_ij = du_i · (D_ij ⊙ v_j),   dS = P ⊙ (dP − δ_i),   δ_i = du_i · u_i   (flash style, from the output)
+    dv_j  = Σ_i P_ij D_ij ⊙ du_i   (per query head; the caller sums it over the GQA group)
+
+Off the diagonal the decay splits as exp(λ_i)·exp(gap)·exp(ρ_j) (see pallas_fwd), so dP is one matmul of
+du ⊙ exp(λ + gap) against V' = exp(ρ) ⊙ V; in the diagonal block it is a [C, C, Dv] masked reduction.
+dq kernel, grid (B, H, N): query block i walks key blocks i, i−1, …, 0 (gaps = running sums backwards).
+dkv kernel, grid (B, H, N): key block j walks query blocks j, j+1, …, N−1 (gaps = running sums forwards).
+The gate gradients (row − column sums of dS for log_fgate, du ⊙ u − v ⊙ dv for log_vgate, then segmented
+reverse cumsums) are formed outside the kernels.
+"""
+
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from kernels.forgetting_attention import _gates
+from kernels.forgetting_attention.pallas_fwd import (
+    block_slice,
+    diag_logits,
+    dot_nn,
+    dot_nt,
+    dot_tn,
+    off_logits,
+    unpack_refs,
+)
+from kernels.value_forget_attention.pallas_fwd import channel_segment_decays, channel_suffix_sums, decayed_values
+
+_F32 = jnp.float32
+
+
+def _diag_pair(s, du, v, av, lse, delta):
+    """Diagonal block: p, dS [C,C] and this block's dv [C,Dv] from s [C,C], du/v/av [C,Dv], lse/delta [C]."""
+    p = jnp.exp(s - lse[:, None])
+    decay = channel_segment_decays(av)
+    dp = jnp.sum(du[:, None, :] * decay * v.astype(_F32)[None, :, :], axis=2)
+    dv = jnp.sum(p[:, :, None] * decay * du[:, None, :], axis=0)
+    return p, p * (dp - delta[:, None]), dv
+
+
+def _off_pair(s, du_decayed, v_decayed, lse, delta, dtype):
+    """Off-diagonal pair: p, dS [Cq,Ck] from du ⊙ exp(λ + gap) [Cq,Dv] and V' = exp(ρ) ⊙ V [Ck,Dv]."""
+    p = jnp.exp(s - lse[:, None])
+    dp = dot_nt(du_decayed.astype(dtype), v_decayed.astype(dtype))
+    return p, p * (dp - delta[:, None])
+
+
+def dq_kernel(*refs, c, scale, has_fgate, has_seg):
+    """refs: q [C,D], k [Tp,D], v [Tp,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]), du [C,Dv], lse [C], delta [C]
+    -> dq [C,D], (rows [C])."""
+    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
+                           ("seg", has_seg), ("du", True), ("lse", True), ("delta", True), ("dq", True),
+                           ("rows", has_fgate)])
+    i = pl.program_id(2)
+    q, lse, delta = r["q"][...], r["lse"][...], r["delta"][...]
+    du = r["du"][...].astype(_F32)
+    av_q = block_slice(r["av"], i, c)
+    af_q = block_slice(r["af"], i, c) if has_fgate else None
+    seg_q = block_slice(r["seg"], i, c) if has_seg else None
+    k_i = block_slice(r["k"], i, c)
+    s = diag_logits(q, k_i, af_q, seg_q, scale)
+    _, ds, _ = _diag_pair(s, du, block_slice(r["v"], i, c), av_q, lse, delta)
+    lam_f = _gates.prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
+    lam_v = jnp.cumsum(av_q, axis=0)
+    carry = (dot_nn(ds.astype(k_i.dtype), k_i), jnp.sum(ds, axis=1), jnp.zeros(lam_v.shape[1:], _F32),
+             jnp.zeros((), _F32))
+
+    def key_block(t, carry):
+        dq, rows, gap_v, gap_f = carry
+        j = i - 1 - t
+        rho_f, lam_gap_f = None, None
+        if has_fgate:
+            af_k = block_slice(r["af"], j, c)
+            rho_f, lam_gap_f = _gates.suffix_sums(af_k), lam_f + gap_f
+            gap_f = gap_f + jnp.sum(af_k)
+        seg_k = block_slice(r["seg"], j, c) if has_seg else None
+        k_j, v_j = block_slice(r["k"], j, c), block_slice(r["v"], j, c)
+        av_k = block_slice(r["av"], j, c)
+        s = off_logits(q, k_j, lam_gap_f, rho_f, seg_q, seg_k, scale)
+        du_decayed = du * jnp.exp(lam_v + gap_v[None, :])
+        _, ds = _off_pair(s, du_decayed, decayed_values(av_k, v_j), lse, delta, v_j.dtype)
+        gap_v = gap_v + jnp.sum(av_k, axis=0)
+        return dq + dot_nn(ds.astype(k_j.dtype), k_j), rows + jnp.sum(ds, axis=1), gap_v, gap_f
+
+    dq, rows, _, _ = lax.fori_loop(0, i, key_block, carry)
+    r["dq"][...] = (dq * scale).astype(r["dq"].dtype)
+    if has_fgate:
+        r["rows"][...] = rows
+
+
+def dkv_kernel(*refs, c, n, scale, has_fgate, has_seg):
+    """refs: q [Tp,D], k [C,D], v [C,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]), du [Tp,Dv], lse [Tp],
+    delta [Tp] -> dk [C,D], dv [C,Dv] (this query head's share, f32), (cols [C])."""
+    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
+                           ("seg", has_seg), ("du", True), ("lse", True), ("delta", True), ("dk", True),
+                           ("dv", True), ("cols", has_fgate)])
+    j = pl.program_id(2)
+    k, v = r["k"][...], r["v"][...]
+    av_k = block_slice(r["av"], j, c)
+    af_k = block_slice(r["af"], j, c) if has_fgate else None
+    seg_k = block_slice(r["seg"], j, c) if has_seg else None
+    rho_f = _gates.suffix_sums(af_k) if has_fgate else None
+    rho_v = jnp.exp(channel_suffix_sums(av_k))
+    v_decayed = rho_v * v.astype(_F32)
+
+    q_j, du_j = block_slice(r["q"], j, c), block_slice(r["du"], j, c).astype(_F32)
+    s = diag_logits(q_j, k, af_k, seg_k, scale)
+    _, ds, dv_diag = _diag_pair(s, du_j, v, av_k, block_slice(r["lse"], j, c), block_slice(r["delta"], j, c))
+    carry = (dot_tn(ds.astype(q_j.dtype), q_j), jnp.zeros(dv_diag.shape, _F32), jnp.sum(ds, axis=0),
+             jnp.zeros(dv_diag.shape[1:], _F32), jnp.zeros((), _F32))
+
+    def query_block(i, carry):
+        dk, dv, cols, gap_v, gap_f = carry
+        lam_gap_f = None
+        if has_fgate:
+            af_q = block_slice(r["af"], i, c)
+            lam_gap_f = _gates.prefix_sums(af_q) + gap_f
+            gap_f = gap_f + jnp.sum(af_q)  # gap(j, i+1) = gap(j, i) + tot_i
+        seg_q = block_slice(r["seg"], i, c) if has_seg else None
+        q_i, av_q = block_slice(r["q"], i, c), block_slice(r["av"], i, c)
+        s = off_logits(q_i, k, lam_gap_f, rho_f, seg_q, seg_k, scale)
+        du_decayed = block_slice(r["du"], i, c).astype(_F32) * jnp.exp(jnp.cumsum(av_q, axis=0) + gap_v[None, :])
+        p, ds = _off_pair(s, du_decayed, v_decayed, block_slice(r["lse"], i, c), block_slice(r["delta"], i, c),
+                          v.dtype)
+        dk = dk + dot_tn(ds.astype(q_i.dtype), q_i)
+        dv = dv + dot_tn(p.astype(v.dtype), du_decayed.astype(v.dtype))
+        return dk, dv, cols + jnp.sum(ds, axis=0), gap_v + jnp.sum(av_q, axis=0), gap_f
+
+    dk, dv, cols, _, _ = lax.fori_loop(j + 1, n, query_block, carry)
+    r["dk"][...] = (dk * scale).astype(r["dk"].dtype)
+    r["dv"][...] = dv_diag + rho_v * dv
+    if has_fgate:
+        r["cols"][...] = cols
