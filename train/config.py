@@ -23,15 +23,16 @@ from zoo.validation import (
     check_unit_interval,
 )
 
-BUILTIN_DATASETS = ("pystdlib", "mqar")
+BUILTIN_DATASETS = ("pystdlib", "mqar", "nucleotide")
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which data to train and evaluate on, and how it is packed."""
 
-    # "pystdlib" (the built-in byte corpus), "mqar" (associative recall) or "tfds:<name>" for any TFDS
-    # dataset the user has prepared under data_dir, read as bytes from `text_feature`.
+    # "pystdlib" (the built-in byte corpus), "mqar" (associative recall), "nucleotide" (synthetic DNA from a
+    # known hidden-Markov generator, one byte per base) or "tfds:<name>" for any TFDS dataset the user has
+    # prepared under data_dir, read as bytes from `text_feature`.
     name: str = "pystdlib"
     # TFDS data directory; None means $ZOO_DATA_DIR or ~/.cache/zoo/tensorflow_datasets.
     data_dir: str | None = None
@@ -48,13 +49,19 @@ class DataConfig:
     mqar_num_pairs: int = 8
     mqar_train_examples: int = 20_000
     mqar_eval_examples: int = 1_000
+    # Nucleotide: bases per sequence (a row of seq_len targets holds exactly one sequence when this is
+    # seq_len + 1) and sequences per split.
+    nucleotide_length: int = 257
+    nucleotide_train_examples: int = 4096
+    nucleotide_eval_examples: int = 128
 
     def __post_init__(self):
         if not (self.name in BUILTIN_DATASETS or (self.name.startswith("tfds:") and len(self.name) > 5)):
             raise ValueError(f"data.name must be one of {list(BUILTIN_DATASETS)} or 'tfds:<name>', got {self.name!r}")
         for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",
-                     "mqar_eval_examples"):
+                     "mqar_eval_examples", "nucleotide_train_examples", "nucleotide_eval_examples"):
             check_int(f"data.{name}", getattr(self, name))
+        check_int("data.nucleotide_length", self.nucleotide_length, minimum=2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,10 @@
 Every `<mixer>_tiny.py` preset is a 2-layer, 64-wide LM on the built-in byte corpus and every
 `<mixer>_mqar.py` preset the same model on multi-query associative recall, so runs of different mixers
 differ only in the mixer.
+
+The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (specs/mixers-06): Llama, Mamba
+and Hyena backbones with matched parameter counts per size, on the synthetic nucleotide dataset or the
+byte corpus, all with one recipe (scripts/eden_compare.py trains the grid at an equal token budget).
 """
 
 from __future__ import annotations
@@ -58,4 +62,65 @@ def tiny_mqar(mixer: str, mixer_options: Options = ()) -> TrainConfig:
         eval_batches=2,
         checkpoint_every=60,
         sample_length=0,
+    )
+
+
+EDEN_ARCHS = {"llama": "attention", "mamba": "mamba", "hyena": "hyena"}
+EDEN_MIXER_OPTIONS: dict[str, Options] = {
+    "attention": (),
+    "mamba": (("expand", 2), ("state_size", 16), ("conv_size", 4)),
+    "hyena": (("order", 2), ("filter_order", 64), ("emb_dim", 5), ("short_filter_order", 3)),
+}
+# (d_model, num_layers) per size and architecture: the same depth within a size, widths tuned so the total
+# parameter counts (embedding included) match Llama's within 6% (tests/train/test_eden.py prints them).
+# A Mamba layer (6·D² + ~100·D) and a Hyena layer (4·D² plus a ~9k-parameter filter FFN) cost more than
+# attention (4·D²), so both get a narrower residual stream; every block keeps the zoo's SwiGLU MLP.
+EDEN_SHAPES = {
+    "tiny": {"llama": (32, 1), "mamba": (28, 1), "hyena": (24, 1)},
+    "small": {"llama": (48, 2), "mamba": (40, 2), "hyena": (32, 2)},
+    "medium": {"llama": (96, 3), "mamba": (80, 3), "hyena": (88, 3)},
+}
+EDEN_DATASETS = ("nucleotide", "pystdlib")
+
+
+def eden_model(arch: str, size: str, *, max_seq_len: int) -> ModelConfig:
+    """The `arch` backbone at `size` (specs/mixers-06): Llama (MHA, RoPE, head_dim 16), Mamba1 or Hyena."""
+    if arch not in EDEN_ARCHS:
+        raise ValueError(f"arch must be one of {list(EDEN_ARCHS)}, got {arch!r}")
+    if size not in EDEN_SHAPES:
+        raise ValueError(f"size must be one of {list(EDEN_SHAPES)}, got {size!r}")
+    d_model, num_layers = EDEN_SHAPES[size][arch]
+    mixer = EDEN_ARCHS[arch]
+    # Heads matter to attention only; the other mixers ignore them (2 keeps ModelConfig's checks happy).
+    heads = d_model // 16 if mixer == "attention" else 2
+    return ModelConfig(
+        name="llama", mixer=mixer, mixer_options=EDEN_MIXER_OPTIONS[mixer], vocab_size=256, d_model=d_model,
+        num_layers=num_layers, num_heads=heads, num_kv_heads=heads, max_seq_len=max_seq_len,
+    )
+
+
+def eden_lm(arch: str, size: str, dataset: str = "nucleotide", *, num_steps: int = 120, batch_size: int = 8,
+            seq_len: int = 128) -> TrainConfig:
+    """One cell of the EDEN comparison: `arch` at `size` on `dataset`, with a recipe shared by all cells.
+
+    On "nucleotide" each sequence holds seq_len + 1 bases, so every row is exactly one whole sequence and
+    the generator's Bayes-optimal loss on the eval rows is exact (scripts/eden_compare.py). The same
+    backbones run on the built-in byte corpus with dataset="pystdlib" (the vocabulary is 256 bytes in both).
+    """
+    if dataset not in EDEN_DATASETS:
+        raise ValueError(f"dataset must be one of {list(EDEN_DATASETS)}, got {dataset!r}")
+    nucleotide = dataset == "nucleotide"
+    return TrainConfig(
+        model=eden_model(arch, size, max_seq_len=seq_len),
+        data=DataConfig(name=dataset, nucleotide_length=seq_len + 1),
+        optim=OptimConfig(learning_rate=3e-3, warmup_steps=max(1, num_steps // 10)),
+        batch_size=batch_size,
+        seq_len=seq_len,
+        num_steps=num_steps,
+        log_every=10,
+        # The whole nucleotide validation split (128 sequences); 16 batches of the much larger byte corpus.
+        eval_batches=0 if nucleotide else 16,
+        checkpoint_every=num_steps // 2,
+        # The loop's sample starts from the bytes "def ", a Python prompt.
+        sample_length=0 if nucleotide else 32,
     )

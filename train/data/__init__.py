@@ -8,7 +8,8 @@ Public API:
   unigram_bits_per_byte(data, split)
   encode(text), decode(tokens)  (the byte codec; also exported as encode_text / decode_bytes)
 
-See pipeline.py for the batch format and the packing scheme; pystdlib.py and mqar.py for the datasets.
+See pipeline.py for the batch format and the packing scheme; pystdlib.py, mqar.py and nucleotide.py for the
+datasets.
 """
 
 from train.data.baseline import unigram_bits_per_byte

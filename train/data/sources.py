@@ -2,7 +2,8 @@
 
 A *document* is one example as tokens plus per-token loss weights: `tokens` int32 [n] and `weights`
 float32 [n], where weights[i] is the weight of predicting tokens[i] from tokens[:i] (weights[0] is never
-used: nothing predicts the first token). Byte datasets weigh every byte 1; MQAR weighs only answers.
+used: nothing predicts the first token). Byte datasets (the nucleotide one included: one ASCII byte per base)
+weigh every byte 1; MQAR weighs only answers.
 
 Datasets are read with `DatasetBuilder.as_data_source` (random access over array_record files, numpy
 results), so TensorFlow is never imported.
@@ -21,7 +22,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from train.config import DataConfig
-from train.data import bytes_codec, mqar, pystdlib
+from train.data import bytes_codec, mqar, nucleotide, pystdlib
 
 DEFAULT_DATA_DIR = "~/.cache/zoo/tensorflow_datasets"
 _DOC_CACHE_SIZE = 32
@@ -37,7 +38,7 @@ def data_dir(data: DataConfig) -> str:
 
 
 def is_byte_data(data: DataConfig) -> bool:
-    """Whether tokens are UTF-8 bytes (everything except MQAR)."""
+    """Whether tokens are UTF-8 bytes (everything except MQAR; nucleotide bases are ASCII bytes)."""
     return data.name != "mqar"
 
 
@@ -59,9 +60,17 @@ def mqar_config(data: DataConfig) -> mqar.MqarConfig:
                             data.mqar_train_examples, data.mqar_eval_examples)
 
 
+def nucleotide_config(data: DataConfig) -> nucleotide.NucleotideConfig:
+    """The nucleotide builder config described by the data.nucleotide_* fields."""
+    return nucleotide.make_config(data.nucleotide_length, data.nucleotide_train_examples,
+                                  data.nucleotide_eval_examples)
+
+
 def _builtin_builder(data: DataConfig) -> tfds.core.DatasetBuilder:
     if data.name == "pystdlib":
         return pystdlib.make_builder(data_dir(data))
+    if data.name == "nucleotide":
+        return nucleotide.make_builder(data_dir(data), nucleotide_config(data))
     return mqar.make_builder(data_dir(data), mqar_config(data))
 
 
@@ -115,14 +124,14 @@ def prepare(data: DataConfig) -> None:
 def open_split(data: DataConfig, split: str) -> Documents | ArrayDocuments:
     """The documents of `split` (which must exist; the zoo's own datasets are prepared first)."""
     prepare(data)
-    builder = _builtin_builder(data) if data.name in ("pystdlib", "mqar") else _tfds_builder(data)
+    builder = _tfds_builder(data) if data.name.startswith("tfds:") else _builtin_builder(data)
     if split not in builder.info.splits:
         raise ValueError(f"split {split!r} is not in dataset {data.name!r}; "
                          f"it has {sorted(builder.info.splits)}")
     source = builder.as_data_source(split=split)
     if data.name == "mqar":
         return _mqar_documents(source, (builder.data_dir, split), data.mqar_num_pairs)
-    feature = "text" if data.name == "pystdlib" else data.text_feature
+    feature = data.text_feature if data.name.startswith("tfds:") else "text"
     if feature not in builder.info.features:
         raise ValueError(f"data.text_feature {feature!r} is not a feature of {data.name!r}; it has "
                          f"{sorted(builder.info.features)}")

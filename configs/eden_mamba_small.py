@@ -1,0 +1,11 @@
+"""EDEN comparison (specs/mixers-06): the small mamba backbone on synthetic nucleotides (train/presets.py).
+
+Sizes and widths are in train.presets.EDEN_SHAPES (parameter counts matched across architectures per size).
+The same backbone on the byte corpus: `data.name=pystdlib eval_batches=16`. The whole grid: scripts/eden_compare.py.
+"""
+
+from train.presets import eden_lm
+
+
+def get_config():
+    return eden_lm("mamba", "small")
