@@ -11,6 +11,7 @@ segments, so this path is the exact masked (block-diagonal) Toeplitz sum, evalua
 `_BLOCK` query rows at a time to keep the memory at O(B·_BLOCK·T·D) instead of O(B·T²·D). It costs
 O(B·T²·D) compute: correct, but meant for moderate T. The zoo only packs short rows in tests and the
 tiny presets; an FFT path for packed rows (e.g. one FFT per segment with a static segment bound) is future work.
+A batch in which every row is a single segment is detected at run time (`lax.cond`) and takes the FFT.
 """
 
 from __future__ import annotations
@@ -79,5 +80,8 @@ def causal_long_conv(u: jax.Array, h: jax.Array, *, segment_ids: jax.Array | Non
     if segment_ids is None:
         y = _fft_conv(u32, h32)
     else:
-        y = _segmented_conv(u32, h32, segment_ids)
+        # A batch whose rows each hold one segment (documents longer than the row, one sequence per row)
+        # needs no mask: take the FFT at run time and keep the O(T²) exact sum for truly packed batches.
+        one_segment_per_row = jnp.all(segment_ids == segment_ids[:, :1])
+        y = jax.lax.cond(one_segment_per_row, _fft_conv, lambda u, h: _segmented_conv(u, h, segment_ids), u32, h32)
     return y.astype(u.dtype)

@@ -30,6 +30,20 @@ def _numpy_direct(u, h) -> np.ndarray:
     return y
 
 
+def test_one_segment_per_row_takes_the_fft_and_packed_rows_the_exact_sum():
+    """With segment_ids, a batch of single-segment rows gives exactly the FFT result (the run-time switch);
+    as soon as one row is packed, the whole batch takes the exact masked sum."""
+    u, h = _inputs(100, seed=5)
+    fft = causal_long_conv(u, h, implementation="xla")
+    one_each = jnp.array([[3] * 100, [7] * 100], jnp.int32)
+    np.testing.assert_array_equal(np.asarray(causal_long_conv(u, h, segment_ids=one_each, implementation="xla")),
+                                  np.asarray(fft))
+    packed = one_each.at[1, 60:].set(8)
+    exact = causal_long_conv(u, h, segment_ids=packed, implementation="direct")
+    np.testing.assert_array_equal(np.asarray(causal_long_conv(u, h, segment_ids=packed, implementation="xla")),
+                                  np.asarray(exact))
+
+
 @pytest.mark.parametrize("length", [1, 63, 100, 257])
 def test_fft_equals_direct_forward_and_grads(length):
     u, h = _inputs(length, seed=length)
