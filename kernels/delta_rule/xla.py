@@ -9,15 +9,23 @@ D(t, s) = prod_{l=s+1..t} exp(g_l) (scalar, or diagonal over K for KDA) and X_t 
 
 where E0_t = D(t, -1) (decay from the chunk start), Es_s = D(C-1, s) and EC = D(C-1, -1). Every
 intra-chunk decay is a *local* sum of log-gates (running sum from the chunk start, suffix sum to the chunk
-end, pairwise segment sums by a masked cumsum), masked to -inf *before* exp: never the difference of a
-cumsum, never exp(G_t) * exp(-G_s) (specs/mixers-02 §2.3 numerics, DESIGN numerics rules).
+end, pairwise segment sums), masked to -inf *before* exp: never the difference of a cumsum, never
+exp(G_t) * exp(-G_s) (specs/mixers-02 §2.3 numerics, DESIGN numerics rules).
+
+Scalar gates (DeltaNet, GDN) form the [C, C] decays by a masked cumsum and scale the K-contracted pair
+products with them. Per-channel gates (KDA) would need a [C, C, K] decay tensor; instead a binary tree over
+the chunk pairs each upper half-block with its lower half through their boundary, with two factors <= 1
+(`_tree_pairs`), so every pair product is a matmul and no tensor is larger than [C, C] or [C, K].
 
 Packed segments: a state reset at step t is D(t, s) = 0 for every s < t, so the same -inf masking in log
 space removes both the within-chunk interactions across a boundary and the carried S0 contribution.
 T is padded to a multiple of C with identity steps (beta = 0, g = 0).
 
-Only the state passing S_n = M_n S_{n-1} + H_n is sequential (a `lax.scan` over chunks); the
-UT solve and all [C, C] products run batched over every chunk. Gradients: plain autodiff.
+Layout [N, B, H, C, ...] (chunk axis first): only the state passing S_n = EC_n o S_{n-1} - M_n S_{n-1} + H_n
+is sequential (a `lax.scan` over chunks, no transposes); the UT solve and all [C, C] products run batched
+over every chunk. Gradients: autodiff, except two hand-written backwards that autodiff makes slow on
+XLA:CPU: the UT solve (`unit_lower_solve`: two matmuls instead of the doubling levels) and per-row scalings
+(`_scale_rows`: the row sums of the cotangent as a matmul with ones, not a minor-axis reduction).
 """
 
 from __future__ import annotations
@@ -75,6 +83,19 @@ def _cumsum(x: jax.Array, axis: int) -> jax.Array:
     return jnp.moveaxis(jnp.tensordot(tri, jnp.moveaxis(x, axis, 0), axes=1, precision=_HI), 0, axis)
 
 
+def _segment_masks(run: jax.Array, run_in: jax.Array):
+    """The decays of ungated steps (DeltaNet, g = 0): only the segment masks, as 0/1 floats.
+
+    Same contract as `_decays` with Kg = 1; exp(0) = 1 exactly, so the result is identical without the
+    segment-sum matmul and the exponentials.
+    """
+    c = run.shape[-1]
+    f32 = lambda m: m.astype(jnp.float32)[..., None]
+    same = (run[..., :, None] == run[..., None, :]) & jnp.tril(jnp.ones((c, c), bool))
+    e0 = f32(run == run_in[..., None])
+    return f32(same), e0, f32(run == run[..., -1:]), e0[..., -1, :]
+
+
 def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
     """Masked decays of one set of chunks.
 
@@ -89,6 +110,11 @@ def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
     seg = _cumsum(jnp.where(strictly_after, gc[..., :, None, :], 0.0), axis=-3)
     same = (run[..., :, None] == run[..., None, :]) & (t_idx >= s_idx)
     gamma = jnp.exp(jnp.where(same[..., None], seg, _NEG_INF))
+    return (gamma,) + _edge_decays(gc, run, run_in)
+
+
+def _edge_decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
+    """e0 [..., C, Kg] (decay from the chunk start), es [..., C, Kg] (to the chunk end), ec [..., Kg]."""
     # Running sum from the chunk start, and suffix sum to the chunk end (excluding s itself).
     carry = (run == run_in[..., None])[..., None]
     e0 = jnp.exp(jnp.where(carry, _cumsum(gc, axis=-2), _NEG_INF))
@@ -96,13 +122,34 @@ def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
     suffix = jnp.concatenate([suffix[..., 1:, :], jnp.zeros_like(suffix[..., :1, :])], axis=-2)
     to_end = (run == run[..., -1:])[..., None]
     es = jnp.exp(jnp.where(to_end, suffix, _NEG_INF))
-    return gamma, e0, es, e0[..., -1, :]
+    return e0, es, e0[..., -1, :]
 
 
-def prepare(q, k, v, beta, g, scale, segment_ids, chunk_size) -> tuple[Chunked, int]:
-    """Casts to float32, pads T to a multiple of chunk_size, chunks, and builds the masked decays.
+class _Inputs(NamedTuple):
+    """Padded, chunked float32 inputs before any decay is formed, layout [B, H, N, C, ...] as shown, or
+    [N, B, H, C, ...] (run [N, B, 1, C], run_in [N, B, 1]) when chunked with chunk_major."""
 
-    Returns the Chunked operands and the original length T.
+    q: jax.Array  # [B,H,N,C,K], already times scale
+    k: jax.Array  # [B,H,N,C,K]
+    v: jax.Array  # [B,H,N,C,V]
+    beta: jax.Array  # [B,H,N,C]
+    gc: jax.Array  # [B,H,N,C,Kg] log-gates (0 on padded steps)
+    run: jax.Array  # [B,1,N,C] segment-run index of every step
+    run_in: jax.Array  # [B,1,N] run index of the step before each chunk
+
+
+def _to_chunk_major(x: jax.Array, n: int, c: int) -> jax.Array:
+    """[B, Tp, H, ...] -> [N, B, H, C, ...]: the chunk axis leads, so the state scan needs no transposes."""
+    b, _, h = x.shape[:3]
+    x = x.reshape((b, n, c, h) + x.shape[3:])
+    return jnp.transpose(x, (1, 0, 3, 2) + tuple(range(4, x.ndim)))
+
+
+def _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size, chunk_major=False) -> _Inputs:
+    """Casts to float32, pads T to a multiple of chunk_size (identity steps) and chunks.
+
+    Layout [B, H, N, C, ...] (run [B, 1, N, C], run_in [B, 1, N]), or with chunk_major [N, B, H, C, ...]
+    (run [N, B, 1, C], run_in [N, B, 1]).
     """
     bsz, seqlen, _, dk = q.shape
     c = chunk_size
@@ -113,21 +160,76 @@ def prepare(q, k, v, beta, g, scale, segment_ids, chunk_size) -> tuple[Chunked, 
     # Padded steps are identities: beta = 0, g = 0 (zeros), and they stay in the row's last segment.
     run = jnp.cumsum(segment_starts(segment_ids, bsz, seqlen).astype(jnp.int32), axis=1)
     run = _pad_time(run, pad, mode="edge").reshape(bsz, 1, n, c)
-    run_in = jnp.concatenate([jnp.zeros_like(run[:, :, :1, 0]), run[:, :, :-1, -1]], axis=2)
-    chunk = lambda x: _to_chunks(_pad_time(x, pad), n, c)
-    gc = chunk(gate_rows(g, q.shape))
-    gamma, e0, es, ec = _decays(gc, run, run_in)
-    ops = Chunked(q=chunk(f32(q) * jnp.float32(scale)), k=chunk(f32(k)), v=chunk(f32(v)),
-                  beta=chunk(f32(beta)[..., None])[..., 0], gamma=gamma, e0=e0, es=es, ec=ec)
-    return ops, seqlen
+    if chunk_major:
+        run = jnp.transpose(run, (2, 0, 1, 3))
+    n_axis = 0 if chunk_major else 2
+    first = jnp.zeros_like(jax.lax.slice_in_dim(run[..., 0], 0, 1, axis=n_axis))
+    run_in = jnp.concatenate([first, jax.lax.slice_in_dim(run[..., -1], 0, n - 1, axis=n_axis)], axis=n_axis)
+    to_chunks = _to_chunk_major if chunk_major else _to_chunks
+    chunk = lambda x: to_chunks(_pad_time(x, pad), n, c)
+    return _Inputs(q=chunk(f32(q) * jnp.float32(scale)), k=chunk(f32(k)), v=chunk(f32(v)),
+                   beta=chunk(f32(beta)[..., None])[..., 0], gc=chunk(gate_rows(g, q.shape)), run=run,
+                   run_in=run_in)
+
+
+def prepare(q, k, v, beta, g, scale, segment_ids, chunk_size) -> tuple[Chunked, int]:
+    """Chunked operands with the dense masked decays gamma [.., C, C, Kg] (the Pallas kernels' input).
+
+    Returns the Chunked operands and the original length T.
+    """
+    x = _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size)
+    gamma, e0, es, ec = _decays(x.gc, x.run, x.run_in)
+    ops = Chunked(q=x.q, k=x.k, v=x.v, beta=x.beta, gamma=gamma, e0=e0, es=es, ec=ec)
+    return ops, q.shape[1]
 
 
 def _pair(x: jax.Array, y: jax.Array, gamma: jax.Array) -> jax.Array:
-    """sum_d x_t[d] y_s[d] D(t,s)[d] -> [..., C, C]; scalar gates use one matmul."""
-    if gamma.shape[-1] == 1:
-        return _ein("...tk,...sk->...ts", x, y) * gamma[..., 0]
-    # The einsum beats an explicit multiply-and-sum by ~6x on XLA:CPU (measured).
-    return _ein("...tk,...sk,...tsk->...ts", x, y, gamma)
+    """sum_d x_t[d] y_s[d] D(t,s)[d] -> [..., C, C] from the scalar decays gamma [..., C, C, 1]."""
+    return _ein("...tk,...sk->...ts", x, y) * gamma[..., 0]
+
+
+def _halves(z: jax.Array, b: int) -> jax.Array:
+    """[..., C, K] -> [..., C/(2b), 2, b, K]: the two halves of every block of 2b steps."""
+    return z.reshape(z.shape[:-2] + (z.shape[-2] // (2 * b), 2, b, z.shape[-1]))
+
+
+def _block_sums(g: jax.Array, tri: jax.Array) -> jax.Array:
+    """sum_s tri[t, s] g[..., s, :] over the block axis -2 of g [..., b, K], as one matmul (so is its
+    backward: XLA:CPU's minor-axis reductions are slow)."""
+    return jnp.swapaxes(jnp.matmul(jnp.swapaxes(g, -1, -2), tri.T, precision=_HI), -1, -2)
+
+
+def _tree_pairs(xs: tuple[jax.Array, ...], k: jax.Array, gc: jax.Array, run: jax.Array):
+    """Per-channel decayed pair products by a binary tree over the chunk (KDA), never a [C, C, K] tensor.
+
+    xs: row operands, each [..., C, K]; k [..., C, K] (column side); gc [..., C, K] log-gates; run [..., C]
+    segment-run index. Returns one [..., C, C] per row operand, entry (t, s) = sum_d x_t[d] k_s[d] D(t,s)[d]
+    for s < t and zero for s >= t.
+
+    At the level of blocks of 2b steps, row t of the upper half and column s of the lower half meet through
+    the half boundary m: D(t,s) = exp(sum_{m<l<=t} g) * exp(sum_{s<l<=m} g), two factors <= 1 whose
+    exponents are sums over the half-block only (running sum of the upper half, suffix sum of the lower
+    half: local, no differenced cumsum), so their product is one [b, K] x [K, b] matmul.
+    """
+    c = gc.shape[-2]
+    mats = [jnp.zeros(x.shape[:-2] + (c, 1, 1), jnp.float32) for x in xs]  # diagonal b x b blocks
+    b = 1
+    while b < c:
+        g2, k2 = _halves(gc, b), _halves(k, b)
+        run2 = run.reshape(run.shape[:-1] + (c // (2 * b), 2, b))
+        run_m = run2[..., 0, -1:]  # run of the last step of the lower half
+        ones = jnp.ones((b, b), jnp.float32)
+        pre_up = _block_sums(g2[..., 1, :, :], jnp.tril(ones))
+        suf_lo = _block_sums(g2[..., 0, :, :], jnp.triu(ones, 1))
+        left = jnp.exp(jnp.where((run2[..., 1, :] == run_m)[..., None], pre_up, _NEG_INF))
+        right = k2[..., 0, :, :] * jnp.exp(jnp.where((run2[..., 0, :] == run_m)[..., None], suf_lo, _NEG_INF))
+        for i, x in enumerate(xs):
+            cross = _ein("...tk,...sk->...ts", _halves(x, b)[..., 1, :, :] * left, right)
+            m2 = mats[i].reshape(mats[i].shape[:-3] + (c // (2 * b), 2, b, b))
+            top = jnp.concatenate([m2[..., 0, :, :], jnp.zeros_like(cross)], axis=-1)
+            mats[i] = jnp.concatenate([top, jnp.concatenate([cross, m2[..., 1, :, :]], axis=-1)], axis=-2)
+        b *= 2
+    return tuple(m[..., 0, :, :] for m in mats)
 
 
 def _diag_blocks(a: jax.Array, b: int) -> jax.Array:
@@ -157,40 +259,112 @@ def unit_lower_inverse(a: jax.Array) -> jax.Array:
     return x[..., 0, :, :]
 
 
-def intra_chunk(ops: Chunked):
+@jax.custom_vjp
+def unit_lower_solve(a: jax.Array, rhs: jax.Array) -> jax.Array:
+    """(I + a)^{-1} rhs for strictly lower-triangular a [..., C, C] (only that part is read); rhs [..., C, D].
+
+    Hand-written backward: with y the solution and T = (I + a)^{-1}, d rhs = T^T dy and
+    da = StrictTril(-(d rhs) y^T): two matmuls instead of autodiff through every doubling level.
+    """
+    return _solve_fwd(a, rhs)[0]
+
+
+def _solve_fwd(a, rhs):
+    inv = unit_lower_inverse(a)
+    y = _ein("...ts,...sd->...td", inv, rhs)
+    return y, (inv, y)
+
+
+def _solve_bwd(res, dy):
+    inv, y = res
+    drhs = _ein("...ts,...td->...sd", inv, dy)
+    c = inv.shape[-1]
+    da = jnp.where(jnp.tril(jnp.ones((c, c), bool), -1), -_ein("...td,...sd->...ts", drhs, y), 0.0)
+    return da, drhs
+
+
+unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
+
+
+@jax.custom_vjp
+def _scale_rows(x: jax.Array, s: jax.Array) -> jax.Array:
+    """x [..., R, D] times s [..., R, 1] or [..., R, D] (leading axes equal or 1 in s).
+
+    For a per-row s its cotangent sum_d dout x is taken as a matmul with a ones vector: XLA:CPU reduces over
+    the minor axis about 10x slower than it multiplies by ones (measured), and plain autodiff of a
+    broadcasting multiply emits exactly that reduction.
+    """
+    return x * s
+
+
+def _scale_rows_fwd(x, s):
+    return x * s, (x, s)
+
+
+def _scale_rows_bwd(res, dout):
+    x, s = res
+    ds = dout * x
+    if s.shape[-1] == 1 and x.shape[-1] != 1:
+        ds = jnp.matmul(ds, jnp.ones((x.shape[-1], 1), ds.dtype), precision=_HI)
+    # s may also broadcast over leading axes (segment masks shared by all heads).
+    lead = tuple(i for i in range(s.ndim - 1) if s.shape[i] == 1 and ds.shape[i] != 1)
+    return dout * s, jnp.sum(ds, axis=lead, keepdims=True) if lead else ds
+
+
+_scale_rows.defvjp(_scale_rows_fwd, _scale_rows_bwd)
+
+
+def intra_chunk(q, k, v, beta, kk, qk, e0, es):
     """Per-chunk, all chunks in parallel.
 
-    Returns o_intra [..,C,V], q_eff [..,C,K], m [..,K,K], h [..,K,V] such that, with S the state entering
-    a chunk, O = o_intra + q_eff S and the state leaving it is m S + h.
+    q, k [..,C,K]; v [..,C,V]; beta [..,C]; kk, qk [..,C,C] the decayed pair products (kk strictly lower,
+    qk lower incl. the diagonal); e0, es [..,C,Kg]. Returns o_intra [..,C,V], q_eff [..,C,K],
+    m [..,K,K], h [..,K,V] such that, with S the state entering a chunk, O = o_intra + q_eff S and the state
+    leaving it is ec o S - m S + h (ec scales the rows of S; never materialized as a diagonal matrix).
     """
-    c, dk = ops.k.shape[-2:]
-    strict = jnp.tril(jnp.ones((c, c), bool), -1)
-    a = jnp.where(strict, ops.beta[..., :, None] * _pair(ops.k, ops.k, ops.gamma), 0.0)
-    aqk = _pair(ops.q, ops.k, ops.gamma)
-    rhs = ops.beta[..., None] * jnp.concatenate([ops.k * ops.e0, ops.v], axis=-1)
-    y = _ein("...ts,...sd->...td", unit_lower_inverse(a), rhs)
-    w, u = y[..., :dk], y[..., dk:]  # X = u - w S0
-    kds = ops.k * ops.es
-    o_intra = _ein("...ts,...sv->...tv", aqk, u)
-    q_eff = ops.q * ops.e0 - _ein("...ts,...sk->...tk", aqk, w)
-    ec_diag = ops.ec[..., :, None] * jnp.eye(dk, dtype=jnp.float32)  # Kg = 1 broadcasts to EC * I
-    m = ec_diag - _ein("...sk,...sj->...kj", kds, w)
-    h = _ein("...sk,...sv->...kv", kds, u)
-    return o_intra, q_eff, m, h
+    dk = k.shape[-1]
+    rhs = _scale_rows(jnp.concatenate([_scale_rows(k, e0), v], axis=-1), beta[..., None])
+    # y = [w | u] with X = u - w S0; w and u share every product, so each is one matmul on y.
+    y = unit_lower_solve(_scale_rows(kk, beta[..., :, None]), rhs)
+    qy = _ein("...ts,...sd->...td", qk, y)
+    ky = _ein("...sk,...sd->...kd", _scale_rows(k, es), y)
+    return qy[..., dk:], _scale_rows(q, e0) - qy[..., :dk], ky[..., :dk], ky[..., dk:]
 
 
-def _pass_states(m: jax.Array, h: jax.Array, s0: jax.Array):
-    """S_n = m_n S_{n-1} + h_n over chunks. m [B,H,N,K,K], h [B,H,N,K,V], s0 [B,H,K,V].
+def _pass_states(ec: jax.Array, m: jax.Array, h: jax.Array, s0: jax.Array):
+    """S_n = ec_n o S_{n-1} - m_n S_{n-1} + h_n over chunks. ec [N,B,H,Kg], m [N,B,H,K,K], h [N,B,H,K,V],
+    s0 [B,H,K,V].
 
-    Returns the states entering every chunk [B,H,N,K,V] and the final state [B,H,K,V].
+    Returns the states entering every chunk [N,B,H,K,V] and the final state [B,H,K,V].
     """
 
-    def step(s, mh):
-        m_n, h_n = mh
-        return _ein("bhkj,bhjv->bhkv", m_n, s) + h_n, s
+    def step(s, xs):
+        ec_n, m_n, h_n = xs
+        return _scale_rows(s, ec_n[..., None]) - _ein("bhkj,bhjv->bhkv", m_n, s) + h_n, s
 
-    s_final, s_in = jax.lax.scan(step, s0, (jnp.moveaxis(m, 2, 0), jnp.moveaxis(h, 2, 0)))
-    return jnp.moveaxis(s_in, 0, 2), s_final
+    s_final, s_in = jax.lax.scan(step, s0, (ec, m, h))
+    return s_in, s_final
+
+
+def decayed_pairs(x: _Inputs, gated: bool = True):
+    """kk [..,C,C] (strictly lower), qk [..,C,C] (lower incl. diagonal), e0, es [..,C,Kg], ec [..,Kg].
+
+    gated=False: every g is 0 (DeltaNet), so the decays are only the segment masks."""
+    c = x.k.shape[-2]
+    if x.gc.shape[-1] == 1:
+        gamma, e0, es, ec = _decays(x.gc, x.run, x.run_in) if gated else _segment_masks(x.run, x.run_in)
+        kk = jnp.where(jnp.tril(jnp.ones((c, c), bool), -1), _pair(x.k, x.k, gamma), 0.0)
+        return kk, _pair(x.q, x.k, gamma), e0, es, ec
+    # One flat batch axis: the tree's block reshapes then stay at rank <= 8.
+    lead = x.k.shape[:-2]
+    flat = lambda z: jnp.broadcast_to(z, lead + z.shape[3:]).reshape((-1,) + z.shape[3:])
+    kk, qk = (z.reshape(lead + z.shape[1:]) for z in _tree_pairs((flat(x.k), flat(x.q)), flat(x.k), flat(x.gc),
+                                                                   flat(x.run)))
+    e0, es, ec = _edge_decays(x.gc, x.run, x.run_in)
+    # D(t, t) = 1: the diagonal of qk is the plain q_t . k_t (a matmul with ones: a fast reduction on CPU).
+    qk_diag = jnp.matmul(x.q * x.k, jnp.ones((x.k.shape[-1], 1), jnp.float32), precision=_HI)
+    qk = qk + qk_diag * jnp.eye(c, dtype=jnp.float32)
+    return kk, qk, e0, es, ec
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
@@ -201,12 +375,13 @@ def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, s
     q, k: [B,T,H,K]; v: [B,T,H,V]; beta: [B,T,H]; g: None | [B,T,H] | [B,T,H,K]; initial_state:
     [B,H,K,V] | None; segment_ids: [B,T] | None. Returns (o [B,T,H,V] in q.dtype, S [B,H,K,V] float32).
     """
-    bsz, _, heads, dk = q.shape
-    ops, seqlen = prepare(q, k, v, beta, g, scale, segment_ids, chunk_size)
+    bsz, seqlen, heads, dk = q.shape
+    x = _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size, chunk_major=True)
     s0 = (jnp.zeros((bsz, heads, dk, v.shape[-1]), jnp.float32) if initial_state is None
           else initial_state.astype(jnp.float32))
-    o_intra, q_eff, m, h = intra_chunk(ops)
-    s_in, s_final = _pass_states(m, h, s0)
-    o = o_intra + _ein("bhnck,bhnkv->bhncv", q_eff, s_in)
-    o = jnp.moveaxis(o, 1, 3).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
+    kk, qk, e0, es, ec = decayed_pairs(x, gated=g is not None)
+    o_intra, q_eff, m, h = intra_chunk(x.q, x.k, x.v, x.beta, kk, qk, e0, es)
+    s_in, s_final = _pass_states(ec, m, h, s0)
+    o = o_intra + _ein("...ck,...kv->...cv", q_eff, s_in)  # [N,B,H,C,V]
+    o = jnp.transpose(o, (1, 0, 3, 2, 4)).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
     return o.astype(q.dtype), s_final
