@@ -71,14 +71,15 @@ EDEN_MIXER_OPTIONS: dict[str, Options] = {
     "mamba": (("expand", 2), ("state_size", 16), ("conv_size", 4)),
     "hyena": (("order", 2), ("filter_order", 64), ("emb_dim", 5), ("short_filter_order", 3)),
 }
-# (d_model, num_layers) per size and architecture: the same depth within a size, widths tuned so the total
-# parameter counts (embedding included) match Llama's within 6% (tests/train/test_eden.py prints them).
-# A Mamba layer (6·D² + ~100·D) and a Hyena layer (4·D² plus a ~9k-parameter filter FFN) cost more than
-# attention (4·D²), so both get a narrower residual stream; every block keeps the zoo's SwiGLU MLP.
+# (d_model, num_layers) per size and architecture, widths tuned so the total parameter counts (embedding
+# included) match Llama's within 6% (tests/train/test_eden.py prints them). As in EDEN (spec 06 §B), a
+# Mamba block is the mixer alone (no MLP, `mlp_dim=0`) and Mamba gets twice the layers; Llama and Hyena
+# blocks keep the zoo's SwiGLU MLP. A Hyena layer (4·D² plus a ~9k-parameter filter FFN) costs more than
+# attention (4·D²), so Hyena gets a narrower residual stream.
 EDEN_SHAPES = {
-    "tiny": {"llama": (32, 1), "mamba": (28, 1), "hyena": (24, 1)},
-    "small": {"llama": (48, 2), "mamba": (40, 2), "hyena": (32, 2)},
-    "medium": {"llama": (96, 3), "mamba": (80, 3), "hyena": (88, 3)},
+    "tiny": {"llama": (32, 1), "mamba": (28, 2), "hyena": (24, 1)},
+    "small": {"llama": (48, 2), "mamba": (40, 4), "hyena": (32, 2)},
+    "medium": {"llama": (96, 3), "mamba": (84, 6), "hyena": (88, 3)},
 }
 EDEN_DATASETS = ("nucleotide", "pystdlib")
 
@@ -96,6 +97,7 @@ def eden_model(arch: str, size: str, *, max_seq_len: int) -> ModelConfig:
     return ModelConfig(
         name="llama", mixer=mixer, mixer_options=EDEN_MIXER_OPTIONS[mixer], vocab_size=256, d_model=d_model,
         num_layers=num_layers, num_heads=heads, num_kv_heads=heads, max_seq_len=max_seq_len,
+        mlp_dim=0 if arch == "mamba" else None,
     )
 
 

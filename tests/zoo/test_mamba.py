@@ -134,3 +134,25 @@ def test_bfloat16_finite_and_close():
     assert y.dtype == jnp.bfloat16 and np.isfinite(np.asarray(y, np.float32)).all()
     want = _layer_reference(m, x, SEGMENTS)
     assert np.abs(np.asarray(y, np.float64) - want).max() <= 0.05 * max(np.abs(want).max(), 1.0)
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_backbone_without_mlp_is_the_mixer_stack(scan_layers):
+    """mlp_dim=0 (Mamba's own backbone, EDEN presets): blocks hold no MLP, and decoding still equals the forward."""
+    from zoo.models import build_model, count_params
+
+    cfg = ModelConfig(mixer="mamba", vocab_size=32, d_model=16, num_layers=2, num_heads=2, num_kv_heads=2,
+                      max_seq_len=16, mlp_dim=0, scan_layers=scan_layers)
+    model = build_model(cfg, rngs=nnx.Rngs(0))
+    with_mlp = build_model(dataclasses.replace(cfg, mlp_dim=8), rngs=nnx.Rngs(0))
+    mlp_and_norm = 2 * (3 * 16 * 8 + 16)
+    assert count_params(with_mlp) - count_params(model) == mlp_and_norm
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 32)
+    full = model(tokens)
+    step, cache = [], model.init_cache(2)
+    for t in range(9):
+        logits, cache = model.decode(tokens[:, t : t + 1], cache)
+        step.append(logits)
+    np.testing.assert_allclose(np.asarray(jnp.concatenate(step, axis=1)), np.asarray(full), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="mlp_dim"):
+        ModelConfig(mlp_dim=-1)

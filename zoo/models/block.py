@@ -21,13 +21,18 @@ from zoo.registry import MIXERS
 
 
 class Block(nnx.Module):
-    """One decoder layer: x -> Residual(mixer) -> Residual(SwiGLU), both with cfg.norm_placement."""
+    """One decoder layer: x -> Residual(mixer) -> Residual(SwiGLU), both with cfg.norm_placement.
+
+    With cfg.mlp_dim == 0 the SwiGLU sublayer (and its norm) is absent: x -> Residual(mixer).
+    """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.mixer_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
         self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
-        self.mlp_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
-        self.mlp = SwiGLU(cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
+        self.has_mlp = cfg.resolved_mlp_dim > 0
+        if self.has_mlp:
+            self.mlp_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
+            self.mlp = SwiGLU(cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array, cache: Any = None
@@ -38,7 +43,8 @@ class Block(nnx.Module):
             return self.mixer(h, segment_ids=segment_ids, positions=positions, cache=cache)
 
         x, new_cache = self.mixer_residual(x, mix)
-        x, _ = self.mlp_residual(x, lambda h: (self.mlp(h), None))
+        if self.has_mlp:
+            x, _ = self.mlp_residual(x, lambda h: (self.mlp(h), None))
         return x, new_cache
 
 

@@ -31,7 +31,8 @@ class ModelConfig:
     num_kv_heads: int = 2
     # Per-head width; None means d_model // num_heads.
     head_dim: int | None = None
-    # SwiGLU hidden width; None means 8/3 * d_model rounded up to a multiple of 64.
+    # SwiGLU hidden width; None means 8/3 * d_model rounded up to a multiple of 64; 0 means no MLP sublayer
+    # (a block is then only its mixer, as in Mamba's own backbone).
     mlp_dim: int | None = None
     # Where the RMSNorms sit around each sublayer: "pre", "post", "sandwich" or "none".
     norm_placement: str = "pre"
@@ -55,9 +56,10 @@ class ModelConfig:
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
             check_int(name, getattr(self, name))
-        for name in ("head_dim", "mlp_dim"):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name))
+        if self.head_dim is not None:
+            check_int("head_dim", self.head_dim)
+        if self.mlp_dim is not None:
+            check_int("mlp_dim", self.mlp_dim, minimum=0)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads must be a multiple of num_kv_heads, got num_heads={self.num_heads}, "
