@@ -7,6 +7,7 @@ from zoo.mixers import (
     attention,  # noqa: F401  (registers "attention")
     circulation,  # noqa: F401  (registers "circulation")
     delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
+    fix,  # noqa: F401  (registers "fix")
     fox,  # noqa: F401  (registers "fox")
     goat,  # noqa: F401  (registers "goat")
     hyena,  # noqa: F401  (registers "hyena")

@@ -1,0 +1,182 @@
+"""FiX, the Fine-grained Forgetting Transformer's mixer: softmax attention with per-channel value forget gates.
+
+FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01-fix-fox.md Part B); the authors' code
+and full text were not available, so the gate parameterization, its init, the scalar gate and the output
+gate are the spec's reconstruction, exposed as options. Per query head and token i (value channel c):
+
+    P_ij = softmax_{j≤i}(q_i·k_j/√d [+ Σ_{l=j+1..i} log f^s_l])       (optional FoX scalar gate f^s)
+    u_i  = Σ_{j≤i} P_ij · exp(Σ_{l=j+1..i} log f_l) ⊙ v_j              (f_l ∈ (0,1)^{Dv}, per channel)
+    o_i  = o_proj(RMSNorm_fp32(u_i) ⊙ γ [⊙ σ(W_g x_i)])
+
+computed by `kernels.value_forget_attention`. The per-head output RMSNorm (float32, eps 1e-6, learned
+scale γ [H, Dv]) is mandatory: it is what makes a shared softmax denominator enough (spec B.2). It also
+means that gates equal across a head's channels give FoX with its output norm, up to the norm's ε: the op's
+u is then FoX's output times a positive per-row scalar (spec invariant 8 holds for u, not after the norm).
+
+Options (`cfg.mixer_options`):
+  vgate: "low_rank" (default) f = σ(W_up W_down x + b), W_down D → r, W_up r → H·Dv, both N(0, 0.02), the
+      bias so that σ(b) spans [0.9, 0.999] (decay times 10..1000 tokens) over each head's channels;
+    "mamba": log f = −exp(A_h)·softplus(W_up W_down x + dt_bias), A_h = 1 at init, dt = softplus(dt_bias)
+      log-spaced over [1e-3, 1e-1]. The same low-rank projection as "low_rank" (as KDA does).
+  vgate_rank (int, 16): r.
+  vgate_min (None | negative float, None): lower bound of log f (KDA-style safe gate, e.g. −5), applied as
+      the smooth saturation m·expm1(log f / m), m = −vgate_min.
+  scalar_gate (bool, True): the FoX scalar gate in the logits, Linear(D → H) with bias, weight N(0, 0.02),
+      bias 0 (FoX's init). Spec B.2: unknown whether FiX keeps it.
+  rope (bool, False): RoPE on q and k with cfg.rope_theta.
+  output_gate (bool, True): o ← RMSNorm(u) ⊙ σ(W_g x) (FoX-Pro style), W_g D → H·Dv, no bias.
+  implementation (None | "reference" | "xla" | "pallas" | a sequence): the op's path.
+  cache ("decayed" | "pruned", "decayed"): the decode cache of spec B.4, see below.
+  prune_eps (float, 1e-6), cache_capacity (None | int, None = max_len): the pruned cache's threshold and
+      slots; giving either with another cache raises.
+
+Decode cache (spec B.4): keys [B, S, Hkv, D] in the compute dtype and the decayed values
+ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head in float32, multiplied by the new gates at every step (no Λ is
+stored), with the scalar gate's suffix sums kept the same way; "pruned" additionally frees a slot once
+every channel of it has decayed below prune_eps and reuses it, so cache_capacity may be < the length
+(a longer prefill is appended in pieces of at most cache_capacity tokens).
+The cache layout and update are the op's (kernels/value_forget_attention/decode.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from kernels.value_forget_attention import decode as vfa_decode
+from kernels.value_forget_attention import value_forget_attention
+from zoo.layers.rope import apply_rope
+from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
+from zoo.mixers.fox_parts import HeadRMSNorm
+from zoo.models.config import ModelConfig
+from zoo.registry import register_mixer
+
+_SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for gate projections (spec A.3)
+_OUTPUT_NORM_EPS = 1e-6  # spec B.3: a small ε, or strongly decayed outputs collapse towards 0
+
+
+@register_mixer("fix")
+class FineGrainedForgettingAttention(nnx.Module):
+    """FiX mixer: x [B, T, D] -> y [B, T, D] (see the module docstring for the options)."""
+
+    CONFORMANCE_OPTIONS = (
+        (),
+        (("vgate", "mamba"), ("vgate_min", -5.0), ("scalar_gate", False), ("rope", True)),
+        (("cache", "pruned"), ("output_gate", False)),
+    )
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        opts = self.options = parse_options(cfg)
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
+        self.rope_theta = cfg.rope_theta
+        self.dtype = jnp.dtype(cfg.compute_dtype)
+        width, kv_width = cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
+
+        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
+            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
+            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+
+        def gate_linear(n_in: int, n_out: int, bias: Any = None) -> nnx.Linear:
+            # Gates in float32 with full-precision matmuls on every backend (spec B.3 "Precision").
+            def bias_init(key: Any, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+                return jnp.broadcast_to(jnp.asarray(bias, dtype), shape)
+
+            return linear(
+                n_in, n_out, use_bias=bias is not None, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST,
+                kernel_init=_SMALL_INIT, bias_init=bias_init,
+            )
+
+        self.q_proj, self.o_proj = linear(cfg.d_model, width), linear(width, cfg.d_model)
+        self.k_proj, self.v_proj = linear(cfg.d_model, kv_width), linear(cfg.d_model, kv_width)
+        low_rank = opts.vgate == "low_rank"
+        bias = low_rank_gate_bias if low_rank else mamba_dt_bias
+        self.vgate_down = gate_linear(cfg.d_model, opts.vgate_rank)
+        self.vgate_up = gate_linear(opts.vgate_rank, width, bias=bias(cfg.num_heads, self.head_dim))
+        # A = exp(A_log) per head, 1 at init so that log f = −dt (Mamba's dt range sets the decay times).
+        self.vgate_a_log = None if low_rank else nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32))
+        self.fgate_proj = gate_linear(cfg.d_model, cfg.num_heads, bias=0.0) if opts.scalar_gate else None
+        self.out_norm = HeadRMSNorm(cfg.num_heads, self.head_dim, eps=_OUTPUT_NORM_EPS)
+        self.out_gate = gate_linear(cfg.d_model, width) if opts.output_gate else None
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array,
+        cache: dict[str, jax.Array] | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
+        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
+        q, k, v = self._project_qkv(x, positions)
+        log_vgate, log_fgate = self.log_value_gate(x), self.log_scalar_gate(x)
+        if cache is None:
+            u = value_forget_attention(
+                q, k, v, log_vgate, log_fgate=log_fgate, segment_ids=segment_ids,
+                implementation=self.options.implementation,
+            )
+            new_cache = None
+        else:
+            u, new_cache = self._attend_cached(q, k, v, log_vgate, log_fgate, cache)
+        return self._output(u, x), new_cache
+
+    def log_value_gate(self, x: jax.Array) -> jax.Array:
+        """x: [B, T, D] -> log f [B, T, H, Dv] float32, in [vgate_min, 0] (≤ 0 without a bound).
+
+        log-sigmoid and softplus are evaluated in their stable forms (never the log of a sigmoid).
+        """
+        batch, length = x.shape[:2]
+        z = self.vgate_up(self.vgate_down(x.astype(jnp.float32))).reshape(
+            batch, length, self.num_heads, self.head_dim
+        )
+        if self.vgate_a_log is None:
+            log_gate = jax.nn.log_sigmoid(z)
+        else:
+            log_gate = -jnp.exp(self.vgate_a_log[...])[:, None] * jax.nn.softplus(z)
+        return bound_log_gate(log_gate, self.options.vgate_min)
+
+    def log_scalar_gate(self, x: jax.Array) -> jax.Array | None:
+        """x: [B, T, D] -> the FoX scalar log gate [B, T, H] float32 (≤ 0), or None when scalar_gate is off."""
+        if self.fgate_proj is None:
+            return None
+        return jax.nn.log_sigmoid(self.fgate_proj(x.astype(jnp.float32)))
+
+    def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh] in the compute dtype (RoPE on q, k)."""
+        batch, length = x.shape[:2]
+        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        if self.options.rope:
+            q = apply_rope(q, positions, theta=self.rope_theta)
+            k = apply_rope(k, positions, theta=self.rope_theta)
+        return q, k, v
+
+    def _output(self, u: jax.Array, x: jax.Array) -> jax.Array:
+        """u [B, T, H, Dv] -> fp32 RMSNorm per head (mandatory), optional σ(W_g x) gate, o_proj -> [B, T, D]."""
+        batch, length = u.shape[:2]
+        out = self.out_norm(u.astype(jnp.float32)).reshape(batch, length, self.num_heads * self.head_dim)
+        if self.out_gate is not None:
+            out = out * jax.nn.sigmoid(self.out_gate(x.astype(jnp.float32)))
+        return self.o_proj(out.astype(self.dtype))
+
+    def _attend_cached(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, log_fgate: jax.Array | None,
+        cache: dict[str, jax.Array],
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Appends T' ≥ 1 tokens to the op's decode cache and attends their queries: u [B, T', H, Dv]."""
+        prune_eps = self.options.prune_eps if self.options.cache == "pruned" else None
+        return vfa_decode.decode_step(cache, q, k, v, log_vgate, log_fgate, prune_eps=prune_eps)
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
+        """Empty decode cache (the op's, see the module docstring): cache_capacity slots with cache="pruned"
+        when given, else max_len. Keys in dtype, decayed values and gate sums in float32. Reads no parameters."""
+        capacity = self.options.cache_capacity or max_len
+        return vfa_decode.init_cache(
+            batch_size, capacity, self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim, dtype
+        )
