@@ -17,13 +17,18 @@ Numerics (spec §2.4 note, binding): Gbar = L_A,prev diag(beta) L_U is the PRODU
 factors whose entries are each a masked exp of a local, non-positive log-gate sum, so all lie in [0, 1];
 Gam = diag(beta) L_U + diag(alpha) Gbar adds non-negative terms. Neither is ever formed as a difference of
 cumulative sums (C_t - C_{j-1}), which loses all precision in float32 once log_mu spans (-2, 0). Every
-exponent is a pairwise segment sum or a running sum from the chunk start, masked to -inf before exp.
-"One step earlier" is a row shift of those sums in log space, never a division by exp(g_t).
+exponent is a pairwise segment sum or a running sum from the chunk start (masked prefix sums), masked to
+-inf before exp. "One step earlier" is an exclusive prefix sum, never a division by exp(g_t).
 
 Packed segments: a reset at step t zeroes every factor linking t to an earlier step and the carried
 S0/M0 terms (all by the -inf masks), exactly as a zeroed (S, M). T is padded to a multiple of C with
-identity steps (beta = eta = 0, g = log_mu = 0). Everything but the state passing runs for all chunks at
-once; the sequential `lax.scan` only forms W = u - ys S0 + zm M0 and the leaving states (spec §2.4).
+identity steps (beta = eta = 0, g = log_mu = 0).
+
+Speed (XLA:CPU): the XLA path runs chunk-major ([N, B, H, C, ...]) and stacks the two states as X = [S; M]
+[2K, V], so the sequential `lax.scan` (`state_pass`) needs no transposes and does two matmuls per chunk; all
+the rest runs batched over every chunk. Gradients: autodiff, except three hand-written backwards: the UT
+solve and per-row scalings (the gated delta rule's `unit_lower_solve`, `_scale_rows`: matmuls instead of
+doubling levels and minor-axis reductions) and `state_pass` (the reverse scan carries only dX).
 """
 
 from __future__ import annotations
@@ -34,9 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-# Shared chunking helpers of the gated delta rule (same layout, same block-doubling UT inverse).
-from kernels.delta_rule.reference import segment_starts
-from kernels.delta_rule.xla import _cumsum, _pad_time, _to_chunks, unit_lower_inverse
+from kernels.delta_rule.xla import _chunk_inputs, _pad_time, _scale_rows, _to_chunk_major, _to_chunks, unit_lower_solve
 from kernels.momentum_delta_rule.reference import initial_states
 
 _HI = jax.lax.Precision.HIGHEST
@@ -48,7 +51,7 @@ def _ein(spec, *xs):
 
 
 class Factors(NamedTuple):
-    """Masked decay factors of a set of chunks, layout [B, H, N, C(, C)], entries all in [0, 1]."""
+    """Masked decay factors of a set of chunks, layout [.., C(, C)], entries all in [0, 1]."""
 
     la_prev: jax.Array  # [..,C,C] exp(A_{t-1} - A_i), i < t, same segment as t
     lu: jax.Array  # [..,C,C] exp(U_i - U_j), j <= i, same segment
@@ -58,18 +61,14 @@ class Factors(NamedTuple):
     eu: jax.Array  # [..,C] exp(U_t), same mask as ea
 
 
-def _pairwise(x: jax.Array) -> jax.Array:
-    """[.., C] log-gates -> [.., C(t), C(s)] local sums sum_{l=s+1..t} x_l for t > s, else 0."""
-    c = x.shape[-1]
-    after = jnp.arange(c)[:, None] > jnp.arange(c)[None, :]
-    return _cumsum(jnp.where(after, x[..., :, None], 0.0), axis=-2)
+def _prefix_sum(x: jax.Array, axis: int, exclusive: bool = False) -> jax.Array:
+    """(Exclusive) prefix sum along a chunk axis as one matmul with a triangular 0/1 matrix.
 
-
-def _shift_down(x: jax.Array, axis: int) -> jax.Array:
-    """Row t takes row t-1 (row 0 gets 0): the same log-sum one step earlier."""
-    x = jnp.moveaxis(x, axis, -1)
-    x = jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
-    return jnp.moveaxis(x, -1, axis)
+    XLA:CPU lowers jnp.cumsum to a slow reduce_window; all log-gates are <= 0, so no cancellation.
+    """
+    c = x.shape[axis]
+    tri = jnp.tril(jnp.ones((c, c), x.dtype), -1 if exclusive else 0)
+    return jnp.moveaxis(jnp.tensordot(tri, jnp.moveaxis(x, axis, 0), axes=1, precision=_HI), 0, axis)
 
 
 def factors(gc: jax.Array, uc: jax.Array, run: jax.Array, run_in: jax.Array) -> Factors:
@@ -79,16 +78,20 @@ def factors(gc: jax.Array, uc: jax.Array, run: jax.Array, run_in: jax.Array) -> 
     same = run[..., :, None] == run[..., None, :]
     lower, strict = same & (t_idx >= s_idx), same & (t_idx > s_idx)
     masked_exp = lambda mask, x: jnp.exp(jnp.where(mask, x, _NEG_INF))  # mask BEFORE exp
-    seg_a = _pairwise(gc)
+    # Pairwise segment sums: row l of the masked matrix holds x_l in the columns s < l; its prefix sum over
+    # l <= t (or l < t, one step earlier) is sum_{l=s+1..t} x_l (or ..t-1): local sums, never differences.
+    # The 0/1 mask times x as a row scaling: its backward sums rows by a matmul, not a minor-axis reduction.
+    strict_ones = jnp.broadcast_to((t_idx > s_idx).astype(jnp.float32), gc.shape + (c,))
+    after = lambda x: _scale_rows(strict_ones, x[..., :, None])
     carry = run == run_in[..., None]
-    cum_a = _cumsum(gc, axis=-1)
-    return Factors(alpha=jnp.exp(gc), la_prev=masked_exp(strict, _shift_down(seg_a, -2)),
-                   lu=masked_exp(lower, _pairwise(uc)), ea=masked_exp(carry, cum_a),
-                   ea_prev=masked_exp(carry, _shift_down(cum_a, -1)), eu=masked_exp(carry, _cumsum(uc, -1)))
+    return Factors(alpha=jnp.exp(gc), la_prev=masked_exp(strict, _prefix_sum(after(gc), -2, exclusive=True)),
+                   lu=masked_exp(lower, _prefix_sum(after(uc), -2)), ea=masked_exp(carry, _prefix_sum(gc, -1)),
+                   ea_prev=masked_exp(carry, _prefix_sum(gc, -1, exclusive=True)),
+                   eu=masked_exp(carry, _prefix_sum(uc, -1)))
 
 
 class Chunked(NamedTuple):
-    """Padded, chunked float32 operands, layout [B, H, N, C, ...]."""
+    """Padded, chunked float32 operands, layout [B, H, N, C, ...] (or [N, B, H, C, ...] chunk-major)."""
 
     q: jax.Array  # [..,C,K] times scale
     k: jax.Array  # [..,C,K] times eta
@@ -98,31 +101,24 @@ class Chunked(NamedTuple):
     fac: Factors
 
 
-def prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size) -> Chunked:
-    """Casts to float32, pads T to a multiple of chunk_size with identity steps, chunks, builds factors."""
-    bsz, seqlen, _, dk = q.shape
+def prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, chunk_major=False) -> Chunked:
+    """Casts to float32, pads T to a multiple of chunk_size with identity steps, chunks, builds factors.
+
+    Layout [B, H, N, C, ...], or [N, B, H, C, ...] with chunk_major.
+    """
+    bsz, seqlen = q.shape[:2]
     c = chunk_size
     n = -(-seqlen // c)
-    pad = n * c - seqlen
-    scale = dk**-0.5 if scale is None else scale
     f32 = lambda x: x.astype(jnp.float32)
-    run = jnp.cumsum(segment_starts(segment_ids, bsz, seqlen).astype(jnp.int32), axis=1)
-    run = _pad_time(run, pad, mode="edge").reshape(bsz, 1, n, c)  # padding stays in the last segment
-    run_in = jnp.concatenate([jnp.zeros_like(run[:, :, :1, 0]), run[:, :, :-1, -1]], axis=2)
-    chunk = lambda x: _to_chunks(_pad_time(x, pad), n, c)
-    gate = lambda x: chunk(f32(x)[..., None])[..., 0]
-    fac = factors(gate(g), gate(log_mu), run, run_in)
-    return Chunked(q=chunk(f32(q) * jnp.float32(scale)), k=chunk(f32(k) * f32(eta)[..., None]),
-                   p=chunk(f32(p)), v=chunk(f32(v)), beta=gate(beta), fac=fac)
-
-
-def _through_beta(left: jax.Array, beta: jax.Array, right: jax.Array) -> jax.Array:
-    """left diag(beta) right for [.., C, C] factors: the product form of Gam (no cancellation)."""
-    return _ein("...ti,...i,...ij->...tj", left, beta, right)
+    x = _chunk_inputs(q, _scale_rows(f32(k), f32(eta)[..., None]), v, beta, g, scale, segment_ids, c, chunk_major)
+    to_chunks = _to_chunk_major if chunk_major else _to_chunks
+    chunk = lambda a: to_chunks(_pad_time(f32(a), n * c - seqlen), n, c)
+    fac = factors(x.gc[..., 0], chunk(log_mu[..., None])[..., 0], x.run, x.run_in)
+    return Chunked(q=x.q, k=x.k, p=chunk(p), v=x.v, beta=x.beta, fac=fac)
 
 
 class Intra(NamedTuple):
-    """Per-chunk quantities, computed for all chunks in parallel, layout [B, H, N, C, ...].
+    """Per-chunk quantities, computed for all chunks in parallel, layout as `Chunked`.
 
     With (S0, M0) entering a chunk: W = u - ys S0 + zm M0, O = x W + qa S0 - qb M0,
     S_C = ea_end S0 - b_end M0 + k_s^T W and M_C = eu_end M0 - k_m^T W.
@@ -141,40 +137,85 @@ class Intra(NamedTuple):
 
 def intra_chunk(ops: Chunked) -> Intra:
     """The UT solve and every [C, C] product of spec §2.4, for all chunks at once."""
-    f, dk = ops.fac, ops.k.shape[-1]
-    gam_prev = _through_beta(f.la_prev, ops.beta, f.lu)  # strictly lower: exact zeros elsewhere
-    b_prev = _ein("...ti,...i->...t", f.la_prev, ops.beta * f.eu)
+    f, dk, c = ops.fac, ops.k.shape[-1], ops.k.shape[-2]
+    rows = lambda x: x[..., None]
+    # [Gbar | bbar] = L_A,prev diag(beta) [L_U | exp(U)]: one matmul of factors in [0, 1]; Gbar strictly lower.
+    beta_lu_eu = _scale_rows(jnp.concatenate([f.lu, rows(f.eu)], axis=-1), rows(ops.beta))
+    prev = _ein("...ti,...ij->...tj", f.la_prev, beta_lu_eu)
     # L_A = I + diag(alpha) L_A,prev (row t of L_A is alpha_t times row t one step earlier, plus the
-    # diagonal), so Gam = diag(beta) L_U + diag(alpha) Gbar: a sum of non-negative terms, no cancellation,
-    # and one [C, C, C] product fewer. Likewise b = beta o exp(U) + alpha o bbar.
-    gam = ops.beta[..., :, None] * f.lu + f.alpha[..., :, None] * gam_prev
-    b = ops.beta * f.eu + f.alpha * b_prev
+    # diagonal), so [Gam | b] = diag(beta) [L_U | exp(U)] + diag(alpha) [Gbar | bbar]: a sum of non-negative
+    # terms, no cancellation, and one [C, C, C] product fewer.
+    cur = beta_lu_eu + _scale_rows(prev, rows(f.alpha))
+    gam_prev, b_prev, gam, b = prev[..., :c], prev[..., c], cur[..., :c], cur[..., c]
     lmat = gam_prev * _ein("...tk,...jk->...tj", ops.p, ops.k)
-    rhs = jnp.concatenate([f.ea_prev[..., None] * ops.p, b_prev[..., None] * ops.p, ops.v], axis=-1)
-    y = _ein("...ts,...sd->...td", unit_lower_inverse(lmat), rhs)
+    rhs = jnp.concatenate([_scale_rows(ops.p, rows(f.ea_prev)), _scale_rows(ops.p, rows(b_prev)), ops.v], axis=-1)
+    y = unit_lower_solve(lmat, rhs)
     return Intra(x=gam * _ein("...tk,...jk->...tj", ops.q, ops.k), u=y[..., 2 * dk:], ys=y[..., :dk],
-                 zm=y[..., dk:2 * dk], qa=f.ea[..., None] * ops.q, qb=b[..., None] * ops.q,
-                 k_s=gam[..., -1, :, None] * ops.k, k_m=f.lu[..., -1, :, None] * ops.k,
+                 zm=y[..., dk:2 * dk], qa=_scale_rows(ops.q, rows(f.ea)), qb=_scale_rows(ops.q, rows(b)),
+                 k_s=_scale_rows(ops.k, rows(gam[..., -1, :])), k_m=_scale_rows(ops.k, rows(f.lu[..., -1, :])),
                  ends=jnp.stack([f.ea[..., -1], b[..., -1], f.eu[..., -1]], axis=-1))
 
 
-def _pass_states(it: Intra, s0: jax.Array, m0: jax.Array):
-    """The sequential part: chunk by chunk, residuals W from the entering states, then the leaving states.
+def _end_decay(ends: jax.Array, x: jax.Array, transpose: bool = False) -> jax.Array:
+    """E X (or E^T X) for X = [S; M] [..,2K,V] and E = [[exp(A_C) I, -b_C I], [0, exp(U_C) I]], ends [..,3]."""
+    ea, b, eu = (ends[..., i, None, None] for i in range(3))
+    dk = x.shape[-2] // 2
+    s, m = x[..., :dk, :], x[..., dk:, :]
+    top, bottom = (ea * s, eu * m - b * s) if transpose else (ea * s - b * m, eu * m)
+    return jnp.concatenate([top, bottom], axis=-2)
 
-    Returns W [B,H,N,C,V], the states entering every chunk S_in, M_in [B,H,N,K,V], and the final (S, M).
+
+@jax.custom_vjp
+def state_pass(x, u, y, kc, qc, ends, x0):
+    """The sequential part and the output, chunk-major, with the stacked state X = [S; M] [2K, V].
+
+    Per chunk, from the state X entering it: W = u - Y X, O = x W + Qc X and X' = E X + Kc^T W, where
+    Y = [ys | -zm], Qc = [qa | -qb], Kc = [k_s | -k_m] [..,C,2K] and E as in `_end_decay`.
+    x [N,B,H,C,C]; u [N,B,H,C,V]; y, kc, qc [N,B,H,C,2K]; ends [N,B,H,3]; x0 [B,H,2K,V].
+    Returns o [N,B,H,C,V] and the final state [B,H,2K,V].
+
+    Hand-written backward: the reverse scan carries only dX (two matmuls per chunk); every other
+    cotangent is one batched matmul over all chunks afterwards, instead of small ones inside the loop.
     """
+    return _state_pass_fwd(x, u, y, kc, qc, ends, x0)[0]
 
-    def step(state, c):
-        s, m = state
-        w = c.u - _ein("bhck,bhkv->bhcv", c.ys, s) + _ein("bhck,bhkv->bhcv", c.zm, m)
-        ea, b, eu = (c.ends[..., i, None, None] for i in range(3))
-        s_out = ea * s - b * m + _ein("bhck,bhcv->bhkv", c.k_s, w)
-        m_out = eu * m - _ein("bhck,bhcv->bhkv", c.k_m, w)
-        return (s_out, m_out), (w, s, m)
 
-    per_chunk = Intra(*(jnp.moveaxis(a, 2, 0) for a in it))
-    final, outs = jax.lax.scan(step, (s0, m0), per_chunk)
-    return tuple(jnp.moveaxis(a, 0, 2) for a in outs), final
+def _state_pass_fwd(x, u, y, kc, qc, ends, x0):
+    def step(xs, op):
+        u_n, y_n, kc_n, ends_n = op
+        w = u_n - _ein("bhck,bhkv->bhcv", y_n, xs)
+        return _end_decay(ends_n, xs) + _ein("bhck,bhcv->bhkv", kc_n, w), (w, xs)
+
+    x_final, (w, x_in) = jax.lax.scan(step, x0, (u, y, kc, ends))
+    o = _ein("...ts,...sv->...tv", x, w) + _ein("...ck,...kv->...cv", qc, x_in)
+    return (o, x_final), (x, y, kc, qc, ends, w, x_in)
+
+
+def _state_pass_bwd(res, cts):
+    x, y, kc, qc, ends, w, x_in = res
+    do, dx_final = cts
+    do_w = _ein("...ts,...tv->...sv", x, do)
+    do_x = _ein("...ck,...cv->...kv", qc, do)
+
+    def step(dx_out, op):
+        do_w_n, do_x_n, y_n, kc_n, ends_n = op
+        dw = do_w_n + _ein("bhck,bhkv->bhcv", kc_n, dx_out)
+        dx_in = _end_decay(ends_n, dx_out, transpose=True) - _ein("bhck,bhcv->bhkv", y_n, dw) + do_x_n
+        return dx_in, (dw, dx_out)
+
+    dx0, (dw, dx_out) = jax.lax.scan(step, dx_final, (do_w, do_x, y, kc, ends), reverse=True)
+    # With dW and dX' (dx_out) of every chunk known, each operand's cotangent is one batched product:
+    # dx = dO W^T, du = dW, dY = -dW X^T, dKc = W dX'^T, dQc = dO X^T, and the Frobenius products of E.
+    dk = y.shape[-1] // 2
+    frob = lambda a, b: _ein("...kv,...kv->...", a, b)
+    ds_out, dm_out = dx_out[..., :dk, :], dx_out[..., dk:, :]
+    s_in, m_in = x_in[..., :dk, :], x_in[..., dk:, :]
+    dends = jnp.stack([frob(ds_out, s_in), -frob(ds_out, m_in), frob(dm_out, m_in)], axis=-1)
+    outer = lambda a, b: _ein("...cv,...kv->...ck", a, b)
+    return (_ein("...tv,...sv->...ts", do, w), dw, -outer(dw, x_in), outer(w, dx_out), outer(do, x_in), dends, dx0)
+
+
+state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
@@ -187,11 +228,11 @@ def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial
     Returns (o [B,T,H,V] in q.dtype, (S, M) each [B,H,K,V] float32).
     """
     bsz, seqlen, heads, dk = q.shape
-    ops = prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size)
+    ops = prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, chunk_major=True)
     s0, m0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
     it = intra_chunk(ops)
-    (w, s_in, m_in), final = _pass_states(it, s0, m0)
-    o = (_ein("bhnts,bhnsv->bhntv", it.x, w) + _ein("bhnck,bhnkv->bhncv", it.qa, s_in)
-         - _ein("bhnck,bhnkv->bhncv", it.qb, m_in))
-    o = jnp.moveaxis(o, 1, 3).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
-    return o.astype(q.dtype), final
+    cat = lambda a, b: jnp.concatenate([a, -b], axis=-1)
+    o, x_final = state_pass(it.x, it.u, cat(it.ys, it.zm), cat(it.k_s, it.k_m), cat(it.qa, it.qb), it.ends,
+                            jnp.concatenate([s0, m0], axis=-2))  # o [N,B,H,C,V]
+    o = jnp.transpose(o, (1, 0, 3, 2, 4)).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
+    return o.astype(q.dtype), (x_final[..., :dk, :], x_final[..., dk:, :])
