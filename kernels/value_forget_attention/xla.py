@@ -35,7 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+# The block layout (time padding, [N, B, Hkv, G, C, ...] blocks) is FoX's own: both ops share it.
 from kernels.forgetting_attention import _gates
+from kernels.forgetting_attention.xla import _from_blocks, _pad_time, _to_blocks
 
 DEFAULT_BLOCK_SIZE = 64
 SUB_CHUNK = 8
@@ -379,25 +381,6 @@ def _blocked_bwd(scale, res, du):
 
 
 _blocked.defvjp(_blocked_fwd, _blocked_bwd)
-
-
-def _to_blocks(x, c, hkv):
-    """[B, Tp, H, *F] -> [N, B, Hkv, G, C, *F] (Tp = N·C)."""
-    b, tp, h = x.shape[:3]
-    x = x.reshape(b, tp // c, c, hkv, h // hkv, *x.shape[3:])
-    return jnp.moveaxis(x, (1, 3, 4), (0, 2, 3))
-
-
-def _from_blocks(x):
-    """[N, B, Hkv, G, C, Dv] -> [B, N·C, Hkv·G, Dv]."""
-    n, b, hkv, g, c, d = x.shape
-    return jnp.moveaxis(x, (0, 2, 3), (1, 3, 4)).reshape(b, n * c, hkv * g, d)
-
-
-def _pad_time(x, tp):
-    pad = [(0, 0)] * x.ndim
-    pad[1] = (0, tp - x.shape[1])
-    return jnp.pad(x, pad)
 
 
 def value_forget_attention(q, k, v, log_vgate, *, log_fgate=None, scale=None, segment_ids=None,
