@@ -32,8 +32,9 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 
+# The (B, H)-grid pallas_call wrapper is the gated delta rule's own: both state passes use it.
+from kernels.delta_rule.pallas_chunk import _call, _sds
 from kernels.momentum_delta_rule import xla
 from kernels.momentum_delta_rule.reference import initial_states
 
@@ -125,26 +126,6 @@ def _bwd_kernel(x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea
     ds0, dm0 = lax.fori_loop(0, n_chunks, body, (dsf_ref[...], dmf_ref[...]))
     ds0_ref[...] = ds0
     dm0_ref[...] = dm0
-
-
-def _call(kernel, inputs, out_shapes):
-    """pallas_call with grid (B, H); every array is [B, H, ...] and a program sees its [...] block."""
-    bsz, heads = inputs[0].shape[:2]
-
-    def spec(shape):
-        rest = tuple(shape[2:])
-        return pl.BlockSpec((pl.squeezed, pl.squeezed) + rest, lambda b, h: (b, h) + (0,) * len(rest))
-
-    return pl.pallas_call(
-        kernel, grid=(bsz, heads),
-        in_specs=[spec(x.shape) for x in inputs],
-        out_specs=[spec(s.shape) for s in out_shapes],
-        out_shape=out_shapes, interpret=True,
-    )(*inputs)
-
-
-def _sds(x, shape=None):
-    return jax.ShapeDtypeStruct(x.shape if shape is None else shape, jnp.float32)
 
 
 @jax.custom_vjp
