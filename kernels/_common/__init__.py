@@ -1,0 +1,2 @@
+"""Helpers shared by more than one op: precision and dtype constants, segment helpers, block/chunk layout,
+the Pallas grid wrapper. An op imports these; no op imports another op's private names."""
