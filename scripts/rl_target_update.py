@@ -22,10 +22,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from train.rl.dqn import train_dqn  # noqa: E402
-from train.rl.envs import random_mdp, value_iteration  # noqa: E402
-from train.rl.schedules import adaptive_schedule, constant_schedule  # noqa: E402
-from train.rl.tabular import periodic_q_learning, steps_to_reach  # noqa: E402
+from zoo.rl.dqn import train_dqn  # noqa: E402
+from zoo.rl.envs import random_mdp, value_iteration  # noqa: E402
+from zoo.rl.schedules import adaptive_schedule, constant_schedule  # noqa: E402
+from zoo.rl.tabular import periodic_q_learning, steps_to_reach  # noqa: E402
 
 TAB_EPS = (0.3, 0.1, 0.03, 0.01)
 DQN_EPS = (1.0, 0.3, 0.2)

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from train.rl.envs import FiniteMDP, sample_transitions
-from train.rl.schedules import GeometricTargetSchedule, SyncState
+from zoo.rl.envs import FiniteMDP, sample_transitions
+from zoo.rl.schedules import GeometricTargetSchedule, SyncState
 
 
 class QLearningTrace(NamedTuple):

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.rl.dqn import train_dqn
-from train.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_transitions, step, value_iteration
-from train.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
-from train.rl.tabular import periodic_q_learning, steps_to_reach
+from zoo.rl.dqn import train_dqn
+from zoo.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_transitions, step, value_iteration
+from zoo.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
+from zoo.rl.tabular import periodic_q_learning, steps_to_reach
 
 
 def test_geometric_periods_match_formula_grow_by_ratio_and_respect_cap():

@@ -1,8 +1,8 @@
 """Periodic Q-learning with scheduled target-network updates (spec train-08): constant and adaptive
 (geometrically growing) periods, small exact MDPs, a tabular learner and a DQN, measured against Q*."""
 
-from train.rl.dqn import DQNTrace, QNetwork, train_dqn
-from train.rl.envs import (
+from zoo.rl.dqn import DQNTrace, QNetwork, train_dqn
+from zoo.rl.envs import (
     FiniteMDP,
     bellman_optimality,
     chain_mdp,
@@ -12,14 +12,14 @@ from train.rl.envs import (
     step,
     value_iteration,
 )
-from train.rl.schedules import (
+from zoo.rl.schedules import (
     GeometricTargetSchedule,
     SyncState,
     adaptive_ratio,
     adaptive_schedule,
     constant_schedule,
 )
-from train.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
+from zoo.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
 
 __all__ = [
     "DQNTrace", "FiniteMDP", "GeometricTargetSchedule", "QLearningTrace", "QNetwork", "SyncState",
