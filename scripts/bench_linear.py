@@ -30,7 +30,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels.delta_rule import gated_delta_rule  # noqa: E402
 from kernels.forgetting_attention import forgetting_attention  # noqa: E402
 from kernels.momentum_delta_rule import momentum_delta_rule  # noqa: E402

@@ -21,12 +21,10 @@ import math
 import os
 import pathlib
 import shutil
-import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402

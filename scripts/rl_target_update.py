@@ -14,24 +14,29 @@ import argparse
 import json
 import os
 import pathlib
-import sys
+from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from zoo.rl.dqn import train_dqn  # noqa: E402
+from zoo.rl.dqn import DQNTrace, train_dqn  # noqa: E402
 from zoo.rl.envs import random_mdp, value_iteration  # noqa: E402
-from zoo.rl.schedules import adaptive_schedule, constant_schedule  # noqa: E402
-from zoo.rl.tabular import periodic_q_learning, steps_to_reach  # noqa: E402
+from zoo.rl.schedules import GeometricTargetSchedule, adaptive_schedule, constant_schedule  # noqa: E402
+from zoo.rl.tabular import QLearningTrace, periodic_q_learning, steps_to_reach  # noqa: E402
 
 TAB_EPS = (0.3, 0.1, 0.03, 0.01)
 DQN_EPS = (1.0, 0.3, 0.2)
 
 
-def run_family(name, schedules, runner, seeds, eps_list):
+def run_family(
+    name: str,
+    schedules: list[tuple[str, GeometricTargetSchedule]],
+    runner: Callable[[GeometricTargetSchedule, jax.Array], QLearningTrace | DQNTrace],
+    seeds: int,
+    eps_list: tuple[float, ...],
+) -> tuple[list[dict], dict[str, np.ndarray]]:
     rows, curves = [], {}
     for label, sched in schedules:
         errs = np.stack([np.asarray(runner(sched, jax.random.key(seed)).target_error) for seed in range(seeds)])
@@ -44,7 +49,7 @@ def run_family(name, schedules, runner, seeds, eps_list):
     return rows, curves
 
 
-def fit_exponent(rows, label_filter, eps_list):
+def fit_exponent(rows: list[dict], label_filter: Callable[[str], bool], eps_list: tuple[float, ...]) -> float | None:
     """Slope of log(samples) vs log(1/ε) over the ε each candidate reaches (best candidate per ε)."""
     pts = []
     for e in eps_list:
@@ -76,7 +81,7 @@ def main() -> None:
     tab_scheds += [(f"adaptive K0={k}", adaptive_schedule(k, mdp.gamma)) for k in (30, 100)]
     print(f"\n{'':8s} {'schedule':22s} {'final err':>10s}  " + "  ".join(f"{'ε=' + str(e):>9s}" for e in TAB_EPS))
 
-    def tab_runner(sched, key):
+    def tab_runner(sched: GeometricTargetSchedule, key: jax.Array) -> QLearningTrace:
         return periodic_q_learning(mdp, sched, key, args.tabular_steps, q_star, step_size=1.0, decay_k0=30.0)
 
     tab_rows, tab_curves = run_family("tabular", tab_scheds, tab_runner, args.seeds, TAB_EPS)
@@ -85,7 +90,7 @@ def main() -> None:
     dqn_scheds += [(f"adaptive K0={k}", adaptive_schedule(k, mdp.gamma)) for k in (10, 100)]
     print(f"\n{'':8s} {'schedule':22s} {'final err':>10s}  " + "  ".join(f"{'ε=' + str(e):>9s}" for e in DQN_EPS))
 
-    def dqn_runner(sched, key):
+    def dqn_runner(sched: GeometricTargetSchedule, key: jax.Array) -> DQNTrace:
         return train_dqn(mdp, sched, key, args.dqn_steps, q_star)
 
     dqn_rows, dqn_curves = run_family("dqn", dqn_scheds, dqn_runner, args.seeds, DQN_EPS)

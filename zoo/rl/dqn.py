@@ -30,7 +30,7 @@ from zoo.rl.schedules import GeometricTargetSchedule
 class QNetwork(nnx.Module):
     """Q_θ: one-hot states [..., S] float32 -> Q-values [..., A] float32 (two hidden ReLU layers of width H)."""
 
-    def __init__(self, num_states: int, num_actions: int, hidden: int, *, rngs: nnx.Rngs):
+    def __init__(self, num_states: int, num_actions: int, hidden: int, *, rngs: nnx.Rngs) -> None:
         self.l1 = nnx.Linear(num_states, hidden, rngs=rngs)
         self.l2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, num_actions, rngs=rngs)
@@ -58,13 +58,27 @@ _STATIC = ("graphdef", "schedule", "learning_rate", "gamma", "num_steps", "batch
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def _run(params, key, P, R, q_star, *, graphdef, schedule, learning_rate, gamma, num_steps, batch_size, huber_delta):
+def _run(
+    params: dict,
+    key: jax.Array,
+    P: jax.Array,
+    R: jax.Array,
+    q_star: jax.Array,
+    *,
+    graphdef: nnx.GraphDef,
+    schedule: GeometricTargetSchedule,
+    learning_rate: float,
+    gamma: float,
+    num_steps: int,
+    batch_size: int,
+    huber_delta: float,
+) -> DQNTrace:
     mdp = FiniteMDP(P, R, gamma)
     # Built here from the static learning rate (not passed in) so equal settings hit the jit cache.
     optimizer = optax.adam(learning_rate)
     num_states = P.shape[0]
 
-    def loss_fn(p, target_p, batch):
+    def loss_fn(p: dict, target_p: dict, batch: tuple[jax.Array, ...]) -> jax.Array:
         s, a, r, s_next = batch
         q_sa = jnp.take_along_axis(_q_all(graphdef, p, num_states)[s], a[:, None], axis=1)[:, 0]
         # The bootstrap target reads θ̄ only and is held constant in the gradient (semi-gradient TD).
@@ -72,7 +86,7 @@ def _run(params, key, P, R, q_star, *, graphdef, schedule, learning_rate, gamma,
         y = r + jnp.float32(gamma) * jnp.max(q_next, axis=1)
         return jnp.mean(optax.losses.huber_loss(q_sa, y, delta=huber_delta))
 
-    def body(carry, t):
+    def body(carry: tuple, t: jax.Array) -> tuple[tuple, tuple[jax.Array, ...]]:
         p, target_p, opt_state, sync = carry
         batch = sample_transitions(mdp, jax.random.fold_in(key, t), batch_size)
         loss, grads = jax.value_and_grad(loss_fn)(p, target_p, batch)

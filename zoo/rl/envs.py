@@ -47,7 +47,7 @@ def _check(P: np.ndarray, R: np.ndarray, gamma: float) -> None:
         raise ValueError("P[s, a, :] must be probability vectors")
 
 
-def make_mdp(P, R, gamma: float) -> FiniteMDP:
+def make_mdp(P: np.ndarray | jax.Array, R: np.ndarray | jax.Array, gamma: float) -> FiniteMDP:
     """Validates and wraps (P [S, A, S], R [S, A], γ) as float32 arrays."""
     P, R = np.asarray(P, np.float64), np.asarray(R, np.float64)
     _check(P, R, gamma)

@@ -46,7 +46,7 @@ class GeometricTargetSchedule:
     ratio: float = 1.0
     k_max: int = 100_000
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.k0, bool) or not isinstance(self.k0, int | np.integer) or self.k0 < 1:
             raise ValueError(f"k0 must be an integer >= 1, got {self.k0!r}")
         if not (math.isfinite(self.ratio) and self.ratio >= 1.0):

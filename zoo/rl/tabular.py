@@ -55,10 +55,19 @@ def _validate(num_steps: int, step_size: float, decay_k0: float | None) -> None:
 
 
 @functools.partial(jax.jit, static_argnames=("schedule", "gamma", "step_size", "decay_k0"))
-def _run(transitions, q_init, q_star, *, schedule, gamma, step_size, decay_k0):
+def _run(
+    transitions: tuple[jax.Array, ...],
+    q_init: jax.Array,
+    q_star: jax.Array,
+    *,
+    schedule: GeometricTargetSchedule,
+    gamma: float,
+    step_size: float,
+    decay_k0: float | None,
+) -> QLearningTrace:
     s, a, r, s_next = transitions
 
-    def body(carry, x):
+    def body(carry: tuple, x: tuple[jax.Array, ...]) -> tuple[tuple, tuple[jax.Array, ...]]:
         q, q_target, sync = carry
         s_k, a_k, r_k, sn_k = x
         alpha = inner_step_size(sync.since_sync, step_size, decay_k0)
