@@ -3,14 +3,44 @@ short filters, causality (the 2T padding), packed rows vs a per-segment loop, an
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from harness import LENGTHS, OpCase, assert_close, check_forward_and_grads, check_packed_equals_loop, make_case_inputs
+from tolerances import tolerance
 
 from kernels import causal_long_conv
 
 D = 3
+
+
+def _make(rng: np.random.Generator, batch: int, length: int) -> dict[str, jax.Array]:
+    """u [B, T, D] ~ N(0, 1) and a full-length filter h [T, D] ~ N(0, 1/T)."""
+    u = jnp.asarray(rng.standard_normal((batch, length, D)), jnp.float32)
+    h = jnp.asarray(rng.standard_normal((length, D)) / np.sqrt(length), jnp.float32)
+    return {"u": u, "h": h}
+
+
+def _segment_alone(inputs: dict[str, jax.Array], row: int, lo: int, hi: int) -> dict[str, jax.Array]:
+    """One segment alone: its slice of u, and the filter cut to the segment (L <= T)."""
+    return {"u": inputs["u"][row:row + 1, lo:hi], "h": inputs["h"][:hi - lo]}
+
+
+CASE = OpCase(
+    name="long_conv",
+    make_inputs=_make,
+    reference=functools.partial(causal_long_conv, implementation="reference"),
+    fast={"xla": functools.partial(causal_long_conv, implementation="xla")},
+    differentiable=("u", "h"),
+    time_inputs=("u",),
+    state_input=None,
+    returns_state=False,
+    chunk_arg=None,
+    slice_segment=_segment_alone,
+)
 
 
 def _inputs(length: int, filter_len: int | None = None, seed: int = 0, batch: int = 2):
@@ -44,26 +74,19 @@ def test_one_segment_per_row_takes_the_fft_and_packed_rows_the_exact_sum():
                                   np.asarray(exact))
 
 
-@pytest.mark.parametrize("length", [1, 63, 100, 257])
+@pytest.mark.parametrize("length", LENGTHS)
 def test_fft_equals_direct_forward_and_grads(length):
-    u, h = _inputs(length, seed=length)
-    cot = jax.random.normal(jax.random.key(99), u.shape, jnp.float32)
-    outs = {}
-    for impl in ("reference", "xla"):
-        def loss(u, h, impl=impl):
-            return jnp.sum(causal_long_conv(u, h, implementation=impl) * cot)
-        outs[impl] = (causal_long_conv(u, h, implementation=impl), *jax.grad(loss, argnums=(0, 1))(u, h))
-    scale = {"atol": 2e-5 * np.sqrt(length), "rtol": 1e-5}
-    for ref, fft in zip(outs["reference"], outs["xla"], strict=True):
-        np.testing.assert_allclose(np.asarray(fft), np.asarray(ref), **scale)
+    check_forward_and_grads(CASE, length, seed=length, tol=tolerance("long_conv").scaled(np.sqrt(length)))
     if length <= 100:
-        np.testing.assert_allclose(np.asarray(outs["xla"][0]), _numpy_direct(u, h), atol=1e-5, rtol=1e-5)
+        inputs = make_case_inputs(CASE, length, seed=length)
+        y = causal_long_conv(inputs["u"], inputs["h"], implementation="xla")
+        assert_close(y, _numpy_direct(inputs["u"], inputs["h"]), tolerance("long_conv.float64"), what="y vs float64")
 
 
 def test_short_filter_and_bf16():
     u, h = _inputs(50, filter_len=7, seed=3)
     y = causal_long_conv(u, h)
-    np.testing.assert_allclose(np.asarray(y), _numpy_direct(u, h), atol=1e-5, rtol=1e-5)
+    assert_close(y, _numpy_direct(u, h), tolerance("long_conv.float64"), what="short filter")
     yb = causal_long_conv(u.astype(jnp.bfloat16), h.astype(jnp.bfloat16))
     assert yb.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(yb.astype(jnp.float32))))
 
@@ -74,30 +97,16 @@ def test_causal_no_circular_wraparound():
     cut = 17
     y = causal_long_conv(u, h)
     y2 = causal_long_conv(u.at[:, cut:].add(10.0), h)
-    # FFT round-off grows with the perturbation (~1e-5 here); a circular leak would be O(1)
-    np.testing.assert_allclose(np.asarray(y2[:, :cut]), np.asarray(y[:, :cut]), atol=1e-4)
+    assert_close(y2[:, :cut], y[:, :cut], tolerance("long_conv.causal"), what="past outputs")
     assert float(jnp.abs(y2[:, cut:] - y[:, cut:]).max()) > 1e-2
 
 
 def test_packed_equals_per_segment_loop():
-    length = 70  # > the xla block of 64: a segment crosses a block edge
-    u, h = _inputs(length, seed=7)
-    bounds = [[0, 5, 40, 70], [0, 66, 70]]
-    seg = np.zeros((2, length), np.int32)
-    for row, edges in enumerate(bounds):
-        for k, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-            seg[row, a:b] = k + 1
-    packed = causal_long_conv(u, h, segment_ids=jnp.asarray(seg), implementation="xla")
-    for row, edges in enumerate(bounds):
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
-            alone = _numpy_direct(u[row : row + 1, a:b], h[: b - a])
-            np.testing.assert_allclose(np.asarray(packed[row : row + 1, a:b]), alone, atol=2e-5, rtol=1e-5)
-    cot = jax.random.normal(jax.random.key(1), u.shape, jnp.float32)
-    grads = [jax.grad(lambda u, h, i=i: jnp.sum(causal_long_conv(u, h, segment_ids=jnp.asarray(seg),
-                                                                  implementation=i) * cot), (0, 1))(u, h)
-             for i in ("reference", "xla")]
-    for a, b in zip(*grads, strict=True):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5, rtol=1e-5)
+    """Packed rows through the xla path = each segment alone in float64; packed gradients = the reference's."""
+    bounds = [[0, 5, 40, 70], [0, 66, 70]]  # T = 70 > the xla block of 64: a segment crosses a block edge
+    tol = tolerance("long_conv.packed")
+    check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol)
+    check_forward_and_grads(CASE, 0, bounds=bounds, seed=7, tol=tol)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,296 @@
+"""The one parity harness for ops: each op's test file declares an `OpCase` and calls these checks.
+
+- `check_forward_and_grads`: every fast path against the reference, forward (outputs and final state) and
+  every gradient through one VJP with RANDOM cotangents on every output (the final state included), so the
+  initial-state gradient and the gradient through the final state are both checked.
+- `check_packed_equals_loop`: packed rows equal each segment run alone (the state resets at each start,
+  `initial_state` reaches only a row's first segment).
+- `check_decode_equals_forward`: the op's `<op>_step(inputs..., *, state) -> (o, state)` looped over T equals
+  the forward.
+- chex shape and dtype checks on outputs and gradients; bounds from the suite's one table (`tests/tolerances.py`).
+
+Example (an op `scan(x, a, *, initial_state=None, segment_ids=None, chunk_size=64) -> (y, S)`):
+
+    def make(rng: np.random.Generator, batch: int, length: int) -> dict[str, jax.Array]:
+        x = jnp.asarray(rng.standard_normal((batch, length, 4)), jnp.float32)         # [B, T, P]
+        a = jnp.asarray(-rng.uniform(0, 5, (batch, length)), jnp.float32)             # [B, T]
+        return {"x": x, "a": a, "initial_state": jnp.ones((batch, 4), jnp.float32)}   # [B, P]
+
+    CASE = OpCase(name="scan", make_inputs=make, reference=reference.scan, fast={"xla": xla.scan},
+                  differentiable=("x", "a", "initial_state"), time_inputs=("x", "a"), step=scan_step)
+
+    @pytest.mark.parametrize("length", LENGTHS)
+    def test_parity(length):
+        check_forward_and_grads(CASE, length, chunk_size=16, packed=True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tolerances import Tol, tolerance
+
+LENGTHS = (1, 63, 100, 257)
+CHUNK_SIZES = (16, 64)
+
+Inputs = dict[str, Any]
+Bounds = Sequence[Sequence[int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCase:
+    """One op under test.
+
+    Every callable is called with the inputs as keywords (`fn(**inputs)`), plus `chunk_arg=chunk_size` for
+    the fast paths when a chunk size is given.
+
+    name: the op's entry in the tolerance table.
+    make_inputs: (rng, batch, length) -> the op's keyword inputs, float32, without `segment_ids` (the
+      harness adds them); `[B, T, ...]` for the names in `time_inputs`.
+    reference: the oracle path. fast: the other paths by name.
+    differentiable: the inputs that get gradients (`initial_state` included when the op has one).
+    time_inputs: the per-step inputs `[B, T, ...]` (sliced per segment and per decode step); every other
+      input except `state_input` is shared by all rows and steps (a filter, a decay matrix, a skip).
+    state_input: the name of the initial state (`[B, ...]` or a tuple of them), or None.
+    returns_state: the op returns `(output, final_state)` rather than the output alone.
+    chunk_arg: the keyword through which the fast paths take a chunk size (None: they take none).
+    step: `<op>_step(time inputs at t, shared inputs..., *, state) -> (o_t, state)`, or None.
+    init_state: inputs -> the decode state before step 0 (default: the `state_input`).
+    slice_segment: (inputs, row, lo, hi) -> the inputs of row `row`, positions lo:hi, run alone (default:
+      time inputs sliced, the state input kept for the first segment of the row and None after).
+    """
+
+    name: str
+    make_inputs: Callable[[np.random.Generator, int, int], Inputs]
+    reference: Callable[..., Any]
+    fast: Mapping[str, Callable[..., Any]]
+    differentiable: tuple[str, ...]
+    time_inputs: tuple[str, ...]
+    state_input: str | None = "initial_state"
+    returns_state: bool = True
+    chunk_arg: str | None = "chunk_size"
+    step: Callable[..., Any] | None = None
+    init_state: Callable[[Inputs], Any] | None = None
+    slice_segment: Callable[[Inputs, int, int, int], Inputs] | None = None
+
+
+def max_normalized_error(got: Any, want: Any, floor: float = 1.0) -> float:
+    """max|got − want| / max(max|want|, floor), in float64."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.size == 0:
+        return 0.0
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), floor))
+
+
+def assert_close(got: Any, want: Any, tol: Tol, *, kind: str = "fwd", what: str = "") -> None:
+    """One array against another: equal shapes, finite, and within `tol` (`kind` "fwd" or "grad")."""
+    bound = tol.fwd if kind == "fwd" else tol.grad
+    if bound is None:
+        raise ValueError(f"assert_close: `kind` is {kind!r} but the entry has no bound for it ({tol.reason})")
+    chex.assert_equal_shape([got, want])
+    assert np.all(np.isfinite(np.asarray(got, np.float32))), f"{what}: non-finite values"
+    if tol.metric == "allclose":
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=bound, rtol=tol.rtol, err_msg=what)
+        return
+    err = max_normalized_error(got, want, tol.floor)
+    assert err < bound, f"{what}: max-normalized error {err:.2e} >= {bound:.1e}"
+    abs_bound = tol.abs_fwd if kind == "fwd" else tol.abs_grad
+    if abs_bound is not None:
+        abs_err = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
+        assert abs_err < abs_bound, f"{what}: max-abs error {abs_err:.2e} >= {abs_bound:.1e}"
+
+
+def assert_trees_close(got: Any, want: Any, tol: Tol, *, kind: str = "fwd", what: str = "") -> None:
+    """`assert_close` leaf by leaf, after chex checks that both trees have the same structure, shapes and dtypes."""
+    chex.assert_trees_all_equal_shapes_and_dtypes(got, want)
+    leaves = jax.tree_util.tree_leaves_with_path(got)
+    for (path, g), w in zip(leaves, jax.tree_util.tree_leaves(want), strict=True):
+        assert_close(g, w, tol, kind=kind, what=f"{what}{jax.tree_util.keystr(path)}")
+
+
+def segment_ids_from_bounds(bounds: Bounds) -> jax.Array:
+    """[B, T] int32 ids from one list of segment edges per row (`[0, ..., T]`, equal T on every row)."""
+    length = bounds[0][-1]
+    ids = np.zeros((len(bounds), length), np.int32)
+    for row, edges in enumerate(bounds):
+        if edges[0] != 0 or edges[-1] != length or list(edges) != sorted(edges):
+            raise ValueError(f"segment_ids_from_bounds: row {row} has edges {edges}, expected 0 < ... < {length}")
+        ids[row] = np.repeat(np.arange(len(edges) - 1), np.diff(edges))
+    return jnp.asarray(ids)
+
+
+def random_segment_ids(rng: np.random.Generator, batch: int, length: int) -> jax.Array:
+    """[B, T] sorted random ids in 1..3 (0..3 random starts per row); row 0 opens with a one-token segment 0."""
+    ids = np.sort(rng.integers(1, 4, size=(batch, length)), axis=1)
+    ids[0, 0] = 0
+    return jnp.asarray(ids, jnp.int32)
+
+
+def make_case_inputs(case: OpCase, length: int, *, batch: int = 2, seed: int = 0, packed: bool = False,
+                     bounds: Bounds | None = None) -> Inputs:
+    """The case's inputs with `segment_ids`: None, random (`packed`) or from `bounds` (which fixes B and T)."""
+    rng = np.random.default_rng(seed)
+    if bounds is not None:
+        batch, length = len(bounds), bounds[0][-1]
+    inputs = case.make_inputs(rng, batch, length)
+    if bounds is not None:
+        inputs["segment_ids"] = segment_ids_from_bounds(bounds)
+    else:
+        inputs["segment_ids"] = random_segment_ids(rng, batch, length) if packed else None
+    return inputs
+
+
+def _static(case: OpCase, chunk_size: int | None) -> tuple[tuple[str, int], ...]:
+    return () if chunk_size is None or case.chunk_arg is None else ((case.chunk_arg, chunk_size),)
+
+
+def _resolve(case: OpCase, impl: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(impl):
+        return impl
+    if impl == "reference":
+        return case.reference
+    if impl not in case.fast:
+        raise ValueError(f"{case.name}: `impl` is {impl!r}, expected 'reference' or one of {sorted(case.fast)}")
+    return case.fast[impl]
+
+
+@functools.cache
+def _jitted_vjp(fn: Callable[..., Any], static: tuple[tuple[str, int], ...],
+                differentiable: tuple[str, ...]) -> Callable[[Inputs, Any], tuple[Any, Inputs]]:
+    """One jitted (inputs, cotangents) -> (outputs, gradients) per path and chunk size: equal shapes compile once."""
+
+    def run(inputs: Inputs, cotangents: Any) -> tuple[Any, Inputs]:
+        rest = {n: v for n, v in inputs.items() if n not in differentiable}
+        call = lambda diff: fn(**diff, **rest, **dict(static))
+        out, pull = jax.vjp(call, {n: inputs[n] for n in differentiable})
+        return out, pull(cotangents)[0]
+
+    return jax.jit(run)
+
+
+@functools.cache
+def _jitted(fn: Callable[..., Any], static: tuple[tuple[str, int], ...]) -> Callable[[Inputs], Any]:
+    return jax.jit(lambda inputs: fn(**inputs, **dict(static)))
+
+
+def _path(case: OpCase, impl: str, chunk_size: int | None) -> Callable[[Inputs], Any]:
+    """The jitted forward of one path: inputs -> outputs (the reference takes no chunk size)."""
+    return _jitted(_resolve(case, impl), () if impl == "reference" else _static(case, chunk_size))
+
+
+def random_cotangents(rng: np.random.Generator, outputs: Any) -> Any:
+    """Standard-normal cotangents shaped and typed like every leaf of `outputs` (arrays or ShapeDtypeStructs)."""
+    return jax.tree.map(lambda o: jnp.asarray(rng.standard_normal(o.shape), o.dtype), outputs)
+
+
+def forward_and_grads(case: OpCase, impl: str | Callable[..., Any], inputs: Inputs, cotangents: Any,
+                      chunk_size: int | None = None) -> tuple[Any, Inputs]:
+    """(outputs, {name: gradient}) of one path through its VJP with the given cotangents."""
+    static = () if impl == "reference" else _static(case, chunk_size)
+    return _jitted_vjp(_resolve(case, impl), static, case.differentiable)(inputs, cotangents)
+
+
+def check_forward_and_grads(case: OpCase, length: int, *, chunk_size: int | None = None, packed: bool = False,
+                            bounds: Bounds | None = None, impls: Sequence[str] | None = None, batch: int = 2,
+                            seed: int = 0, tol: Tol | None = None) -> tuple[Any, Inputs]:
+    """Every path in `impls` (default: all of `case.fast`) against the reference: outputs at `tol.fwd`, every
+    gradient at `tol.grad`, with random cotangents on every output; gradients shaped and typed as their inputs.
+
+    Returns the reference's (outputs, gradients) for extra, op-specific assertions.
+    """
+    tol = tolerance(case.name) if tol is None else tol
+    inputs = make_case_inputs(case, length, batch=batch, seed=seed, packed=packed, bounds=bounds)
+    shapes = jax.eval_shape(lambda i: case.reference(**i), inputs)
+    cotangents = random_cotangents(np.random.default_rng(seed + 1), shapes)
+    want = forward_and_grads(case, "reference", inputs, cotangents)
+    chex.assert_trees_all_equal_shapes_and_dtypes(want[1], {n: inputs[n] for n in case.differentiable})
+    for impl in case.fast if impls is None else impls:
+        out, grads = forward_and_grads(case, impl, inputs, cotangents, chunk_size)
+        label = f"{case.name}[{impl}, T={length}, chunk={chunk_size}, packed={packed or bounds is not None}]"
+        assert_trees_close(out, want[0], tol, kind="fwd", what=f"{label} output")
+        if tol.grad is not None:
+            assert_trees_close(grads, want[1], tol, kind="grad", what=f"{label} d")
+    return want
+
+
+def _default_slice(case: OpCase, inputs: Inputs, row: int, lo: int, hi: int) -> Inputs:
+    """Row `row`, positions lo:hi of the time inputs; the initial state only when the segment opens the row."""
+    alone = {n: v for n, v in inputs.items() if n != "segment_ids"}
+    for name in case.time_inputs:
+        alone[name] = inputs[name][row:row + 1, lo:hi]
+    if case.state_input is not None and inputs.get(case.state_input) is not None:
+        state = inputs[case.state_input]
+        alone[case.state_input] = jax.tree.map(lambda s: s[row:row + 1], state) if lo == 0 else None
+    return alone
+
+
+def _pad_time(inputs: Inputs, names: Sequence[str], length: int) -> Inputs:
+    padded = dict(inputs)
+    for name in names:
+        z = inputs[name]
+        padded[name] = jnp.pad(z, [(0, 0), (0, length - z.shape[1])] + [(0, 0)] * (z.ndim - 2))
+    return padded
+
+
+def check_packed_equals_loop(case: OpCase, bounds: Bounds, *, impl: str = "reference",
+                             alone: str | Callable[..., Any] | None = None, chunk_size: int | None = None,
+                             pad_segments_to: int | None = None, seed: int = 0, tol: Tol | None = None) -> None:
+    """Packed rows (`bounds`: one edge list per row) through `impl` equal each segment run alone through
+    `alone` (default `impl`): outputs at every position and the final state of each row's last segment.
+
+    `pad_segments_to`: right-pad every segment's time inputs with zeros to this length so that one compile
+    serves all segments; only for ops where a zero step leaves the state unchanged (a = 0, x = 0 in SSD).
+    """
+    tol = tolerance(case.name) if tol is None else tol
+    inputs = make_case_inputs(case, 0, seed=seed, bounds=bounds)
+    packed = _path(case, impl, chunk_size)(inputs)
+    if callable(alone):
+        # An outside oracle (float64 numpy, say) need not be traceable: call it as it is.
+        run_alone = lambda seg_inputs: alone(**seg_inputs)
+    else:
+        name = impl if alone is None else alone
+        run_alone = _path(case, name, chunk_size)
+    slicer = case.slice_segment or functools.partial(_default_slice, case)
+    out, state = packed if case.returns_state else (packed, None)
+    for row, edges in enumerate(bounds):
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            seg_inputs = slicer(inputs, row, lo, hi)
+            if pad_segments_to is not None:
+                seg_inputs = _pad_time(seg_inputs, case.time_inputs, pad_segments_to)
+            result = run_alone(seg_inputs)
+            out_i, state_i = result if case.returns_state else (result, None)
+            what = f"{case.name}[{impl} packed vs {alone or impl} alone] row {row}, {lo}:{hi}"
+            assert_close(out[row:row + 1, lo:hi], out_i[:, :hi - lo], tol, what=what)
+        if case.returns_state:
+            row_state = jax.tree.map(lambda s, r=row: s[r:r + 1], state)
+            assert_trees_close(row_state, state_i, tol, what=f"{case.name} final state row {row}")
+
+
+def check_decode_equals_forward(case: OpCase, length: int, *, impl: str = "reference", chunk_size: int | None = None,
+                                batch: int = 2, seed: int = 0, tol: Tol | None = None) -> None:
+    """`case.step` looped over T equals the forward through `impl`: every output and the final state."""
+    if case.step is None:
+        raise ValueError(f"{case.name}: `case.step` is None, expected the op's decode step")
+    tol = tolerance(case.name) if tol is None else tol
+    inputs = make_case_inputs(case, length, batch=batch, seed=seed)
+    forward = _path(case, impl, chunk_size)(inputs)
+    out, final = forward if case.returns_state else (forward, None)
+    shared = {n: v for n, v in inputs.items()
+              if n not in case.time_inputs and n not in (case.state_input, "segment_ids")}
+    state = case.init_state(inputs) if case.init_state is not None else inputs.get(case.state_input)
+    step = jax.jit(case.step)
+    outs = []
+    for t in range(length):
+        o_t, state = step(**{n: inputs[n][:, t] for n in case.time_inputs}, **shared, state=state)
+        outs.append(o_t)
+    chex.assert_type(outs[-1], out.dtype)
+    assert_close(jnp.stack(outs, axis=1), out, tol, what=f"{case.name} decode vs forward[{impl}]")
+    if case.returns_state:
+        assert_trees_close(state, final, tol, what=f"{case.name} decode state vs forward[{impl}]")
