@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from train.config import OptimConfig
-from train.step import TrainState, model_logits, weighted_cross_entropy
+from train.step import TrainState, model_logits
+from zoo.losses import weighted_cross_entropy
 from zoo.optim.spike_monitor import spike_diagnostics
 
 PREFIX = "spike/"

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from zoo.losses import weighted_cross_entropy
+
 
 class TrainState(NamedTuple):
     """Everything a run needs to continue bit-exactly (with the data iterator's state)."""
@@ -24,16 +26,6 @@ class TrainState(NamedTuple):
     params: dict  # pure nested dict of float32 arrays (nnx.to_pure_dict of the model's Params)
     opt_state: Any  # the optax state
     rng: jax.Array  # uint32 raw PRNG key data (jax.random.key_data), for stochastic models
-
-
-def weighted_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> tuple[jax.Array, ...]:
-    """Summed weighted next-token cross-entropy (nats), its weight, and the weighted correct count.
-
-    logits [B, T, V] float32; targets [B, T] int32; weights [B, T] float32.
-    """
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-    return jnp.sum(losses * weights), jnp.sum(weights), jnp.sum(correct * weights)
 
 
 def model_logits(graphdef: nnx.GraphDef, params: dict, batch: dict[str, jax.Array]) -> jax.Array:

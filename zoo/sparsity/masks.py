@@ -28,6 +28,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from zoo.losses import weighted_cross_entropy, weighted_mean
 from zoo.validation import check_choice, check_positive, check_unit_interval
 
 PRUNABLE_NAMES = ("kernel", "embedding")  # the names zoo.optim.builtin.decay_mask treats as weight matrices
@@ -215,8 +216,7 @@ def lm_loss_fn(graphdef: nnx.GraphDef, *, temperature: float = 1.0) -> LossFn:
         model = nnx.merge(graphdef, params)
         logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"])
         logits = logits.astype(jnp.float32) / temperature
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-        return jnp.sum(ce * batch["weights"]) / jnp.maximum(jnp.sum(batch["weights"]), 1.0)
+        return weighted_mean(weighted_cross_entropy(logits, batch["targets"], batch["weights"]))
 
     return loss
 
