@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._common.chunks import CHUNK_SIZES
 from kernels._dispatch import select_implementation
 from kernels.delta_rule import pallas_chunk, reference, xla
-
-CHUNK_SIZES = (16, 32, 64, 128)
 
 # name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only: the kernels have
 # not been lowered and checked on a GPU/TPU backend yet, so naming it there raises instead of guessing.
@@ -23,15 +22,16 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _fail(name: str, shape, expected: str) -> None:
+def _fail(name: str, shape: tuple[int, ...], expected: str) -> None:
     raise ValueError(f"gated_delta_rule: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
-def _is_concrete(x) -> bool:
+def _is_concrete(x: jax.Array) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _check_shapes(q, k, v, beta, g, initial_state, segment_ids) -> None:
+def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
+                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
         _fail("q", q.shape, "[B, T, H, K]")
@@ -50,7 +50,8 @@ def _check_shapes(q, k, v, beta, g, initial_state, segment_ids) -> None:
         _fail("segment_ids", segment_ids.shape, f"{(b, t)} = [B, T]")
 
 
-def _check_dtypes(q, k, v, beta, g, initial_state, segment_ids) -> None:
+def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
+                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     if not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"gated_delta_rule: `q` has dtype {q.dtype}, expected a floating dtype")
     for name, x in (("k", k), ("v", v)):
@@ -63,7 +64,7 @@ def _check_dtypes(q, k, v, beta, g, initial_state, segment_ids) -> None:
         raise ValueError(f"gated_delta_rule: `segment_ids` has dtype {segment_ids.dtype}, expected int")
 
 
-def _check_values(beta, g) -> None:
+def _check_values(beta: jax.Array, g: jax.Array | None) -> None:
     """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped)."""
     if g is not None and _is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
         raise ValueError(f"gated_delta_rule: `g` (shape {tuple(g.shape)}) is a log-decay and must be <= 0")
@@ -78,8 +79,10 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation("gated_delta_rule", implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
-def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, segment_ids=None,
-                     chunk_size=64, implementation=None):
+def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
+                     scale: float | None = None, initial_state: jax.Array | None = None,
+                     segment_ids: jax.Array | None = None, chunk_size: int = 64,
+                     implementation: None | str | Sequence[str] = None) -> tuple[jax.Array, jax.Array]:
     """Gated delta rule (DeltaNet / Gated DeltaNet / KDA).
 
     Per step: S <- exp(g) S; S <- S + beta k (v - S^T k)^T; o = S^T (scale q). No normalization inside

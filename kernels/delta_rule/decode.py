@@ -5,10 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-_HI = jax.lax.Precision.HIGHEST
+from kernels._common.precision import HIGHEST
 
 
-def gated_delta_rule_step(q, k, v, *, beta, g=None, state, scale=None):
+def gated_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
+                          state: jax.Array, scale: float | None = None) -> tuple[jax.Array, jax.Array]:
     """One recurrence step.
 
     Args:
@@ -34,7 +35,7 @@ def gated_delta_rule_step(q, k, v, *, beta, g=None, state, scale=None):
         gr = f32(g)
         s = jnp.exp(gr[..., None, None] if gr.ndim == 2 else gr[..., None]) * s
     kf = f32(k)
-    pred = jnp.einsum("bhkv,bhk->bhv", s, kf, precision=_HI)
+    pred = jnp.einsum("bhkv,bhk->bhv", s, kf, precision=HIGHEST)
     s = s + (f32(beta)[..., None] * kf)[..., None] * (f32(v) - pred)[..., None, :]
-    o = jnp.einsum("bhkv,bhk->bhv", s, f32(q) * jnp.float32(scale), precision=_HI)
+    o = jnp.einsum("bhkv,bhk->bhv", s, f32(q) * jnp.float32(scale), precision=HIGHEST)
     return o.astype(q.dtype), s

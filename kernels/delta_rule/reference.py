@@ -19,28 +19,16 @@ import functools
 import jax
 import jax.numpy as jnp
 
-_HI = jax.lax.Precision.HIGHEST
-
-
-def segment_starts(segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array:
-    """Boolean [B, T]: True where the state resets (a segment start other than position 0)."""
-    if segment_ids is None:
-        return jnp.zeros((batch, length), dtype=bool)
-    prev = jnp.concatenate([segment_ids[:, :1], segment_ids[:, :-1]], axis=1)
-    return segment_ids != prev
-
-
-def gate_rows(g: jax.Array | None, shape: tuple[int, int, int, int]) -> jax.Array:
-    """Log-decay as [B, T, H, Kg] float32, Kg = 1 (None / [B,T,H]) or K ([B,T,H,K])."""
-    if g is None:
-        return jnp.zeros(shape[:3] + (1,), jnp.float32)
-    g = g.astype(jnp.float32)
-    return g[..., None] if g.ndim == 3 else g
+from kernels._common.chunks import gate_rows
+from kernels._common.precision import HIGHEST
+from kernels._common.segments import segment_starts
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, segment_ids=None,
-                     chunk_size=None):
+def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
+                     scale: float | None = None, initial_state: jax.Array | None = None,
+                     segment_ids: jax.Array | None = None,
+                     chunk_size: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Gated delta rule by plain recurrence.
 
     Args:
@@ -60,13 +48,13 @@ def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, s
     reset = segment_starts(segment_ids, bsz, seqlen)
     s0 = jnp.zeros((bsz, heads, dk, dv), jnp.float32) if initial_state is None else f32(initial_state)
 
-    def step(s, xs):
+    def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         q_t, k_t, v_t, b_t, g_t, r_t = xs  # [B,H,K] [B,H,K] [B,H,V] [B,H] [B,H,Kg] [B]
         s = jnp.where(r_t[:, None, None, None], 0.0, s)
         s = jnp.exp(g_t)[..., None] * s
-        pred = jnp.einsum("bhkv,bhk->bhv", s, k_t, precision=_HI)
+        pred = jnp.einsum("bhkv,bhk->bhv", s, k_t, precision=HIGHEST)
         s = s + (b_t[..., None] * k_t)[..., None] * (v_t - pred)[..., None, :]
-        o_t = jnp.einsum("bhkv,bhk->bhv", s, q_t, precision=_HI)
+        o_t = jnp.einsum("bhkv,bhk->bhv", s, q_t, precision=HIGHEST)
         return s, o_t
 
     time_major = lambda x: jnp.moveaxis(x, 1, 0)

@@ -24,8 +24,9 @@ T is padded to a multiple of C with identity steps (beta = 0, g = 0).
 Layout [N, B, H, C, ...] (chunk axis first): only the state passing S_n = EC_n o S_{n-1} - M_n S_{n-1} + H_n
 is sequential (a `lax.scan` over chunks, no transposes); the UT solve and all [C, C] products run batched
 over every chunk. Gradients: autodiff, except two hand-written backwards that autodiff makes slow on
-XLA:CPU: the UT solve (`unit_lower_solve`: two matmuls instead of the doubling levels) and per-row scalings
-(`_scale_rows`: the row sums of the cotangent as a matmul with ones, not a minor-axis reduction).
+XLA:CPU, both in `kernels._common`: the UT solve (`unit_lower_solve`: two matmuls instead of the doubling
+levels) and per-row scalings (`scale_rows`: the row sums of the cotangent as a matmul with ones, not a
+minor-axis reduction).
 """
 
 from __future__ import annotations
@@ -36,14 +37,18 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.delta_rule.reference import gate_rows, segment_starts
+from kernels._common.chunks import ChunkInputs, chunk_inputs, prefix_sum, scale_rows
+from kernels._common.precision import HIGHEST
+from kernels._common.triangular import unit_lower_solve
 
-_HI = jax.lax.Precision.HIGHEST
 _NEG_INF = float("-inf")
 
+# gamma [..., C, C, Kg], e0 [..., C, Kg], es [..., C, Kg], ec [..., Kg]
+Decays = tuple[jax.Array, jax.Array, jax.Array, jax.Array]
 
-def _ein(spec, *xs):
-    return jnp.einsum(spec, *xs, precision=_HI)
+
+def _ein(spec: str, *xs: jax.Array) -> jax.Array:
+    return jnp.einsum(spec, *xs, precision=HIGHEST)
 
 
 class Chunked(NamedTuple):
@@ -59,31 +64,7 @@ class Chunked(NamedTuple):
     ec: jax.Array  # [B,H,N,Kg]       D(chunk end, chunk start)
 
 
-def _to_chunks(x: jax.Array, n: int, c: int) -> jax.Array:
-    """[B, Tp, H, ...] -> [B, H, N, C, ...]."""
-    b, _, h = x.shape[:3]
-    x = x.reshape((b, n, c, h) + x.shape[3:])
-    return jnp.moveaxis(x, 3, 1)
-
-
-def _pad_time(x: jax.Array, pad: int, mode: str = "constant") -> jax.Array:
-    widths = [(0, 0)] * x.ndim
-    widths[1] = (0, pad)
-    return jnp.pad(x, widths, mode=mode)
-
-
-def _cumsum(x: jax.Array, axis: int) -> jax.Array:
-    """Inclusive cumsum along a chunk axis as one matmul with a lower-triangular ones matrix.
-
-    XLA:CPU lowers jnp.cumsum to a reduce_window that is ruinous on the [C, C, K] KDA segment sums, and an
-    associative scan bloats compile time; a [C, C] 0/1 matmul is one op. All g <= 0: no cancellation.
-    """
-    c = x.shape[axis]
-    tri = jnp.tril(jnp.ones((c, c), x.dtype))
-    return jnp.moveaxis(jnp.tensordot(tri, jnp.moveaxis(x, axis, 0), axes=1, precision=_HI), 0, axis)
-
-
-def _segment_masks(run: jax.Array, run_in: jax.Array):
+def _segment_masks(run: jax.Array, run_in: jax.Array) -> Decays:
     """The decays of ungated steps (DeltaNet, g = 0): only the segment masks, as 0/1 floats.
 
     Same contract as `_decays` with Kg = 1; exp(0) = 1 exactly, so the result is identical without the
@@ -96,7 +77,7 @@ def _segment_masks(run: jax.Array, run_in: jax.Array):
     return f32(same), e0, f32(run == run[..., -1:]), e0[..., -1, :]
 
 
-def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
+def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array) -> Decays:
     """Masked decays of one set of chunks.
 
     gc: [..., C, Kg] log-gates; run: [..., C] segment-run index per step; run_in: [...] run index of the
@@ -107,77 +88,31 @@ def _decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
     s_idx = jnp.arange(c)[None, :]
     # Pairwise segment sums sum_{l=s+1..t} g_l by a masked cumsum over t (stable segsum).
     strictly_after = (t_idx > s_idx)[..., None]  # [C(t), C(s), 1]
-    seg = _cumsum(jnp.where(strictly_after, gc[..., :, None, :], 0.0), axis=-3)
+    seg = prefix_sum(jnp.where(strictly_after, gc[..., :, None, :], 0.0), axis=-3)
     same = (run[..., :, None] == run[..., None, :]) & (t_idx >= s_idx)
     gamma = jnp.exp(jnp.where(same[..., None], seg, _NEG_INF))
     return (gamma,) + _edge_decays(gc, run, run_in)
 
 
-def _edge_decays(gc: jax.Array, run: jax.Array, run_in: jax.Array):
+def _edge_decays(gc: jax.Array, run: jax.Array, run_in: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """e0 [..., C, Kg] (decay from the chunk start), es [..., C, Kg] (to the chunk end), ec [..., Kg]."""
     # Running sum from the chunk start, and suffix sum to the chunk end (excluding s itself).
     carry = (run == run_in[..., None])[..., None]
-    e0 = jnp.exp(jnp.where(carry, _cumsum(gc, axis=-2), _NEG_INF))
-    suffix = jnp.flip(_cumsum(jnp.flip(gc, -2), axis=-2), -2)
+    e0 = jnp.exp(jnp.where(carry, prefix_sum(gc, axis=-2), _NEG_INF))
+    suffix = jnp.flip(prefix_sum(jnp.flip(gc, -2), axis=-2), -2)
     suffix = jnp.concatenate([suffix[..., 1:, :], jnp.zeros_like(suffix[..., :1, :])], axis=-2)
     to_end = (run == run[..., -1:])[..., None]
     es = jnp.exp(jnp.where(to_end, suffix, _NEG_INF))
     return e0, es, e0[..., -1, :]
 
 
-class _Inputs(NamedTuple):
-    """Padded, chunked float32 inputs before any decay is formed, layout [B, H, N, C, ...] as shown, or
-    [N, B, H, C, ...] (run [N, B, 1, C], run_in [N, B, 1]) when chunked with chunk_major."""
-
-    q: jax.Array  # [B,H,N,C,K], already times scale
-    k: jax.Array  # [B,H,N,C,K]
-    v: jax.Array  # [B,H,N,C,V]
-    beta: jax.Array  # [B,H,N,C]
-    gc: jax.Array  # [B,H,N,C,Kg] log-gates (0 on padded steps)
-    run: jax.Array  # [B,1,N,C] segment-run index of every step
-    run_in: jax.Array  # [B,1,N] run index of the step before each chunk
-
-
-def _to_chunk_major(x: jax.Array, n: int, c: int) -> jax.Array:
-    """[B, Tp, H, ...] -> [N, B, H, C, ...]: the chunk axis leads, so the state scan needs no transposes."""
-    b, _, h = x.shape[:3]
-    x = x.reshape((b, n, c, h) + x.shape[3:])
-    return jnp.transpose(x, (1, 0, 3, 2) + tuple(range(4, x.ndim)))
-
-
-def _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size, chunk_major=False) -> _Inputs:
-    """Casts to float32, pads T to a multiple of chunk_size (identity steps) and chunks.
-
-    Layout [B, H, N, C, ...] (run [B, 1, N, C], run_in [B, 1, N]), or with chunk_major [N, B, H, C, ...]
-    (run [N, B, 1, C], run_in [N, B, 1]).
-    """
-    bsz, seqlen, _, dk = q.shape
-    c = chunk_size
-    n = -(-seqlen // c)
-    pad = n * c - seqlen
-    scale = dk**-0.5 if scale is None else scale
-    f32 = lambda x: x.astype(jnp.float32)
-    # Padded steps are identities: beta = 0, g = 0 (zeros), and they stay in the row's last segment.
-    run = jnp.cumsum(segment_starts(segment_ids, bsz, seqlen).astype(jnp.int32), axis=1)
-    run = _pad_time(run, pad, mode="edge").reshape(bsz, 1, n, c)
-    if chunk_major:
-        run = jnp.transpose(run, (2, 0, 1, 3))
-    n_axis = 0 if chunk_major else 2
-    first = jnp.zeros_like(jax.lax.slice_in_dim(run[..., 0], 0, 1, axis=n_axis))
-    run_in = jnp.concatenate([first, jax.lax.slice_in_dim(run[..., -1], 0, n - 1, axis=n_axis)], axis=n_axis)
-    to_chunks = _to_chunk_major if chunk_major else _to_chunks
-    chunk = lambda x: to_chunks(_pad_time(x, pad), n, c)
-    return _Inputs(q=chunk(f32(q) * jnp.float32(scale)), k=chunk(f32(k)), v=chunk(f32(v)),
-                   beta=chunk(f32(beta)[..., None])[..., 0], gc=chunk(gate_rows(g, q.shape)), run=run,
-                   run_in=run_in)
-
-
-def prepare(q, k, v, beta, g, scale, segment_ids, chunk_size) -> tuple[Chunked, int]:
+def prepare(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None, scale: float | None,
+            segment_ids: jax.Array | None, chunk_size: int) -> tuple[Chunked, int]:
     """Chunked operands with the dense masked decays gamma [.., C, C, Kg] (the Pallas kernels' input).
 
     Returns the Chunked operands and the original length T.
     """
-    x = _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size)
+    x = chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size)
     gamma, e0, es, ec = _decays(x.gc, x.run, x.run_in)
     ops = Chunked(q=x.q, k=x.k, v=x.v, beta=x.beta, gamma=gamma, e0=e0, es=es, ec=ec)
     return ops, q.shape[1]
@@ -196,10 +131,10 @@ def _halves(z: jax.Array, b: int) -> jax.Array:
 def _block_sums(g: jax.Array, tri: jax.Array) -> jax.Array:
     """sum_s tri[t, s] g[..., s, :] over the block axis -2 of g [..., b, K], as one matmul (so is its
     backward: XLA:CPU's minor-axis reductions are slow)."""
-    return jnp.swapaxes(jnp.matmul(jnp.swapaxes(g, -1, -2), tri.T, precision=_HI), -1, -2)
+    return jnp.swapaxes(jnp.matmul(jnp.swapaxes(g, -1, -2), tri.T, precision=HIGHEST), -1, -2)
 
 
-def _tree_pairs(xs: tuple[jax.Array, ...], k: jax.Array, gc: jax.Array, run: jax.Array):
+def _tree_pairs(xs: tuple[jax.Array, ...], k: jax.Array, gc: jax.Array, run: jax.Array) -> tuple[jax.Array, ...]:
     """Per-channel decayed pair products by a binary tree over the chunk (KDA), never a [C, C, K] tensor.
 
     xs: row operands, each [..., C, K]; k [..., C, K] (column side); gc [..., C, K] log-gates; run [..., C]
@@ -232,89 +167,8 @@ def _tree_pairs(xs: tuple[jax.Array, ...], k: jax.Array, gc: jax.Array, run: jax
     return tuple(m[..., 0, :, :] for m in mats)
 
 
-def _diag_blocks(a: jax.Array, b: int) -> jax.Array:
-    """Lower-left b x b quarter of every 2b x 2b diagonal block of a [..., C, C] -> [..., C/(2b), b, b]."""
-    c = a.shape[-1]
-    n = c // (2 * b)
-    a6 = a.reshape(a.shape[:-2] + (n, 2, b, n, 2, b))[..., :, 1, :, :, 0, :]  # [..., n, b, n, b]
-    return jnp.moveaxis(jnp.diagonal(a6, axis1=-4, axis2=-2), -1, -3)
-
-
-def unit_lower_inverse(a: jax.Array) -> jax.Array:
-    """(I + a)^{-1} for strictly lower-triangular a [..., C, C], C a power of two, by block doubling.
-
-    Keeps the inverses X of the diagonal blocks of I + a; two neighbouring b-blocks merge into the 2b-block
-    [[X11, 0], [-X22 L21 X11, X22]] (L21 the block of a between them). log2(C) levels of small batched
-    matmuls (about C^3/3 flops), which run and differentiate far faster than a triangular solve on CPU.
-    """
-    c = a.shape[-1]
-    x = jnp.ones(a.shape[:-2] + (c, 1, 1), a.dtype)  # inverses of the 1 x 1 diagonal blocks
-    b = 1
-    while b < c:
-        x11, x22 = x[..., 0::2, :, :], x[..., 1::2, :, :]
-        x21 = -_ein("...ij,...jk,...kl->...il", x22, _diag_blocks(a, b), x11)
-        top = jnp.concatenate([x11, jnp.zeros_like(x11)], axis=-1)
-        x = jnp.concatenate([top, jnp.concatenate([x21, x22], axis=-1)], axis=-2)
-        b *= 2
-    return x[..., 0, :, :]
-
-
-@jax.custom_vjp
-def unit_lower_solve(a: jax.Array, rhs: jax.Array) -> jax.Array:
-    """(I + a)^{-1} rhs for strictly lower-triangular a [..., C, C] (only that part is read); rhs [..., C, D].
-
-    Hand-written backward: with y the solution and T = (I + a)^{-1}, d rhs = T^T dy and
-    da = StrictTril(-(d rhs) y^T): two matmuls instead of autodiff through every doubling level.
-    """
-    return _solve_fwd(a, rhs)[0]
-
-
-def _solve_fwd(a, rhs):
-    inv = unit_lower_inverse(a)
-    y = _ein("...ts,...sd->...td", inv, rhs)
-    return y, (inv, y)
-
-
-def _solve_bwd(res, dy):
-    inv, y = res
-    drhs = _ein("...ts,...td->...sd", inv, dy)
-    c = inv.shape[-1]
-    da = jnp.where(jnp.tril(jnp.ones((c, c), bool), -1), -_ein("...td,...sd->...ts", drhs, y), 0.0)
-    return da, drhs
-
-
-unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
-
-
-@jax.custom_vjp
-def _scale_rows(x: jax.Array, s: jax.Array) -> jax.Array:
-    """x [..., R, D] times s [..., R, 1] or [..., R, D] (leading axes equal or 1 in s).
-
-    For a per-row s its cotangent sum_d dout x is taken as a matmul with a ones vector: XLA:CPU reduces over
-    the minor axis about 10x slower than it multiplies by ones (measured), and plain autodiff of a
-    broadcasting multiply emits exactly that reduction.
-    """
-    return x * s
-
-
-def _scale_rows_fwd(x, s):
-    return x * s, (x, s)
-
-
-def _scale_rows_bwd(res, dout):
-    x, s = res
-    ds = dout * x
-    if s.shape[-1] == 1 and x.shape[-1] != 1:
-        ds = jnp.matmul(ds, jnp.ones((x.shape[-1], 1), ds.dtype), precision=_HI)
-    # s may also broadcast over leading axes (segment masks shared by all heads).
-    lead = tuple(i for i in range(s.ndim - 1) if s.shape[i] == 1 and ds.shape[i] != 1)
-    return dout * s, jnp.sum(ds, axis=lead, keepdims=True) if lead else ds
-
-
-_scale_rows.defvjp(_scale_rows_fwd, _scale_rows_bwd)
-
-
-def intra_chunk(q, k, v, beta, kk, qk, e0, es):
+def intra_chunk(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, kk: jax.Array, qk: jax.Array,
+                e0: jax.Array, es: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Per-chunk, all chunks in parallel.
 
     q, k [..,C,K]; v [..,C,V]; beta [..,C]; kk, qk [..,C,C] the decayed pair products (kk strictly lower,
@@ -323,30 +177,30 @@ def intra_chunk(q, k, v, beta, kk, qk, e0, es):
     leaving it is ec o S - m S + h (ec scales the rows of S; never materialized as a diagonal matrix).
     """
     dk = k.shape[-1]
-    rhs = _scale_rows(jnp.concatenate([_scale_rows(k, e0), v], axis=-1), beta[..., None])
+    rhs = scale_rows(jnp.concatenate([scale_rows(k, e0), v], axis=-1), beta[..., None])
     # y = [w | u] with X = u - w S0; w and u share every product, so each is one matmul on y.
-    y = unit_lower_solve(_scale_rows(kk, beta[..., :, None]), rhs)
+    y = unit_lower_solve(scale_rows(kk, beta[..., :, None]), rhs)
     qy = _ein("...ts,...sd->...td", qk, y)
-    ky = _ein("...sk,...sd->...kd", _scale_rows(k, es), y)
-    return qy[..., dk:], _scale_rows(q, e0) - qy[..., :dk], ky[..., :dk], ky[..., dk:]
+    ky = _ein("...sk,...sd->...kd", scale_rows(k, es), y)
+    return qy[..., dk:], scale_rows(q, e0) - qy[..., :dk], ky[..., :dk], ky[..., dk:]
 
 
-def _pass_states(ec: jax.Array, m: jax.Array, h: jax.Array, s0: jax.Array):
+def _pass_states(ec: jax.Array, m: jax.Array, h: jax.Array, s0: jax.Array) -> tuple[jax.Array, jax.Array]:
     """S_n = ec_n o S_{n-1} - m_n S_{n-1} + h_n over chunks. ec [N,B,H,Kg], m [N,B,H,K,K], h [N,B,H,K,V],
     s0 [B,H,K,V].
 
     Returns the states entering every chunk [N,B,H,K,V] and the final state [B,H,K,V].
     """
 
-    def step(s, xs):
+    def step(s: jax.Array, xs: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         ec_n, m_n, h_n = xs
-        return _scale_rows(s, ec_n[..., None]) - _ein("bhkj,bhjv->bhkv", m_n, s) + h_n, s
+        return scale_rows(s, ec_n[..., None]) - _ein("bhkj,bhjv->bhkv", m_n, s) + h_n, s
 
     s_final, s_in = jax.lax.scan(step, s0, (ec, m, h))
     return s_in, s_final
 
 
-def decayed_pairs(x: _Inputs, gated: bool = True):
+def decayed_pairs(x: ChunkInputs, gated: bool = True) -> tuple[jax.Array, ...]:
     """kk [..,C,C] (strictly lower), qk [..,C,C] (lower incl. diagonal), e0, es [..,C,Kg], ec [..,Kg].
 
     gated=False: every g is 0 (DeltaNet), so the decays are only the segment masks."""
@@ -362,21 +216,22 @@ def decayed_pairs(x: _Inputs, gated: bool = True):
                                                                    flat(x.run)))
     e0, es, ec = _edge_decays(x.gc, x.run, x.run_in)
     # D(t, t) = 1: the diagonal of qk is the plain q_t . k_t (a matmul with ones: a fast reduction on CPU).
-    qk_diag = jnp.matmul(x.q * x.k, jnp.ones((x.k.shape[-1], 1), jnp.float32), precision=_HI)
+    qk_diag = jnp.matmul(x.q * x.k, jnp.ones((x.k.shape[-1], 1), jnp.float32), precision=HIGHEST)
     qk = qk + qk_diag * jnp.eye(c, dtype=jnp.float32)
     return kk, qk, e0, es, ec
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def gated_delta_rule(q, k, v, *, beta, g=None, scale=None, initial_state=None, segment_ids=None,
-                     chunk_size=64):
+def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
+                     scale: float | None = None, initial_state: jax.Array | None = None,
+                     segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Chunked gated delta rule.
 
     q, k: [B,T,H,K]; v: [B,T,H,V]; beta: [B,T,H]; g: None | [B,T,H] | [B,T,H,K]; initial_state:
     [B,H,K,V] | None; segment_ids: [B,T] | None. Returns (o [B,T,H,V] in q.dtype, S [B,H,K,V] float32).
     """
     bsz, seqlen, heads, dk = q.shape
-    x = _chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size, chunk_major=True)
+    x = chunk_inputs(q, k, v, beta, g, scale, segment_ids, chunk_size, chunk_major=True)
     s0 = (jnp.zeros((bsz, heads, dk, v.shape[-1]), jnp.float32) if initial_state is None
           else initial_state.astype(jnp.float32))
     kk, qk, e0, es, ec = decayed_pairs(x, gated=g is not None)

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._common.chunks import CHUNK_SIZES
 from kernels._dispatch import select_implementation
-from kernels.delta_rule.api import CHUNK_SIZES
 from kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
 _NAME = "momentum_delta_rule"
@@ -23,14 +23,14 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "pallas": (pallas_chunk.momentum_delta_rule, ("cpu",)),
 }
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-_GATES = ("g", "log_mu", "beta", "eta")
 
 
-def _fail(name: str, shape, expected: str) -> None:
+def _fail(name: str, shape: tuple[int, ...], expected: str) -> None:
     raise ValueError(f"{_NAME}: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
-def _check_shapes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
+def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
+                  initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
         _fail("q", q.shape, "[B, T, H, K]")
@@ -55,7 +55,8 @@ def _check_shapes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
         _fail("segment_ids", segment_ids.shape, f"{(b, t)} = [B, T]")
 
 
-def _check_dtypes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
+def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
+                  initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
     if not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"{_NAME}: `q` has dtype {q.dtype}, expected a floating dtype")
     for name, x in (("k", k), ("v", v), ("p", p)):
@@ -69,7 +70,7 @@ def _check_dtypes(q, k, v, p, gates: dict, initial_state, segment_ids) -> None:
         raise ValueError(f"{_NAME}: `segment_ids` has dtype {segment_ids.dtype}, expected int")
 
 
-def _check_values(gates: dict) -> None:
+def _check_values(gates: dict[str, jax.Array]) -> None:
     """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped).
 
     log_mu must be finite: the chunked form sums log-gates by a matmul, where 0 * -inf is NaN; a large
@@ -90,8 +91,12 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
-def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
-                        segment_ids=None, chunk_size=64, implementation=None):
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
+                        initial_state: tuple[jax.Array, jax.Array] | None = None,
+                        segment_ids: jax.Array | None = None, chunk_size: int = 64,
+                        implementation: None | str | Sequence[str] = None,
+                        ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Momentum delta rule (Momentum DeltaNet, specs/mixers-02).
 
     Per step: e = S^T p - v; M <- exp(log_mu) M + (eta k) e^T; S <- exp(g) S - beta M; o = S^T (scale q).

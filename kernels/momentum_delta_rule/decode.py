@@ -5,10 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-_HI = jax.lax.Precision.HIGHEST
+from kernels._common.precision import HIGHEST
 
 
-def _check(q, k, v, p, gates, state) -> None:
+def _check(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
+           state: tuple[jax.Array, jax.Array]) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 3:
         raise ValueError(f"momentum_delta_rule_step: `q` has shape {q.shape}, expected [B, H, K]")
@@ -26,7 +27,9 @@ def _check(q, k, v, p, gates, state) -> None:
                          f"expected a pair (S, M) of {want}")
 
 
-def momentum_delta_rule_step(q, k, v, *, p, g, log_mu, beta, eta, state, scale=None):
+def momentum_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+                             beta: jax.Array, eta: jax.Array, state: tuple[jax.Array, jax.Array],
+                             scale: float | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """One recurrence step.
 
     Args:
@@ -42,8 +45,8 @@ def momentum_delta_rule_step(q, k, v, *, p, g, log_mu, beta, eta, state, scale=N
     f32 = lambda x: x.astype(jnp.float32)
     g, log_mu, beta, eta = (f32(x)[..., None, None] for x in gates.values())
     s, m = (f32(x) for x in state)
-    e = jnp.einsum("bhkv,bhk->bhv", s, f32(p), precision=_HI) - f32(v)
+    e = jnp.einsum("bhkv,bhk->bhv", s, f32(p), precision=HIGHEST) - f32(v)
     m = jnp.exp(log_mu) * m + (eta * f32(k)[..., None]) * e[..., None, :]
     s = jnp.exp(g) * s - beta * m
-    o = jnp.einsum("bhkv,bhk->bhv", s, f32(q) * jnp.float32(scale), precision=_HI)
+    o = jnp.einsum("bhkv,bhk->bhv", s, f32(q) * jnp.float32(scale), precision=HIGHEST)
     return o.astype(q.dtype), (s, m)

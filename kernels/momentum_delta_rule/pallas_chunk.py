@@ -6,8 +6,8 @@ Split of work (specs/mixers-02 §2.4; the maths is `xla.py`'s chunked form):
   of two triangular factors with entries in [0, 1], never a difference of cumulants: the binding §2.4
   numerics note) and the UT inverse (I + L)^{-1}. All of these are pure functions of one chunk and run
   for every chunk at once.
-- Pallas (`_fwd_kernel`, `_bwd_kernel`), one program per (batch, head): the sequential part. Chunk by
-  chunk, with (S, M) the states entering it,
+- Pallas (`_fwd_kernel`, `_bwd_kernel`), one program per (batch, head) (`kernels._common.pallas.call`): the
+  sequential part. Chunk by chunk, with (S, M) the states entering it,
 
       W   = u - ys S + zm M                    (residuals of the UT system)
       O   = x W + qa S - qb M
@@ -28,53 +28,50 @@ tested with `interpret=True` on CPU; `api.py` refuses "pallas" on other backends
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-# The (B, H)-grid pallas_call wrapper is the gated delta rule's own: both state passes use it.
-from kernels.delta_rule.pallas_chunk import _call, _sds
+from kernels._common.pallas import call, dot, shape_dtype
+from kernels._common.precision import HIGHEST
 from kernels.momentum_delta_rule import xla
 from kernels.momentum_delta_rule.reference import initial_states
 
-_HI = lax.Precision.HIGHEST
 
-
-def _dot(a, b):
-    return jnp.dot(a, b, precision=_HI, preferred_element_type=jnp.float32)
-
-
-def _dot_tn(a, b):
+def _dot_tn(a: jax.Array, b: jax.Array) -> jax.Array:
     """a^T b, contracting the leading (chunk-row) axis of both."""
-    return lax.dot_general(a, b, (((0,), (0,)), ((), ())), precision=_HI, preferred_element_type=jnp.float32)
+    return lax.dot_general(a, b, (((0,), (0,)), ((), ())), precision=HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _dot_nt(a, b):
+def _dot_nt(a: jax.Array, b: jax.Array) -> jax.Array:
     """a b^T, contracting the trailing axis of both."""
-    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=_HI, preferred_element_type=jnp.float32)
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _load(refs, n):
+def _load(refs: Sequence[Any], n: jax.Array) -> tuple[jax.Array, ...]:
     """One chunk's operands: x [C,C]; u [C,V]; ys, zm, qa, qb, k_s, k_m [C,K]; ea, b, eu [1]."""
     return tuple(r[n] for r in refs)
 
 
-def _residuals(u, ys, zm, s, m):
+def _residuals(u: jax.Array, ys: jax.Array, zm: jax.Array, s: jax.Array, m: jax.Array) -> jax.Array:
     """W [C, V] from the states (S, M) [K, V] entering the chunk."""
-    return u - _dot(ys, s) + _dot(zm, m)
+    return u - dot(ys, s) + dot(zm, m)
 
 
-def _fwd_kernel(x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref,
-                s0_ref, m0_ref, o_ref, sin_ref, min_ref, sf_ref, mf_ref):
+def _fwd_kernel(x_ref: Any, u_ref: Any, ys_ref: Any, zm_ref: Any, qa_ref: Any, qb_ref: Any, ks_ref: Any,
+                km_ref: Any, ea_ref: Any, b_ref: Any, eu_ref: Any, s0_ref: Any, m0_ref: Any, o_ref: Any,
+                sin_ref: Any, min_ref: Any, sf_ref: Any, mf_ref: Any) -> None:
     """One (batch, head): chunks in order, states S, M [K, V] carried in registers."""
     in_refs = (x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref)
 
-    def body(n, state):
+    def body(n: jax.Array, state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         s, m = state
         x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu = _load(in_refs, n)
         w = _residuals(u, ys, zm, s, m)
-        o_ref[n] = _dot(x, w) + _dot(qa, s) - _dot(qb, m)
+        o_ref[n] = dot(x, w) + dot(qa, s) - dot(qb, m)
         sin_ref[n] = s
         min_ref[n] = m
         s_out = ea[:, None] * s - b[:, None] * m + _dot_tn(k_s, w)
@@ -86,7 +83,9 @@ def _fwd_kernel(x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea
     mf_ref[...] = m_final
 
 
-def _bwd_chunk(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s, m, do, ds, dm):
+def _bwd_chunk(x: jax.Array, u: jax.Array, ys: jax.Array, zm: jax.Array, qa: jax.Array, qb: jax.Array, k_s: jax.Array,
+               k_m: jax.Array, ea: jax.Array, b: jax.Array, eu: jax.Array, s: jax.Array, m: jax.Array, do: jax.Array,
+               ds: jax.Array, dm: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
     """Backward of one chunk, by hand from the four forward lines (module docstring).
 
     Given do [C,V] and (ds, dm) = dL/d(S', M') [K,V], returns the cotangents of the chunk's operands in
@@ -94,7 +93,7 @@ def _bwd_chunk(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s, m, do, ds, dm):
     """
     w = _residuals(u, ys, zm, s, m)
     # W feeds O (through x), S' (through k_s) and M' (through -k_m).
-    dw = _dot_tn(x, do) + _dot(k_s, ds) - _dot(k_m, dm)
+    dw = _dot_tn(x, do) + dot(k_s, ds) - dot(k_m, dm)
     # The chunk-end decays scale whole states: their cotangents are Frobenius products, shape [1].
     frob = lambda a, c: jnp.sum(a * c).reshape(1)
     dx, dqa, dqb = _dot_nt(do, w), _dot_nt(do, s), -_dot_nt(do, m)
@@ -106,17 +105,18 @@ def _bwd_chunk(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s, m, do, ds, dm):
     return grads, ds_in, dm_in
 
 
-def _bwd_kernel(x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref,
-                sin_ref, min_ref, do_ref, dsf_ref, dmf_ref,
-                dx_ref, du_ref, dys_ref, dzm_ref, dqa_ref, dqb_ref, dks_ref, dkm_ref, dea_ref, db_ref, deu_ref,
-                ds0_ref, dm0_ref):
+def _bwd_kernel(x_ref: Any, u_ref: Any, ys_ref: Any, zm_ref: Any, qa_ref: Any, qb_ref: Any, ks_ref: Any,
+                km_ref: Any, ea_ref: Any, b_ref: Any, eu_ref: Any, sin_ref: Any, min_ref: Any, do_ref: Any,
+                dsf_ref: Any, dmf_ref: Any, dx_ref: Any, du_ref: Any, dys_ref: Any, dzm_ref: Any, dqa_ref: Any,
+                dqb_ref: Any, dks_ref: Any, dkm_ref: Any, dea_ref: Any, db_ref: Any, deu_ref: Any, ds0_ref: Any,
+                dm0_ref: Any) -> None:
     """One (batch, head): chunks in reverse, (dS, dM) carried."""
     n_chunks = x_ref.shape[0]
     in_refs = (x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref,
                sin_ref, min_ref, do_ref)
     out_refs = (dx_ref, du_ref, dys_ref, dzm_ref, dqa_ref, dqb_ref, dks_ref, dkm_ref, dea_ref, db_ref, deu_ref)
 
-    def body(j, cot):
+    def body(j: jax.Array, cot: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         n = n_chunks - 1 - j
         grads, ds_in, dm_in = _bwd_chunk(*_load(in_refs, n), *cot)
         for ref, val in zip(out_refs, grads, strict=True):
@@ -129,7 +129,9 @@ def _bwd_kernel(x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea
 
 
 @jax.custom_vjp
-def state_pass(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s0, m0):
+def state_pass(x: jax.Array, u: jax.Array, ys: jax.Array, zm: jax.Array, qa: jax.Array, qb: jax.Array,
+               k_s: jax.Array, k_m: jax.Array, ea: jax.Array, b: jax.Array, eu: jax.Array, s0: jax.Array,
+               m0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The sequential part on per-chunk operands ([B,H,N,...], see `xla.Intra`; ea, b, eu [B,H,N,1]).
 
     Returns o [B,H,N,C,V] and the final states S, M [B,H,K,V].
@@ -137,27 +139,33 @@ def state_pass(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s0, m0):
     return _state_pass_fwd(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s0, m0)[0]
 
 
-def _state_pass_fwd(x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s0, m0):
+def _state_pass_fwd(x: jax.Array, u: jax.Array, ys: jax.Array, zm: jax.Array, qa: jax.Array, qb: jax.Array,
+                    k_s: jax.Array, k_m: jax.Array, ea: jax.Array, b: jax.Array, eu: jax.Array, s0: jax.Array,
+                    m0: jax.Array) -> tuple[tuple[jax.Array, jax.Array, jax.Array], tuple[jax.Array, ...]]:
     inputs = (x, u, ys, zm, qa, qb, k_s, k_m, ea, b, eu, s0, m0)
     per_chunk_state = x.shape[:3] + s0.shape[2:]
-    outs = (_sds(u), _sds(s0, per_chunk_state), _sds(m0, per_chunk_state), _sds(s0), _sds(m0))
-    o, s_in, m_in, s_final, m_final = _call(_fwd_kernel, inputs, outs)
+    outs = (shape_dtype(u), shape_dtype(s0, per_chunk_state), shape_dtype(m0, per_chunk_state), shape_dtype(s0),
+            shape_dtype(m0))
+    o, s_in, m_in, s_final, m_final = call(_fwd_kernel, inputs, outs)
     return (o, s_final, m_final), inputs[:11] + (s_in, m_in)
 
 
-def _state_pass_bwd(res, cts):
+def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
     do, dsf, dmf = cts
     inputs = res + (do, dsf, dmf)
-    outs = tuple(_sds(a) for a in res[:11]) + (_sds(dsf), _sds(dmf))
-    return tuple(_call(_bwd_kernel, inputs, outs))
+    outs = tuple(shape_dtype(a) for a in res[:11]) + (shape_dtype(dsf), shape_dtype(dmf))
+    return tuple(call(_bwd_kernel, inputs, outs))
 
 
 state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
-                        segment_ids=None, chunk_size=64):
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
+                        initial_state: tuple[jax.Array, jax.Array] | None = None,
+                        segment_ids: jax.Array | None = None,
+                        chunk_size: int = 64) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Pallas (interpret-mode) chunked momentum delta rule; same contract as `xla.momentum_delta_rule`.
 
     q, k, p: [B,T,H,K]; v: [B,T,H,V]; g, log_mu, beta, eta: [B,T,H]; initial_state: (S0, M0) each

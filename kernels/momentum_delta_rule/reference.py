@@ -20,12 +20,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from kernels.delta_rule.reference import segment_starts
+from kernels._common.precision import HIGHEST
+from kernels._common.segments import segment_starts
 
-_HI = jax.lax.Precision.HIGHEST
 
-
-def initial_states(initial_state, shape: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
+def initial_states(initial_state: tuple[jax.Array, jax.Array] | None,
+                   shape: tuple[int, int, int, int]) -> tuple[jax.Array, jax.Array]:
     """(S0, M0) float32 [B, H, K, V]; None means zeros for both."""
     if initial_state is None:
         zeros = jnp.zeros(shape, jnp.float32)
@@ -35,8 +35,11 @@ def initial_states(initial_state, shape: tuple[int, int, int, int]) -> tuple[jax
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
-                        segment_ids=None, chunk_size=None):
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
+                        initial_state: tuple[jax.Array, jax.Array] | None = None,
+                        segment_ids: jax.Array | None = None,
+                        chunk_size: int | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Momentum delta rule by plain recurrence.
 
     Args:
@@ -53,13 +56,14 @@ def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial
     reset = segment_starts(segment_ids, bsz, seqlen)
     state0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
 
-    def step(state, xs):
+    def step(state: tuple[jax.Array, jax.Array],
+             xs: tuple[jax.Array, ...]) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         q_t, k_t, p_t, v_t, g_t, lm_t, b_t, eta_t, r_t = xs  # [B,H,K]x3 [B,H,V] [B,H]x4 [B]
         s, m = (jnp.where(r_t[:, None, None, None], 0.0, x) for x in state)
-        e = jnp.einsum("bhkv,bhk->bhv", s, p_t, precision=_HI) - v_t
+        e = jnp.einsum("bhkv,bhk->bhv", s, p_t, precision=HIGHEST) - v_t
         m = jnp.exp(lm_t)[..., None, None] * m + (eta_t[..., None] * k_t)[..., None] * e[..., None, :]
         s = jnp.exp(g_t)[..., None, None] * s - b_t[..., None, None] * m
-        o_t = jnp.einsum("bhkv,bhk->bhv", s, q_t, precision=_HI)
+        o_t = jnp.einsum("bhkv,bhk->bhv", s, q_t, precision=HIGHEST)
         return (s, m), o_t
 
     time_major = lambda x: jnp.moveaxis(x, 1, 0)

@@ -27,7 +27,7 @@ identity steps (beta = eta = 0, g = log_mu = 0).
 Speed (XLA:CPU): the XLA path runs chunk-major ([N, B, H, C, ...]) and stacks the two states as X = [S; M]
 [2K, V], so the sequential `lax.scan` (`state_pass`) needs no transposes and does two matmuls per chunk; all
 the rest runs batched over every chunk. Gradients: autodiff, except three hand-written backwards: the UT
-solve and per-row scalings (the gated delta rule's `unit_lower_solve`, `_scale_rows`: matmuls instead of
+solve and per-row scalings (`unit_lower_solve`, `scale_rows` from `kernels._common`: matmuls instead of
 doubling levels and minor-axis reductions) and `state_pass` (the reverse scan carries only dX).
 """
 
@@ -39,15 +39,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.delta_rule.xla import _chunk_inputs, _pad_time, _scale_rows, _to_chunk_major, _to_chunks, unit_lower_solve
+from kernels._common.chunks import chunk_inputs, prefix_sum, scale_rows, to_chunk_major, to_chunks
+from kernels._common.layout import pad_time
+from kernels._common.precision import HIGHEST
+from kernels._common.triangular import unit_lower_solve
 from kernels.momentum_delta_rule.reference import initial_states
 
-_HI = jax.lax.Precision.HIGHEST
 _NEG_INF = float("-inf")
 
 
-def _ein(spec, *xs):
-    return jnp.einsum(spec, *xs, precision=_HI)
+def _ein(spec: str, *xs: jax.Array) -> jax.Array:
+    return jnp.einsum(spec, *xs, precision=HIGHEST)
 
 
 class Factors(NamedTuple):
@@ -61,16 +63,6 @@ class Factors(NamedTuple):
     eu: jax.Array  # [..,C] exp(U_t), same mask as ea
 
 
-def _prefix_sum(x: jax.Array, axis: int, exclusive: bool = False) -> jax.Array:
-    """(Exclusive) prefix sum along a chunk axis as one matmul with a triangular 0/1 matrix.
-
-    XLA:CPU lowers jnp.cumsum to a slow reduce_window; all log-gates are <= 0, so no cancellation.
-    """
-    c = x.shape[axis]
-    tri = jnp.tril(jnp.ones((c, c), x.dtype), -1 if exclusive else 0)
-    return jnp.moveaxis(jnp.tensordot(tri, jnp.moveaxis(x, axis, 0), axes=1, precision=_HI), 0, axis)
-
-
 def factors(gc: jax.Array, uc: jax.Array, run: jax.Array, run_in: jax.Array) -> Factors:
     """gc, uc: [.., C] chunked g and log_mu; run: [.., C] segment-run index; run_in: [..] run before."""
     c = gc.shape[-1]
@@ -82,12 +74,12 @@ def factors(gc: jax.Array, uc: jax.Array, run: jax.Array, run_in: jax.Array) -> 
     # l <= t (or l < t, one step earlier) is sum_{l=s+1..t} x_l (or ..t-1): local sums, never differences.
     # The 0/1 mask times x as a row scaling: its backward sums rows by a matmul, not a minor-axis reduction.
     strict_ones = jnp.broadcast_to((t_idx > s_idx).astype(jnp.float32), gc.shape + (c,))
-    after = lambda x: _scale_rows(strict_ones, x[..., :, None])
+    after = lambda x: scale_rows(strict_ones, x[..., :, None])
     carry = run == run_in[..., None]
-    return Factors(alpha=jnp.exp(gc), la_prev=masked_exp(strict, _prefix_sum(after(gc), -2, exclusive=True)),
-                   lu=masked_exp(lower, _prefix_sum(after(uc), -2)), ea=masked_exp(carry, _prefix_sum(gc, -1)),
-                   ea_prev=masked_exp(carry, _prefix_sum(gc, -1, exclusive=True)),
-                   eu=masked_exp(carry, _prefix_sum(uc, -1)))
+    return Factors(alpha=jnp.exp(gc), la_prev=masked_exp(strict, prefix_sum(after(gc), -2, exclusive=True)),
+                   lu=masked_exp(lower, prefix_sum(after(uc), -2)), ea=masked_exp(carry, prefix_sum(gc, -1)),
+                   ea_prev=masked_exp(carry, prefix_sum(gc, -1, exclusive=True)),
+                   eu=masked_exp(carry, prefix_sum(uc, -1)))
 
 
 class Chunked(NamedTuple):
@@ -101,7 +93,9 @@ class Chunked(NamedTuple):
     fac: Factors
 
 
-def prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, chunk_major=False) -> Chunked:
+def prepare(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, g: jax.Array, log_mu: jax.Array, beta: jax.Array,
+            eta: jax.Array, scale: float | None, segment_ids: jax.Array | None, chunk_size: int,
+            chunk_major: bool = False) -> Chunked:
     """Casts to float32, pads T to a multiple of chunk_size with identity steps, chunks, builds factors.
 
     Layout [B, H, N, C, ...], or [N, B, H, C, ...] with chunk_major.
@@ -110,9 +104,9 @@ def prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, ch
     c = chunk_size
     n = -(-seqlen // c)
     f32 = lambda x: x.astype(jnp.float32)
-    x = _chunk_inputs(q, _scale_rows(f32(k), f32(eta)[..., None]), v, beta, g, scale, segment_ids, c, chunk_major)
-    to_chunks = _to_chunk_major if chunk_major else _to_chunks
-    chunk = lambda a: to_chunks(_pad_time(f32(a), n * c - seqlen), n, c)
+    x = chunk_inputs(q, scale_rows(f32(k), f32(eta)[..., None]), v, beta, g, scale, segment_ids, c, chunk_major)
+    layout = to_chunk_major if chunk_major else to_chunks
+    chunk = lambda a: layout(pad_time(f32(a), n * c - seqlen), n, c)
     fac = factors(x.gc[..., 0], chunk(log_mu[..., None])[..., 0], x.run, x.run_in)
     return Chunked(q=x.q, k=x.k, p=chunk(p), v=x.v, beta=x.beta, fac=fac)
 
@@ -140,19 +134,19 @@ def intra_chunk(ops: Chunked) -> Intra:
     f, dk, c = ops.fac, ops.k.shape[-1], ops.k.shape[-2]
     rows = lambda x: x[..., None]
     # [Gbar | bbar] = L_A,prev diag(beta) [L_U | exp(U)]: one matmul of factors in [0, 1]; Gbar strictly lower.
-    beta_lu_eu = _scale_rows(jnp.concatenate([f.lu, rows(f.eu)], axis=-1), rows(ops.beta))
+    beta_lu_eu = scale_rows(jnp.concatenate([f.lu, rows(f.eu)], axis=-1), rows(ops.beta))
     prev = _ein("...ti,...ij->...tj", f.la_prev, beta_lu_eu)
     # L_A = I + diag(alpha) L_A,prev (row t of L_A is alpha_t times row t one step earlier, plus the
     # diagonal), so [Gam | b] = diag(beta) [L_U | exp(U)] + diag(alpha) [Gbar | bbar]: a sum of non-negative
     # terms, no cancellation, and one [C, C, C] product fewer.
-    cur = beta_lu_eu + _scale_rows(prev, rows(f.alpha))
+    cur = beta_lu_eu + scale_rows(prev, rows(f.alpha))
     gam_prev, b_prev, gam, b = prev[..., :c], prev[..., c], cur[..., :c], cur[..., c]
     lmat = gam_prev * _ein("...tk,...jk->...tj", ops.p, ops.k)
-    rhs = jnp.concatenate([_scale_rows(ops.p, rows(f.ea_prev)), _scale_rows(ops.p, rows(b_prev)), ops.v], axis=-1)
+    rhs = jnp.concatenate([scale_rows(ops.p, rows(f.ea_prev)), scale_rows(ops.p, rows(b_prev)), ops.v], axis=-1)
     y = unit_lower_solve(lmat, rhs)
     return Intra(x=gam * _ein("...tk,...jk->...tj", ops.q, ops.k), u=y[..., 2 * dk:], ys=y[..., :dk],
-                 zm=y[..., dk:2 * dk], qa=_scale_rows(ops.q, rows(f.ea)), qb=_scale_rows(ops.q, rows(b)),
-                 k_s=_scale_rows(ops.k, rows(gam[..., -1, :])), k_m=_scale_rows(ops.k, rows(f.lu[..., -1, :])),
+                 zm=y[..., dk:2 * dk], qa=scale_rows(ops.q, rows(f.ea)), qb=scale_rows(ops.q, rows(b)),
+                 k_s=scale_rows(ops.k, rows(gam[..., -1, :])), k_m=scale_rows(ops.k, rows(f.lu[..., -1, :])),
                  ends=jnp.stack([f.ea[..., -1], b[..., -1], f.eu[..., -1]], axis=-1))
 
 
@@ -166,7 +160,8 @@ def _end_decay(ends: jax.Array, x: jax.Array, transpose: bool = False) -> jax.Ar
 
 
 @jax.custom_vjp
-def state_pass(x, u, y, kc, qc, ends, x0):
+def state_pass(x: jax.Array, u: jax.Array, y: jax.Array, kc: jax.Array, qc: jax.Array, ends: jax.Array,
+               x0: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The sequential part and the output, chunk-major, with the stacked state X = [S; M] [2K, V].
 
     Per chunk, from the state X entering it: W = u - Y X, O = x W + Qc X and X' = E X + Kc^T W, where
@@ -180,8 +175,9 @@ def state_pass(x, u, y, kc, qc, ends, x0):
     return _state_pass_fwd(x, u, y, kc, qc, ends, x0)[0]
 
 
-def _state_pass_fwd(x, u, y, kc, qc, ends, x0):
-    def step(xs, op):
+def _state_pass_fwd(x: jax.Array, u: jax.Array, y: jax.Array, kc: jax.Array, qc: jax.Array, ends: jax.Array,
+                    x0: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
+    def step(xs: jax.Array, op: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         u_n, y_n, kc_n, ends_n = op
         w = u_n - _ein("bhck,bhkv->bhcv", y_n, xs)
         return _end_decay(ends_n, xs) + _ein("bhck,bhcv->bhkv", kc_n, w), (w, xs)
@@ -191,13 +187,13 @@ def _state_pass_fwd(x, u, y, kc, qc, ends, x0):
     return (o, x_final), (x, y, kc, qc, ends, w, x_in)
 
 
-def _state_pass_bwd(res, cts):
+def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, ...]:
     x, y, kc, qc, ends, w, x_in = res
     do, dx_final = cts
     do_w = _ein("...ts,...tv->...sv", x, do)
     do_x = _ein("...ck,...cv->...kv", qc, do)
 
-    def step(dx_out, op):
+    def step(dx_out: jax.Array, op: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         do_w_n, do_x_n, y_n, kc_n, ends_n = op
         dw = do_w_n + _ein("bhck,bhkv->bhcv", kc_n, dx_out)
         dx_in = _end_decay(ends_n, dx_out, transpose=True) - _ein("bhck,bhcv->bhkv", y_n, dw) + do_x_n
@@ -219,8 +215,11 @@ state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q, k, v, *, p, g, log_mu, beta, eta, scale=None, initial_state=None,
-                        segment_ids=None, chunk_size=64):
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
+                        initial_state: tuple[jax.Array, jax.Array] | None = None,
+                        segment_ids: jax.Array | None = None,
+                        chunk_size: int = 64) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Chunked momentum delta rule.
 
     q, k, p: [B,T,H,K]; v: [B,T,H,V]; g, log_mu, beta, eta: [B,T,H]; initial_state: (S0, M0) each
