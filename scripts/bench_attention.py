@@ -1,4 +1,4 @@
-"""Softmax-attention family benchmark on CPU (FoX, FiX, GOAT prior): PERFORMANCE.md goals C1, C2 and C5.
+"""Softmax-attention family benchmark on CPU (FoX, FiX, GOAT prior): goals C1, C2 and C5 of docs/performance.md.
 
     python scripts/bench_attention.py [--out bench_out] [--lengths 512 1024 2048 4096] [--repeats 3]
 
@@ -161,7 +161,7 @@ def _ratio_checks(results, lengths):
 def _scaling_checks(results, lengths):
     """C2: time and temporary-memory ratios when T grows between consecutive lengths.
 
-    The time goal is PERFORMANCE.md's 1024 → 2048 step (other steps are reported: at 4096 the [C, C] tiles
+    The time goal is docs/performance.md's 1024 → 2048 step (other steps are reported: at 4096 the [C, C] tiles
     of a quadratic method leave the caches); the memory goal applies to every doubling.
     """
     checks = []

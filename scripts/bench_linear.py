@@ -1,4 +1,4 @@
-"""Benchmark: chunked gated / momentum delta rule vs their step recurrences (PERFORMANCE.md C1, C2, C3, C5).
+"""Benchmark: chunked gated / momentum delta rule vs their step recurrences (docs/performance.md C1, C2, C3, C5).
 
 All ratios are measured side by side in one process (f32, after warmup, min of --repeats runs):
   C3  chunked fwd+bwd >= 4x faster than autodiff through the `lax.scan` recurrence, B1 H4 T2048 D64;
@@ -41,7 +41,7 @@ VARIANTS = ("deltanet", "gdn", "kda", "mdn")
 
 
 def _mdn_inputs(x: dict, rng) -> dict:
-    """GDN inputs plus the MDN gates as the layer makes them (specs/mixers-02 §1.1): p = alpha k,
+    """GDN inputs plus the MDN gates as `zoo.mixers.mdn` makes them (MDN, arXiv 2605.05838): p = alpha k,
     log_mu in (-2, 0), eta in (0, 2), beta <= 1 - alpha."""
     alpha = jnp.exp(x["g"])
     f = lambda a: jnp.asarray(a, jnp.float32)

@@ -1,4 +1,4 @@
-"""SSD benchmark on CPU: chunked vs recurrent, scalar vs diagonal, scaling in T (PERFORMANCE.md C0-C3, C5).
+"""SSD benchmark on CPU: chunked vs recurrent, scalar vs diagonal, scaling in T (docs/performance.md C0-C3, C5).
 
     python scripts/bench_ssm.py [--out bench_out] [--repeats 3] [--skip-pallas]
 

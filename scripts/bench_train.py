@@ -1,4 +1,4 @@
-"""Training-step throughput, CPU "MFU" and scan compile scaling (PERFORMANCE.md goals C7 and C8).
+"""Training-step throughput, CPU "MFU" and scan compile scaling (docs/performance.md goals C7 and C8).
 
     python scripts/bench_train.py [--out bench_out] [--steps 10]
 

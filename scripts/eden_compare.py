@@ -1,4 +1,6 @@
-"""EDEN comparison (specs/mixers-06): Llama, Mamba and Hyena at matched parameters and an equal token budget.
+"""EDEN comparison: Llama, Mamba and Hyena at matched parameters and an equal token budget.
+
+Paper: "Scaling Laws and Architectural Frontiers in Metagenomic Foundation Models" (EDEN, ICML 2026).
 
     python scripts/eden_compare.py [--out bench_out/eden] [--steps 120] [--batch-size 8] [--seq-len 128]
                                    [--sizes small,medium] [--archs llama,mamba,hyena] [--dataset nucleotide]

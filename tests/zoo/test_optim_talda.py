@@ -1,4 +1,5 @@
-"""GDA / AGDA / TALDA-R on the spec's two-sided PL problems (spec train-05): rates and Lyapunov descent."""
+"""GDA / AGDA / TALDA-R on two-sided PL problems (a coupled quadratic game and Yang et al.'s nonconvex
+example): rates and Lyapunov descent."""
 
 import functools
 

@@ -1,4 +1,5 @@
-"""Target-update schedules, exact Q* and periodic Q-learning (spec train-08, tests 1-4 and the comparison)."""
+"""Target-update schedules, exact Q* and periodic Q-learning (Weissmann et al., arXiv 2602.03911): schedule
+formulas, exact Q*, convergence, sync bookkeeping and the constant-vs-adaptive comparison."""
 
 import math
 
@@ -111,7 +112,7 @@ def test_step_samples_the_transition_kernel():
 
 @pytest.fixture(scope="module")
 def tabular_runs():
-    """Spec test 3 setting: random MDP, 10 states, 3 actions, γ = 0.9, uniform behaviour policy."""
+    """The comparison setting: random MDP, 10 states, 3 actions, γ = 0.9, uniform behaviour policy."""
     mdp = random_mdp(0)
     q_star = value_iteration(mdp)
     kw = dict(q_star=q_star, step_size=1.0, decay_k0=30.0)  # α_k = 1 / (1 + k / (S·A)): inner averaging
@@ -127,7 +128,7 @@ def test_tabular_periodic_q_learning_converges_to_q_star(tabular_runs):
     _, q_star, runs = tabular_runs
     start = np.max(np.abs(q_star))  # Q_0 = 0
     adaptive = runs["adaptive"]
-    assert adaptive.target_error[-1] < 1e-2  # spec test 3
+    assert adaptive.target_error[-1] < 1e-2
     assert np.max(np.abs(adaptive.q_target - q_star)) == pytest.approx(adaptive.target_error[-1], rel=1e-4)
     for name in ("K=300", "K=3000"):
         assert runs[name].target_error[-1] < start / 20, name
@@ -137,12 +138,12 @@ def test_target_changes_only_at_sync_steps(tabular_runs):
     mdp, _, runs = tabular_runs
     for name, sched in (("adaptive", adaptive_schedule(30, mdp.gamma)), ("K=300", constant_schedule(300))):
         run = runs[name]
-        assert not np.any(run.target_changed & ~run.synced), name  # spec test 4
+        assert not np.any(run.target_changed & ~run.synced), name
         np.testing.assert_array_equal(np.nonzero(run.synced)[0] + 1, sched.sync_steps(run.synced.size))
 
 
 def test_adaptive_schedule_beats_constant_periods(tabular_runs):
-    """The bias-variance trade-off the spec describes, measured (seed 0).
+    """The bias-variance trade-off the paper describes, measured (seed 0).
 
     Short constant periods stall at a variance floor (K=300 never gets below 0.1); long ones pay in bias
     (K=3000 reaches 0.1 after ~1.3e5 samples); the geometric schedule, starting short and growing, reaches

@@ -1,7 +1,7 @@
 """Two-sided PL minimax: GDA and alternating GDA baselines, and TALDA-R (**experimental**).
 
-Paper: "From Lyapunov Analysis to Algorithm Design in two-sided PL Minimax Optimization" (ICML 2026);
-spec `specs/train-05-talda.md`. Only the abstract was available.
+Paper: "From Lyapunov Analysis to Algorithm Design in two-sided PL Minimax Optimization" (ICML 2026; no
+arXiv id). Only the abstract was available.
 
 Problem: min_x max_y f(x, y), f L-smooth, two-sided PL with μ1, μ2 > 0:
 ‖∇_x f‖² ≥ 2μ1 [f − min_x' f(x', y)] and ‖∇_y f‖² ≥ 2μ2 [max_y' f(x, y') − f].
@@ -84,7 +84,7 @@ def pl_surrogate_weights(mu_y: float, cross_smoothness: float) -> tuple[float, f
     Why: with y*(x) = argmax_y f(x, y), PL and quadratic growth give ‖y − y*(x)‖ ≤ ‖∇_y f‖/μ2, so
     ‖∇Φ(x)‖ ≤ ‖∇_x f‖ + (L_xy/μ2)‖∇_y f‖, Φ(x) − Φ* ≤ ‖∇Φ‖²/(2μ1) and Φ(x) − f ≤ ‖∇_y f‖²/(2μ2): the
     Lyapunov function is bounded by W with b/a up to (L_xy/μ2)². Weighting ∇_y is what lets the extra
-    ascent steps pass the test under strong coupling. Measured on the spec's quadratics (μ2 = 0.1,
+    ascent steps pass the test under strong coupling. Measured on the tests' quadratics (μ2 = 0.1,
     ‖B‖ = 10, 3000 steps): b = 1 stalls (every try rejected); the bound's b = 1 + (L_xy/μ2)² is too
     conservative (stalls after ~1600 steps at ‖z‖ ≈ 0.06); b = 1 + L_xy/μ2 converges (‖z‖ 5 → 3e-5).
     """

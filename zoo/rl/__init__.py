@@ -1,5 +1,8 @@
-"""Periodic Q-learning with scheduled target-network updates (spec train-08): constant and adaptive
-(geometrically growing) periods, small exact MDPs, a tabular learner and a DQN, measured against Q*."""
+"""Periodic Q-learning with scheduled target-network updates: constant and adaptive (geometrically growing)
+periods, small exact MDPs, a tabular learner and a DQN, measured against Q*.
+
+Paper: "The Role of Target Update Frequencies in Q-Learning" (Weissmann et al., ICML 2026, arXiv 2602.03911).
+"""
 
 from zoo.rl.dqn import DQNTrace, QNetwork, train_dqn
 from zoo.rl.envs import (

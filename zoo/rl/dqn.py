@@ -8,7 +8,7 @@ Adam step on the DQN regression loss
     L(θ) = (1/B) Σ_i huber(Q_θ(s_i, a_i) − [r_i + γ max_a' Q_θ̄(s'_i, a')]),
 
 with θ̄ the target parameters. After each step the schedule's `maybe_sync` counts the step and, when the
-current period K_n is complete, hard-copies θ into θ̄ (spec train-08, "DQN-style loop usage"). The whole loop
+current period K_n is complete, hard-copies θ into θ̄ (the hard target update of a DQN). The whole loop
 is one jitted `lax.scan`; the trace holds ‖Q_θ − Q*‖_∞ over all S·A entries after every step.
 """
 

@@ -81,8 +81,9 @@ def chain_mdp(num_states: int = 8, slip: float = 0.2, gamma: float = 0.9) -> Fin
 
 def random_mdp(seed: int = 0, num_states: int = 10, num_actions: int = 3, gamma: float = 0.9,
                branching: int = 3) -> FiniteMDP:
-    """A random MDP (spec test 3): each (s, a) moves to `branching` random next states with Dirichlet(1)
-    probabilities; rewards R[s, a] ~ U[0, 1]. Host numpy RNG, so the MDP is fixed by `seed`."""
+    """A random MDP (the setting of the tests and of the RL script): each (s, a) moves to `branching` random
+    next states with Dirichlet(1) probabilities; rewards R[s, a] ~ U[0, 1]. Host numpy RNG, so the MDP is
+    fixed by `seed`."""
     if not (1 <= branching <= num_states):
         raise ValueError(f"branching must lie in [1, num_states], got {branching}")
     rng = np.random.default_rng(seed)
@@ -117,7 +118,7 @@ def sample_transitions(mdp: FiniteMDP, key: jax.Array, num: int) -> tuple[jax.Ar
     """`num` i.i.d. transitions under the uniform behaviour distribution over (s, a) (ξ = 1 / (S·A)).
 
     Returns (s, a, r, s') with shapes [num] (int32, int32, float32, int32). This is the asynchronous
-    sampling model of the spec: one state-action pair per sample, drawn from a fixed behaviour policy.
+    sampling model of the analysis: one state-action pair per sample, drawn from a fixed behaviour policy.
     """
     k_s, k_a, k_next = jax.random.split(key, 3)
     s = jax.random.randint(k_s, (num,), 0, mdp.num_states, dtype=jnp.int32)

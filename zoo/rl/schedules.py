@@ -1,19 +1,22 @@
-"""Target-network update-period schedules for periodic Q-learning (spec train-08).
+"""Target-network update-period schedules for periodic Q-learning.
+
+Paper: "The Role of Target Update Frequencies in Q-Learning" (Weissmann et al., ICML 2026, arXiv 2602.03911).
 
 Periodic Q-learning is a nested optimisation: outer iteration n freezes a target Q̄_n and runs an inner loop
 of K_n SGD steps on the regression ½ E[(Q(s, a) − r − γ max_a' Q̄_n(s', a'))²]; then Q̄_{n+1} ← Q. The
 schedule is the sequence of inner-loop lengths (periods) K_n, counted in gradient steps.
 
 - constant (classic DQN hard update):  K_n ≡ K, syncs at steps K, 2K, 3K, ...
-- geometric / adaptive (spec train-08, "Exact algorithm"):  K_n = min(K_max, ⌈K_0 · r^n⌉),  r = γ^{−2/3}.
+- geometric / adaptive (the paper's near-optimal schedule):  K_n = min(K_max, ⌈K_0 · r^n⌉),  r = γ^{−2/3}.
 
-Direction (spec "Direction of the schedule"): the *period* grows by r > 1 per outer iteration, so the update
-*frequency* 1/K_n falls geometrically. With r = 1 the geometric schedule is exactly the constant one.
+Direction: the *period* grows by r > 1 per outer iteration, so the update *frequency* 1/K_n falls
+geometrically (some summaries of the paper word it the other way round; the formula decides). With r = 1
+the geometric schedule is exactly the constant one.
 
 `period(n)` is a pure function of the outer iteration n (jit-friendly, int32). `maybe_sync` is the
-DQN-style bookkeeping of the spec's "DQN-style loop usage": after each gradient step, steps_since_sync += 1;
-once it reaches K_n the target becomes a hard copy of the online parameters, n += 1, steps_since_sync = 0.
-It is `optax.periodic_update` with a period that varies with n.
+DQN-style bookkeeping: after each gradient step, steps_since_sync += 1; once it reaches K_n the target
+becomes a hard copy of the online parameters, n += 1, steps_since_sync = 0. It is `optax.periodic_update`
+with a period that varies with n.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class GeometricTargetSchedule:
     """K_n = min(K_max, ⌈K_0 · ratio^n⌉) gradient steps between target syncs.
 
     k0: K_0 ≥ 1, the first period. ratio: r ≥ 1 (the theory default is γ^{−2/3}, see `adaptive_schedule`;
-    r < 1 would shrink the period, the direction the spec warns against). k_max: the cap, ≥ k0.
+    r < 1 would shrink the period, the wrong direction). k_max: the cap, ≥ k0.
     """
 
     k0: int
@@ -108,7 +111,7 @@ def constant_schedule(period: int) -> GeometricTargetSchedule:
 
 
 def adaptive_ratio(gamma: float) -> float:
-    """The spec's near-optimal growth factor r = γ^{−2/3} (γ = 0.9 → 1.0728; γ = 0.99 → 1.0067)."""
+    """The paper's near-optimal growth factor r = γ^{−2/3} (γ = 0.9 → 1.0728; γ = 0.99 → 1.0067)."""
     if not (0.0 < gamma < 1.0):
         raise ValueError(f"gamma must lie in (0, 1), got {gamma!r}")
     return float(gamma ** (-2.0 / 3.0))
@@ -117,9 +120,9 @@ def adaptive_ratio(gamma: float) -> float:
 def adaptive_schedule(
     k0: int, gamma: float, k_max: int = 100_000, ratio: float | None = None
 ) -> GeometricTargetSchedule:
-    """K_n = min(K_max, ⌈K_0 · γ^{−2n/3}⌉) (spec train-08, "Exact algorithm"); `ratio` overrides γ^{−2/3}.
+    """K_n = min(K_max, ⌈K_0 · γ^{−2n/3}⌉) (the paper's schedule); `ratio` overrides γ^{−2/3}.
 
-    The spec ("Pitfalls") suggests keeping the ratio a hyperparameter because for γ near 1 the theory's
+    The ratio stays a hyperparameter because for γ near 1 the theory's
     growth is tiny; passing ratio=None uses the theory default.
     """
     r = adaptive_ratio(gamma) if ratio is None else float(ratio)

@@ -1,15 +1,17 @@
-"""Tabular periodic (target-network) Q-learning with a target-period schedule (spec train-08, "Exact algorithm").
+"""Tabular periodic (target-network) Q-learning with a target-period schedule.
+
+Paper: "The Role of Target Update Frequencies in Q-Learning" (Weissmann et al., ICML 2026, arXiv 2602.03911).
 
 Outer iteration n freezes the target Q̄_n; each inner step k draws one transition (s_k, a_k, r_k, s'_k) from the
 uniform behaviour distribution and takes an SGD step on ½ (Q(s_k, a_k) − y_k)², y_k = r_k + γ max_a' Q̄_n(s'_k, a'):
 
     Q(s_k, a_k) ← Q(s_k, a_k) − α_k [Q(s_k, a_k) − r_k − γ max_a' Q̄_n(s'_k, a')].
 
-After K_n inner steps (the schedule's period) Q̄_{n+1} ← Q. The inner step size is the spec's reconstruction,
-both variants exposed: constant α_k = α_0 (decay_k0=None), or α_k = α_0 / (1 + k / k_0) with k the inner step
-index, restarted at each sync. The decaying variant makes the inner loop an averaging estimator of T Q̄_n, so
-its variance falls like 1 / K_n — the variance side of the trade-off; the bias side is the γ-contraction per
-outer iteration, which short periods apply more often.
+After K_n inner steps (the schedule's period) Q̄_{n+1} ← Q. The inner step size is a reconstruction (the
+available text does not give it), both variants exposed: constant α_k = α_0 (decay_k0=None), or
+α_k = α_0 / (1 + k / k_0) with k the inner step index, restarted at each sync. The decaying variant makes
+the inner loop an averaging estimator of T Q̄_n, so its variance falls like 1 / K_n — the variance side of
+the trade-off; the bias side is the γ-contraction per outer iteration, which short periods apply more often.
 
 With K ≡ 1 and constant α this is ordinary asynchronous Q-learning (the target is always the current Q).
 """
@@ -124,7 +126,7 @@ def steps_to_reach(error: np.ndarray | jax.Array, eps: float) -> int | None:
     """First 1-based step t from which ‖Q − Q*‖_∞ stays ≤ eps for the rest of the run; None if it never does.
 
     "Stays" rather than "first touches" because within an inner loop the online error can dip below eps and
-    bounce back out; the sample count the spec's theory bounds is the one after which the error is small.
+    bounce back out; the sample count the paper's theory bounds is the one after which the error is small.
     """
     err = np.asarray(error)
     above = np.nonzero(err > eps)[0]
