@@ -5,7 +5,7 @@ from __future__ import annotations
 import optax
 
 from train.config import OptimConfig
-from zoo.registry import OPTIMIZERS
+from zoo.registry import OPTIMIZERS, UpdateFn
 
 
 def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:
@@ -36,12 +36,12 @@ def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransform
     return core
 
 
-def custom_update(cfg: OptimConfig):
-    """The optimizer's own update hook, or None for the default single-gradient step.
+def custom_update(cfg: OptimConfig) -> UpdateFn | None:
+    """The optimizer's declared update, or None for the default single-gradient step.
 
-    An optimizer factory that needs more than `optimizer.update(grads, state, params)` (SAM's second
-    gradient, Polyak's loss value) carries `make_update(cfg)`, which returns
+    An optimizer that needs more than `optimizer.update(grads, state, params)` (SAM's second gradient,
+    Polyak's loss value) declares `register_optimizer(name, update=make_update)`; `make_update(cfg)` returns
     `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)`.
     """
-    make_update = getattr(OPTIMIZERS.get(cfg.name), "make_update", None)
+    make_update = OPTIMIZERS.update(cfg.name)
     return None if make_update is None else make_update(cfg)

@@ -1,10 +1,13 @@
-"""Name -> factory registries for architectures, sequence mixers and optimizers.
+"""Name -> factory registries for architectures, sequence mixers, optimizers and training objectives.
 
-A new model, mixer or optimizer registers itself at import time with a decorator; the trainer only
-looks names up, so adding one never edits the trainer:
+A new model, mixer, optimizer or objective registers itself at import time with a decorator; the trainer
+only looks names up, so adding one never edits the trainer:
 
     @register_mixer("attention")
     class Attention(nnx.Module): ...
+
+An optimizer that needs more than one gradient per step declares its update at registration
+(`register_optimizer("sam_polyak", update=make_update)`); the trainer reads it with `OPTIMIZERS.update(name)`.
 """
 
 from __future__ import annotations
@@ -15,16 +18,28 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
+# `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)`, with
+# `loss_fn(params, batch) -> float32 scalar`: one optimizer step that computes its own gradients.
+UpdateFn = Callable[..., tuple[Any, Any, Any, Any]]
+# `make_update(optim_config) -> UpdateFn`, declared by an optimizer that needs more than one gradient.
+UpdateFactory = Callable[[Any], UpdateFn]
+
 # Modules whose import registers the built-in entries. Imported lazily on first lookup so that
 # `import zoo.registry` stays cheap and free of import cycles.
 _BUILTIN_MODULES = ("zoo.mixers", "zoo.models", "zoo.optim")
 
 
 class Registry(Generic[T]):
-    """A mapping from names to factories of one kind (`kind` appears in error messages)."""
+    """A mapping from names to factories of one kind (`kind` appears in error messages).
 
-    def __init__(self, kind: str):
+    `modules` are imported on the first lookup so that their decorators have run; None means the zoo's
+    built-in modules (`load_builtins`).
+    """
+
+    def __init__(self, kind: str, modules: tuple[str, ...] | None = None):
         self.kind = kind
+        self._modules = modules
+        self._modules_loaded = False
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -42,21 +57,57 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The entry registered as `name`; an unknown name raises ValueError listing the known ones."""
-        load_builtins()
+        self._load()
         if name not in self._entries:
             raise ValueError(f"unknown {self.kind} {name!r}; registered: {sorted(self._entries)}")
         return self._entries[name]
 
     def names(self) -> list[str]:
-        load_builtins()
+        """The registered names, sorted."""
+        self._load()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        load_builtins()
+        self._load()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+    def _load(self) -> None:
+        if self._modules is None:
+            load_builtins()
+            return
+        if not self._modules_loaded:
+            self._modules_loaded = True
+            for module in self._modules:
+                importlib.import_module(module)
+
+
+class OptimizerRegistry(Registry[Callable[..., Any]]):
+    """Optimizer factories `factory(learning_rate, optim_config) -> optax transformation`, each with an
+    optional declared update for optimizers that need more than `optimizer.update(grads, state, params)`."""
+
+    def __init__(self, kind: str, modules: tuple[str, ...] | None = None):
+        super().__init__(kind, modules)
+        self._updates: dict[str, UpdateFactory] = {}
+
+    def register(self, name: str, *, update: UpdateFactory | None = None) -> Callable[[T], T]:
+        """Decorator registering a factory under `name`, with its own `update` factory when it has one."""
+        register = super().register(name)
+
+        def decorator(obj: T) -> T:
+            register(obj)
+            if update is not None:
+                self._updates[name] = update
+            return obj
+
+        return decorator
+
+    def update(self, name: str) -> UpdateFactory | None:
+        """The update factory declared by optimizer `name`, or None for the default single-gradient step."""
+        self.get(name)
+        return self._updates.get(name)
 
 
 _loaded = False
@@ -74,8 +125,11 @@ def load_builtins() -> None:
 
 MODELS: Registry[Callable[..., Any]] = Registry("model")
 MIXERS: Registry[type] = Registry("mixer")
-OPTIMIZERS: Registry[Callable[..., Any]] = Registry("optimizer")
+OPTIMIZERS = OptimizerRegistry("optimizer")
+# Objectives `objective(model, batch, rng) -> (loss, metrics)` (see zoo.losses.objectives).
+OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective", modules=("zoo.losses",))
 
 register_model = MODELS.register
 register_mixer = MIXERS.register
 register_optimizer = OPTIMIZERS.register
+register_objective = OBJECTIVES.register

@@ -201,7 +201,26 @@ def rho_from_config(cfg: Any) -> float:
     return float(rho)
 
 
-@register_optimizer("sam_polyak")
+def _sam_polyak_update(cfg: Any) -> Callable:
+    """The trainer's update: two passes on the batch, then the Polyak-scaled step (see train.step)."""
+    rho = rho_from_config(cfg)
+
+    def update(
+        loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, opt_state: Any,
+        optimizer: optax.GradientTransformationExtraArgs,
+    ) -> tuple[jax.Array, Any, Any, Any]:
+        two_pass = sam_polyak_grads(loss_fn, params, batch, rho)
+        updates, opt_state = optimizer.update(
+            two_pass.grad, opt_state, params, value=two_pass.value, perturbation=two_pass.perturbation
+        )
+        return two_pass.loss, two_pass.grad, updates, opt_state
+
+    return update
+
+
+# SAM needs two gradients per step, so it declares its own update: the shared train step runs it instead
+# of its default single value_and_grad.
+@register_optimizer("sam_polyak", update=_sam_polyak_update)
 def _sam_polyak_factory(learning_rate, cfg) -> optax.GradientTransformationExtraArgs:
     """Stochastic SAM-Polyak with the schedule as cap γ_b; options rho, f_min, c; decay on matrices.
 
@@ -213,22 +232,3 @@ def _sam_polyak_factory(learning_rate, cfg) -> optax.GradientTransformationExtra
         learning_rate, f_min=cfg.option("f_min", 0.0), c=cfg.option("c", 1.0),
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
-
-
-def _sam_polyak_update(cfg: Any) -> Callable:
-    """The trainer's update hook: two passes on the batch, then the Polyak-scaled step (see train.step)."""
-    rho = rho_from_config(cfg)
-
-    def update(loss_fn, params, batch, opt_state, optimizer):
-        two_pass = sam_polyak_grads(loss_fn, params, batch, rho)
-        updates, opt_state = optimizer.update(
-            two_pass.grad, opt_state, params, value=two_pass.value, perturbation=two_pass.perturbation
-        )
-        return two_pass.loss, two_pass.grad, updates, opt_state
-
-    return update
-
-
-# Read by train.optim: SAM needs two gradients per step, so the shared train step calls this hook
-# instead of its default single value_and_grad.
-_sam_polyak_factory.make_update = _sam_polyak_update
