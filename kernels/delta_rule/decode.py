@@ -1,4 +1,7 @@
-"""Single-step gated delta rule for autoregressive decoding (one token, recurrent form)."""
+"""Single-step gated delta rule for autoregressive decoding (one token, recurrent form).
+
+The decode signature of every recurrent op: `<op>_step(inputs..., *, gates..., state, options) -> (o, state)`.
+"""
 
 from __future__ import annotations
 

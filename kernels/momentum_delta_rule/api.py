@@ -91,7 +91,7 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
-def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
                         beta: jax.Array, eta: jax.Array, scale: float | None = None,
                         initial_state: tuple[jax.Array, jax.Array] | None = None,
                         segment_ids: jax.Array | None = None, chunk_size: int = 64,

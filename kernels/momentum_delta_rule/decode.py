@@ -1,4 +1,7 @@
-"""Single-step momentum delta rule for autoregressive decoding (one token, recurrent form)."""
+"""Single-step momentum delta rule for autoregressive decoding (one token, recurrent form).
+
+The decode signature of every recurrent op: `<op>_step(inputs..., *, gates..., state, options) -> (o, state)`.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ def _check(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[s
                          f"expected a pair (S, M) of {want}")
 
 
-def momentum_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+def momentum_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
                              beta: jax.Array, eta: jax.Array, state: tuple[jax.Array, jax.Array],
                              scale: float | None = None) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """One recurrence step.

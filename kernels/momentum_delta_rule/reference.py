@@ -35,7 +35,7 @@ def initial_states(initial_state: tuple[jax.Array, jax.Array] | None,
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
                         beta: jax.Array, eta: jax.Array, scale: float | None = None,
                         initial_state: tuple[jax.Array, jax.Array] | None = None,
                         segment_ids: jax.Array | None = None,

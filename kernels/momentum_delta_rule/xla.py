@@ -215,7 +215,7 @@ state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, p: jax.Array, g: jax.Array, log_mu: jax.Array,
+def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
                         beta: jax.Array, eta: jax.Array, scale: float | None = None,
                         initial_state: tuple[jax.Array, jax.Array] | None = None,
                         segment_ids: jax.Array | None = None,
