@@ -1,5 +1,6 @@
 """The zoo's NNX modules: layers, sequence mixers, models, losses and optimizers."""
 
+from zoo import functional
 from zoo.models.config import ModelConfig
 from zoo.registry import MIXERS, MODELS, OPTIMIZERS, register_mixer, register_model, register_optimizer
 
@@ -8,6 +9,7 @@ __all__ = [
     "MODELS",
     "OPTIMIZERS",
     "ModelConfig",
+    "functional",
     "register_mixer",
     "register_model",
     "register_optimizer",
