@@ -16,7 +16,9 @@ from zoo.diagnostics import (
     sink_removal,
     spike_clamp,
 )
+from zoo.mixers.base import conformance_options
 from zoo.models import ModelConfig, build_model, convert_layer_layout
+from zoo.registry import MIXERS
 
 # Tiny models: compile time dominates, and every comparison is within one compile setting.
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -148,3 +150,64 @@ def test_non_attention_mixer_reports_sinks_unavailable():
     np.testing.assert_array_equal(result["massive"]["top_pos"][:, 0], SPIKE_POS)
     with pytest.raises(ValueError, match="attention"):
         sink_removal(model, tokens, i0=I0)
+
+
+SOFTMAX_MIXERS = ("attention", "fox", "fix", "goat", "circulation")
+
+
+def _tiny(mixer: str, **overrides) -> ModelConfig:
+    """One layer of `mixer` with its first conformance variant (the options its harness runs)."""
+    options = conformance_options(MIXERS.get(mixer))[0]
+    return dataclasses.replace(CFG, mixer=mixer, mixer_options=options, num_layers=1, **overrides)
+
+
+@pytest.mark.parametrize("mixer", MIXERS.names())
+def test_capture_runs_every_mixer_without_mlp(mixer: str):
+    # Regression: mlp_dim=0 blocks have no MLP sublayer (the EDEN Mamba presets); capture used to assume one.
+    model, tokens = build_model(_tiny(mixer, mlp_dim=0), rngs=nnx.Rngs(0)), _tokens()[:, :12]
+    cap = capture_forward(model, tokens, materialize_attention=False)
+    np.testing.assert_array_equal(np.asarray(cap["logits"]), np.asarray(model(tokens)))
+    assert cap["mlp_in"] is None and cap["mlp_out"] is None and not np.asarray(cap["mlp_delta"]).any()
+    np.testing.assert_allclose(np.asarray(cap["hidden"][1:] - cap["hidden"][:-1]), np.asarray(cap["attn_delta"]),
+                               atol=1e-6)
+    assert cap["has_attention"] == (mixer in SOFTMAX_MIXERS) and cap["probs"] is None
+
+
+def _mixer_output_from_probs(mixer_name: str, mixer: nnx.Module, x: jax.Array, probs: jax.Array) -> jax.Array | None:
+    """o_proj(P @ V) rebuilt from the captured probabilities, for mixers whose output is exactly that."""
+    positions = jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape[:2])
+    if mixer_name == "fox":
+        v = mixer._project_qkv(x, None, positions, None)[2]
+    elif mixer_name == "goat":
+        v = mixer.augmented_qkv(x, positions)[2]
+    elif mixer_name in ("attention", "circulation"):
+        v = mixer.v_proj(x).reshape(*x.shape[:2], mixer.num_kv_heads, mixer.head_dim)
+    else:
+        return None
+    v = jnp.repeat(v.astype(jnp.float32), mixer.num_heads // mixer.num_kv_heads, axis=2)
+    heads = jnp.einsum("bhij,bjhd->bihd", probs, v).astype(mixer.dtype)
+    if mixer_name == "fox":
+        return mixer._output(heads, x)
+    return mixer.o_proj(heads.reshape(*x.shape[:2], -1))
+
+
+@pytest.mark.parametrize("mixer", SOFTMAX_MIXERS)
+def test_sink_statistics_for_every_softmax_mixer(mixer: str):
+    model, tokens = build_model(_tiny(mixer), rngs=nnx.Rngs(0)), _tokens()[:, :12]
+    result = diagnose(model, tokens, i0=I0)
+    for key in ("sinks", "locality", "co_occurrence"):
+        assert result[key]["available"] is True
+    assert result["sinks"]["first_token_mass"].shape == (1, CFG.num_heads)
+    assert np.isfinite(result["sinks"]["first_token_mass"]).all()
+    cap = capture_forward(model, tokens)
+    probs = np.asarray(cap["probs"])
+    assert probs.shape == (1, 2, CFG.num_heads, 12, 12)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    assert np.all(probs[..., np.triu_indices(12, k=1)[0], np.triu_indices(12, k=1)[1]] == 0.0)
+    # The probabilities are the forward's own: o_proj(P @ V) gives back the mixer's output.
+    rebuilt = _mixer_output_from_probs(mixer, model.layers[0].mixer, cap["mixer_in"][0], cap["probs"][0])
+    if rebuilt is not None:
+        np.testing.assert_allclose(np.asarray(rebuilt), np.asarray(cap["mixer_out"][0]), rtol=1e-4, atol=1e-5)
+    if mixer != "attention":
+        with pytest.raises(ValueError, match="attention"):
+            sink_removal(model, tokens, i0=I0)

@@ -1,12 +1,15 @@
 """A capturing forward pass for the decoder LM: per-layer residual streams, increments and attention maps.
 
-The model's own code is not touched. The model is converted to the unrolled layout and its blocks are run
-one by one here (embedding -> each block's two `Residual`s -> final norm -> head), calling the model's own
-submodules with the same arguments, so the captured logits equal the model's unrolled forward bitwise.
-Sublayers are wrapped, not replaced: the wrapper records what the sublayer sees and returns.
+The model's own blocks record themselves: each `Block` runs with capture=True under `nnx.capture`, which
+collects what it sows (`nnx.Intermediate`: sublayer inputs and outputs, the stream after the mixer). Here
+only the layer loop is written out (embedding -> each block -> the model's own head), so that hooks can
+edit the stream between blocks; the captured logits equal the unrolled model's forward bitwise.
 
-Hooks (used by `zoo.diagnostics.interventions`) may edit the residual stream before/after a block or
-replace a head's attention logits; with no hooks the captured run is exactly the model's forward.
+Softmax-family mixers (attention, fox, fix, goat, circulation) expose their probabilities through one
+method, `mixer.attention_weights(x, segment_ids=, positions=) -> [B, H, T, T]`, computed from the mixer
+input the block sowed. Hooks (used by `zoo.diagnostics.interventions`) may edit the residual stream
+before/after a block or replace the attention logits of the "attention" mixer; with no hooks the captured
+run is exactly the model's forward.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from zoo.models.block import convert_layer_layout
@@ -35,9 +37,8 @@ class Hooks:
 
     block_input: edits h^l before block l runs (what block l and the capture of h^l see).
     block_output: edits block l's output before it becomes h^{l+1}.
-    attention_logits: edits the attention logits of layer l (attention mixer only). When set, that layer's
-      attention runs on the materialized path of this module (softmax(logits) @ V, then the model's o_proj)
-      instead of the mixer's fused kernel.
+    attention_logits: edits the attention logits of layer l ("attention" mixer only). When set, that layer's
+      mixer runs materialized (softmax(edited logits) @ V, then its own o_proj) instead of its fused kernel.
     """
 
     block_input: ResidualHook | None = None
@@ -52,43 +53,73 @@ def unrolled(model: nnx.Module) -> nnx.Module:
     return model
 
 
-def is_softmax_attention(mixer: nnx.Module) -> bool:
-    """True for the plain "attention" mixer, the only one whose probabilities are recomputed here."""
-    from zoo.mixers.attention import Attention
-
-    return type(mixer) is Attention
+def has_attention_weights(mixer: nnx.Module) -> bool:
+    """True for the softmax-family mixers, which expose `attention_weights` (attention, fox, fix, goat, ...)."""
+    return callable(getattr(mixer, "attention_weights", None))
 
 
-def attention_logits(mixer: nnx.Module, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None):
-    """Masked float32 attention logits [B, H, T, T] and values [B, T, H, Dh] of an `Attention` mixer.
-
-    x [B, T, D] is the mixer's input. Uses the mixer's own projections (with QK-norm and RoPE); kv heads are
-    repeated for GQA (query head h reads kv head h // (H // Hkv)). Masked entries (future keys, other
-    segments) are -inf, so each row's softmax is the probability the fused kernel computes.
-    """
-    q, k, v = mixer._project_qkv(x, positions)
-    group = mixer.num_heads // mixer.num_kv_heads
-    k = jnp.repeat(k, group, axis=2)
-    v = jnp.repeat(v, group, axis=2)
-    scale = 1.0 / np.sqrt(mixer.head_dim)
-    logits = jnp.einsum("bihd,bjhd->bhij", q.astype(jnp.float32), k.astype(jnp.float32)) * jnp.float32(scale)
-    length = x.shape[1]
-    allowed = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None]
-    if segment_ids is not None:
-        allowed = allowed & (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
-    return jnp.where(allowed, logits, -jnp.inf), v
-
-
-def attend_materialized(mixer: nnx.Module, logits: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """softmax(logits [B, H, T, T]) @ v [B, T, H, Dh] -> (mixer output [B, T, D], per-head output [B, T, H, Dh]).
-
-    A row that is entirely -inf (every key removed) gets zero probability instead of NaN.
-    """
+def softmax_rows(logits: jax.Array) -> jax.Array:
+    """Row softmax of float32 logits [..., T, S]; a row that is entirely -inf gets zeros instead of NaN."""
     finite = jnp.isfinite(logits).any(axis=-1, keepdims=True)
-    probs = jax.nn.softmax(jnp.where(finite, logits, 0.0), axis=-1) * finite.astype(jnp.float32)
-    heads = jnp.einsum("bhij,bjhd->bihd", probs, v.astype(jnp.float32)).astype(mixer.dtype)
-    batch, length = heads.shape[:2]
-    return mixer.o_proj(heads.reshape(batch, length, -1)), heads
+    return jax.nn.softmax(jnp.where(finite, logits, 0.0), axis=-1) * finite.astype(jnp.float32)
+
+
+def head_outputs(mixer: nnx.Module, x: jax.Array, probs: jax.Array, positions: jax.Array) -> jax.Array:
+    """Per-head output P @ V [B, T, H, Dh] (before o_proj) of an "attention" mixer; probs [B, H, T, T]."""
+    _, _, v = mixer._project_qkv(x, positions)
+    v = jnp.repeat(v, mixer.num_heads // mixer.num_kv_heads, axis=2)
+    return jnp.einsum("bhij,bjhd->bihd", probs, v.astype(jnp.float32)).astype(mixer.dtype)
+
+
+class EditedAttention(nnx.Module):
+    """Stands in for an "attention" mixer with edited logits: o_proj(softmax(edit(logits)) @ V)."""
+
+    def __init__(self, mixer: nnx.Module, layer: int, edit: LogitsHook) -> None:
+        self.mixer, self.layer, self.edit = mixer, layer, edit
+
+    def logits(self, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array) -> jax.Array:
+        """The mixer's masked float32 logits [B, H, T, T] after the edit."""
+        return self.edit(self.layer, self.mixer.attention_logits(x, segment_ids=segment_ids, positions=positions))
+
+    def __call__(
+        self, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array, cache: Any = None
+    ) -> tuple[jax.Array, None]:
+        """x [B, T, D] -> (y [B, T, D], None); no decoding."""
+        probs = softmax_rows(self.logits(x, segment_ids=segment_ids, positions=positions))
+        heads = head_outputs(self.mixer, x, probs, positions)
+        return self.mixer.o_proj(heads.reshape(*x.shape[:2], -1)), None
+
+
+def _with_edited_attention(layer: nnx.Module, index: int, edit: LogitsHook, mixer_name: str) -> nnx.Module:
+    """A copy of block `layer` whose mixer's attention logits pass through `edit`."""
+    if not callable(getattr(layer.mixer, "attention_logits", None)):
+        raise ValueError(f"attention_logits hooks need the 'attention' mixer, got mixer {mixer_name!r}")
+    layer = nnx.clone(layer)
+    layer.mixer = EditedAttention(layer.mixer, index, edit)
+    return layer
+
+
+def _run_block(
+    layer: nnx.Module, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Block `layer` on x [B, T, D] with capture on: (output [B, T, D], {name: sown array})."""
+    run = nnx.capture(lambda block, h: block(h, segment_ids=segment_ids, positions=positions, capture=True),
+                      nnx.Intermediate)
+    (out, _), sown = run(layer, x)
+    return out, {name: variable.get_value()[0] for name, variable in sown.items()}
+
+
+def _attention_maps(
+    layer: nnx.Module, h: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array
+) -> tuple[jax.Array, jax.Array | None]:
+    """(probs [B, H, T, T], per-head output [B, T, H, Dh] or None) of block `layer`'s mixer on its input h."""
+    mixer = layer.mixer
+    if isinstance(mixer, EditedAttention):
+        probs = softmax_rows(mixer.logits(h, segment_ids=segment_ids, positions=positions))
+        return probs, head_outputs(mixer.mixer, h, probs, positions)
+    probs = mixer.attention_weights(h, segment_ids=segment_ids, positions=positions)
+    heads = head_outputs(mixer, h, probs, positions) if callable(getattr(mixer, "attention_logits", None)) else None
+    return probs, heads
 
 
 def capture_forward(
@@ -109,11 +140,12 @@ def capture_forward(
       mixer_out / mlp_out [L, B, T, D] — each sublayer's raw output;
       attn_delta / mlp_delta [L, B, T, D] — the change of the residual stream across each sublayer
         (h_mid - h^l and h^{l+1} - h_mid; equal to the raw outputs for "pre"/"none"), so
-        hidden[l+1] - hidden[l] = attn_delta[l] + mlp_delta[l] up to rounding;
-      probs [L, B, H, T, T] float32 or None — attention probabilities, only for the "attention" mixer and
-        when materialize_attention (memory grows as T²);
-      head_out [L, B, T, H, Dh] or None — per-head attention output before o_proj (same conditions);
-      tokens [B, T]; mixer (name); has_attention (bool).
+        hidden[l+1] - hidden[l] = attn_delta[l] + mlp_delta[l] up to rounding. Without an MLP sublayer
+        (mlp_dim=0) mlp_in / mlp_out are None and mlp_delta is zero;
+      probs [L, B, H, T, T] float32 or None — attention probabilities of a softmax-family mixer
+        (`attention_weights`), when materialize_attention (memory grows as T²);
+      head_out [L, B, T, H, Dh] or None — per-head output before o_proj ("attention" mixer only);
+      tokens [B, T]; mixer (name); has_attention (bool: the mixer exposes attention probabilities).
     A scanned model is first converted to the unrolled layout (a copy; the model is not changed).
     """
     _check_tokens(tokens)
@@ -125,58 +157,35 @@ def capture_forward(
         if segment_ids is None
         else positions_from_segments(segment_ids)
     )
+    has_attention = all(has_attention_weights(layer.mixer) for layer in model.layers)
     # The same casts as DecoderLM.forward_embeddings, so the stream enters block 0 identically.
     x = model.embed(tokens).astype(jnp.dtype(cfg.compute_dtype))
-    rec: dict[str, list] = {k: [] for k in ("hidden", "mixer_in", "mixer_out", "mlp_in", "mlp_out", "probs", "heads")}
-    rec_delta: dict[str, list] = {"attn_delta": [], "mlp_delta": []}
-    has_attention = all(is_softmax_attention(layer.mixer) for layer in model.layers)
+    names = ("hidden", "mixer_in", "mixer_out", "mlp_in", "mlp_out", "attn_delta", "mlp_delta", "probs", "heads")
+    rec: dict[str, list] = {name: [] for name in names}
     for index, layer in enumerate(model.layers):
         if hooks.block_input is not None:
             x = hooks.block_input(index, x)
+        if hooks.attention_logits is not None:
+            layer = _with_edited_attention(layer, index, hooks.attention_logits, cfg.mixer)
         rec["hidden"].append(x)
-        mixer = layer.mixer
-
-        def mix(h: jax.Array, mixer=mixer, index=index) -> tuple[jax.Array, Any]:
-            rec["mixer_in"].append(h)
-            if has_attention and (materialize_attention or hooks.attention_logits is not None):
-                logits, v = attention_logits(mixer, h, positions, segment_ids)
-                if hooks.attention_logits is not None:
-                    logits = hooks.attention_logits(index, logits)
-                    y, heads = attend_materialized(mixer, logits, v)
-                else:
-                    # Run the mixer itself, so the output (and the logits) stay the model's exactly.
-                    y, _ = mixer(h, segment_ids=segment_ids, positions=positions)
-                    _, heads = attend_materialized(mixer, logits, v)
-                finite = jnp.isfinite(logits).any(axis=-1, keepdims=True)
-                rec["probs"].append(
-                    jax.nn.softmax(jnp.where(finite, logits, 0.0), axis=-1) * finite.astype(jnp.float32)
-                )
+        out, sown = _run_block(layer, x, segment_ids=segment_ids, positions=positions)
+        for name in ("mixer_in", "mixer_out", "mlp_in", "mlp_out"):
+            if name in sown:
+                rec[name].append(sown[name])
+        rec["attn_delta"].append(sown["after_mixer"] - x)
+        rec["mlp_delta"].append(out - sown["after_mixer"])
+        if has_attention and (materialize_attention or hooks.attention_logits is not None):
+            probs, heads = _attention_maps(layer, sown["mixer_in"], segment_ids=segment_ids, positions=positions)
+            rec["probs"].append(probs)
+            if heads is not None:
                 rec["heads"].append(heads)
-            else:
-                y, _ = mixer(h, segment_ids=segment_ids, positions=positions)
-            rec["mixer_out"].append(y)
-            return y, None
-
-        def mlp(h: jax.Array, layer=layer) -> tuple[jax.Array, None]:
-            rec["mlp_in"].append(h)
-            y = layer.mlp(h)
-            rec["mlp_out"].append(y)
-            return y, None
-
-        mid, _ = layer.mixer_residual(x, mix)
-        out, _ = layer.mlp_residual(mid, mlp)
-        rec_delta["attn_delta"].append(mid - x)
-        rec_delta["mlp_delta"].append(out - mid)
         if hooks.block_output is not None:
             out = hooks.block_output(index, out)
         x = out
     rec["hidden"].append(x)
-    logits = model._logits(x)
-    result: dict[str, Any] = {k: jnp.stack(v) for k, v in rec.items() if k not in ("probs", "heads")}
-    result.update({k: jnp.stack(v) for k, v in rec_delta.items()})
-    result["probs"] = jnp.stack(rec["probs"]) if rec["probs"] else None
-    result["head_out"] = jnp.stack(rec["heads"]) if rec["heads"] else None
-    result.update(logits=logits, tokens=tokens, mixer=cfg.mixer, has_attention=has_attention)
+    result: dict[str, Any] = {name: jnp.stack(rec[name]) if rec[name] else None for name in names}
+    result["head_out"] = result.pop("heads")
+    result.update(logits=model._logits(x), tokens=tokens, mixer=cfg.mixer, has_attention=has_attention)
     return result
 
 

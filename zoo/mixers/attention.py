@@ -24,6 +24,12 @@ def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | Non
     return (causal[None] & same_segment)[:, None]
 
 
+def causal_mask(segment_ids: jax.Array | None, length: int) -> jax.Array:
+    """Boolean mask [B or 1, 1, T, T] (True = attend): causal, and within one segment when segment_ids is given."""
+    mask = training_mask(segment_ids, length)
+    return jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None] if mask is None else mask
+
+
 def decode_mask(index: jax.Array, num_new: int, max_len: int) -> jax.Array:
     """Boolean mask [1, 1, T', S] for T' new tokens written at slots index .. index+T'-1 of S slots.
 
@@ -136,6 +142,26 @@ class Attention(nnx.Module):
                 f"cache k/v must have shape [B, S, Hkv, Dh] = {expected}, "
                 f"got {cache['k'].shape} and {cache['v'].shape}"
             )
+
+    def attention_logits(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
+    ) -> jax.Array:
+        """x [B, T, D] -> the forward's float32 logits [B, H, T, T], −inf where masked (diagnostics; O(T²)).
+
+        Query head h reads kv head h // (H // Hkv); q and k carry QK-norm and RoPE as in the forward.
+        """
+        q, k, _ = self._project_qkv(x, positions)
+        k = jnp.repeat(k, self.num_heads // self.num_kv_heads, axis=2)
+        logits = jnp.einsum(
+            "bihd,bjhd->bhij", q.astype(jnp.float32), k.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
+        ) * jnp.float32(self.head_dim**-0.5)
+        return jnp.where(causal_mask(segment_ids, x.shape[1]), logits, -jnp.inf)
+
+    def attention_weights(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
+    ) -> jax.Array:
+        """x [B, T, D] -> the softmax probabilities [B, H, T, T] float32 of the forward, 0 where masked."""
+        return jax.nn.softmax(self.attention_logits(x, segment_ids=segment_ids, positions=positions), axis=-1)
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty KV cache: k, v [batch_size, max_len, Hkv, Dh] in dtype and a write index (int32 scalar)."""

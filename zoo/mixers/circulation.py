@@ -237,6 +237,24 @@ class CirculationAttention(nnx.Module):
         if cache["k"].shape != want:
             raise ValueError(f"cache k must have shape [B, S, Hkv, Dh] = {want}, got {cache['k'].shape}")
 
+    def attention_weights(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array | None = None
+    ) -> jax.Array:
+        """x [B, T, D] -> softmax(ℓ_α/√d_h) [B, H, T, T] float32, the weights of H_α (0 where masked;
+        diagnostics, O(T²)). With adaptive, α is the per-token α_eff of the forward."""
+        batch, length = x.shape[:2]
+        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
+        k = self._group(self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim))
+        seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
+        causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
+        mask = (causal[None] & (seg[:, :, None] == seg[:, None, :]))[:, None]  # [B, 1, T, T]
+        alpha = self.options.alpha
+        if self.options.adaptive:
+            eta = self.eta(self._prefix_stats(x, mask[:, 0]))[:, :, None, None]  # [B, T, 1, 1]
+            alpha = 1.0 + (alpha - 1.0) * eta if self.options.adaptive == "dev" else alpha * eta
+        logits = circulation_logits(q, k, q, k, (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0)
+        return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
+
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache (see the module docstring): k, q, v or x in dtype, prefix sums in float32, index."""
         kv_shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)

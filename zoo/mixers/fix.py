@@ -48,6 +48,7 @@ from flax import nnx
 
 from kernels.value_forget_attention import decode as vfa_decode
 from kernels.value_forget_attention import value_forget_attention
+from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers.rope import apply_rope
 from zoo.mixers.base import check_mixer_inputs
 from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
@@ -172,6 +173,18 @@ class FineGrainedForgettingAttention(nnx.Module):
         """Appends T' ≥ 1 tokens to the op's decode cache and attends their queries: u [B, T', H, Dv]."""
         prune_eps = self.options.prune_eps if self.options.cache == "pruned" else None
         return vfa_decode.decode_step(cache, q, k, v, log_vgate, log_fgate, prune_eps=prune_eps)
+
+    def attention_weights(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
+    ) -> jax.Array:
+        """x [B, T, D] -> P [B, H, T, T] float32 of the module docstring (0 where masked; diagnostics, O(T²)).
+
+        The value gates act after P (on the values), so P is what the queries' softmax puts on each key.
+        """
+        q, k, _ = self._project_qkv(x, positions)
+        return softmax_weights(
+            q, k, self.log_scalar_gate(x), scale=self.head_dim**-0.5, segment_ids=segment_ids
+        )
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty decode cache (the op's, see the module docstring): cache_capacity slots with cache="pruned"

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.forgetting_attention import forgetting_attention
+from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers.rope import apply_rope
 from zoo.mixers.base import check_mixer_inputs
 from zoo.mixers.fox_parts import (
@@ -214,6 +215,16 @@ class ForgettingAttention(nnx.Module):
         actual = {name: tuple(value.shape) for name, value in cache.items() if name != "index"}
         if set(cache) != {*expected, "index"} or actual != expected:
             raise ValueError(f"cache must have entries index and {expected} (from init_cache), got {actual}")
+
+    def attention_weights(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
+    ) -> jax.Array:
+        """x [B, T, D] -> the forward's probabilities [B, H, T, T] float32 (0 where masked; diagnostics, O(T²)):
+        softmax over j ≤ i of q_i·k_j/√d + Σ_{l=j+1..i} log f_l."""
+        q, k, _, _ = self._project_qkv(x, segment_ids, positions, None)
+        return softmax_weights(
+            q, k, self.log_forget_gate(x), scale=self.head_dim**-0.5, segment_ids=segment_ids
+        )
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: k, v [B, max_len, Hkv, Dh] in dtype, log_fgate [B, max_len, H] float32 (unless

@@ -260,6 +260,23 @@ class GOATAttention(nnx.Module):
                 f"cache k/v must have shape [B, S, Hkv, Dh] = {expected}, got {cache['k'].shape} and {cache['v'].shape}"
             )
 
+    def attention_weights(
+        self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
+    ) -> jax.Array:
+        """x [B, T, D] -> the forward's probabilities [B, H, T, T] float32 (0 where masked; diagnostics, O(T²)):
+        softmax of q_total·k_total plus the recency bias."""
+        q, k, _ = self.augmented_qkv(x, positions)
+        logits = jnp.einsum(
+            "bihd,bjhd->bhij", q.astype(jnp.float32), self._group(k, 2).astype(jnp.float32),
+            precision=jax.lax.Precision.HIGHEST,
+        )
+        bias = self.recency_bias(positions, positions)
+        logits = logits if bias is None else logits + bias
+        length = x.shape[1]
+        mask = training_mask(segment_ids, length)
+        mask = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None] if mask is None else mask
+        return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
+
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: k_total, v [B, S, Hkv, Dh] in dtype, key positions [B, S] int32, write index."""
         shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)

@@ -26,7 +26,7 @@ class Block(nnx.Module):
     With cfg.mlp_dim == 0 the SwiGLU sublayer (and its norm) is absent: x -> Residual(mixer).
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.mixer_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
         self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
         self.has_mlp = cfg.resolved_mlp_dim > 0
@@ -35,16 +35,42 @@ class Block(nnx.Module):
             self.mlp = SwiGLU(cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
 
     def __call__(
-        self, x: jax.Array, *, segment_ids: jax.Array | None, positions: jax.Array, cache: Any = None
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None,
+        positions: jax.Array,
+        cache: Any = None,
+        capture: bool = False,
     ) -> tuple[jax.Array, Any]:
-        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None)."""
+        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None).
+
+        capture=True sows (`nnx.Intermediate`, read with `nnx.capture`) what each sublayer receives and
+        returns, mixer_in / mixer_out / mlp_in / mlp_out [B, T, D], and the residual stream after the mixer
+        sublayer, after_mixer [B, T, D] (zoo.diagnostics). With capture=False nothing is recorded and the
+        traced computation is unchanged.
+        """
+
+        def record(name: str, value: jax.Array) -> None:
+            if capture:
+                self.sow(nnx.Intermediate, name, value)
 
         def mix(h: jax.Array) -> tuple[jax.Array, Any]:
-            return self.mixer(h, segment_ids=segment_ids, positions=positions, cache=cache)
+            record("mixer_in", h)
+            y, new_cache = self.mixer(h, segment_ids=segment_ids, positions=positions, cache=cache)
+            record("mixer_out", y)
+            return y, new_cache
+
+        def mlp(h: jax.Array) -> tuple[jax.Array, None]:
+            record("mlp_in", h)
+            y = self.mlp(h)
+            record("mlp_out", y)
+            return y, None
 
         x, new_cache = self.mixer_residual(x, mix)
+        record("after_mixer", x)
         if self.has_mlp:
-            x, _ = self.mlp_residual(x, lambda h: (self.mlp(h), None))
+            x, _ = self.mlp_residual(x, mlp)
         return x, new_cache
 
 
