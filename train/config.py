@@ -15,6 +15,7 @@ import typing
 from typing import Any
 
 from zoo.models.config import ModelConfig
+from zoo.registry import OBJECTIVES
 from zoo.validation import (
     check_int,
     check_non_negative,
@@ -23,16 +24,14 @@ from zoo.validation import (
     check_unit_interval,
 )
 
-BUILTIN_DATASETS = ("pystdlib", "mqar", "nucleotide")
-
-
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which data to train and evaluate on, and how it is packed."""
 
-    # "pystdlib" (the built-in byte corpus), "mqar" (associative recall), "nucleotide" (synthetic DNA from a
-    # known hidden-Markov generator, one byte per base) or "tfds:<name>" for any TFDS dataset the user has
-    # prepared under data_dir, read as bytes from `text_feature`.
+    # A registered dataset (train.data.registry.DATASETS): "pystdlib" (the built-in byte corpus), "mqar"
+    # (associative recall), "nucleotide" (synthetic DNA from a known hidden-Markov generator, one byte per
+    # base), "topics" (synthetic sequence classification, labelled rows) or "tfds:<name>" for any TFDS
+    # dataset the user has prepared under data_dir, read as bytes from `text_feature`.
     name: str = "pystdlib"
     # TFDS data directory; None means $ZOO_DATA_DIR or ~/.cache/zoo/tensorflow_datasets.
     data_dir: str | None = None
@@ -54,14 +53,33 @@ class DataConfig:
     nucleotide_length: int = 257
     nucleotide_train_examples: int = 4096
     nucleotide_eval_examples: int = 128
+    # Topics: C classes, K content tokens (C of them signal each class), tokens per example, the fraction of
+    # tokens drawn from the row's class (the rest are uniform noise), and examples per split.
+    topics_num_classes: int = 4
+    topics_num_tokens: int = 32
+    topics_length: int = 65
+    topics_signal: float = 0.2
+    topics_train_examples: int = 4096
+    topics_eval_examples: int = 256
 
     def __post_init__(self):
-        if not (self.name in BUILTIN_DATASETS or (self.name.startswith("tfds:") and len(self.name) > 5)):
-            raise ValueError(f"data.name must be one of {list(BUILTIN_DATASETS)} or 'tfds:<name>', got {self.name!r}")
+        # Imported here: the dataset modules import this one.
+        from train.data.registry import check_dataset_name
+
+        check_dataset_name("data.name", self.name)
         for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",
-                     "mqar_eval_examples", "nucleotide_train_examples", "nucleotide_eval_examples"):
+                     "mqar_eval_examples", "nucleotide_train_examples", "nucleotide_eval_examples",
+                     "topics_num_tokens", "topics_train_examples", "topics_eval_examples"):
             check_int(f"data.{name}", getattr(self, name))
         check_int("data.nucleotide_length", self.nucleotide_length, minimum=2)
+        check_int("data.topics_num_classes", self.topics_num_classes, minimum=2)
+        check_int("data.topics_length", self.topics_length, minimum=2)
+        check_unit_interval("data.topics_signal", self.topics_signal, closed_right=True)
+        if self.topics_num_tokens % self.topics_num_classes:
+            raise ValueError(
+                f"data.topics_num_tokens must be a positive multiple of data.topics_num_classes "
+                f"({self.topics_num_classes}), got {self.topics_num_tokens!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +129,12 @@ class TrainConfig:
     """One training run: model, data, optimizer, parallelism, checkpoints and logging."""
 
     model: ModelConfig = ModelConfig()
-    data: DataConfig = DataConfig()
+    # A factory, not an instance: validating a DataConfig looks the dataset up, which imports this module.
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
     optim: OptimConfig = OptimConfig()
+    # The registered objective the trainer minimizes (zoo.registry.OBJECTIVES): "lm" (next-token
+    # cross-entropy) or "classification" (one label per row; needs a labelled dataset such as "topics").
+    objective: str = "lm"
     # Global batch size in rows (sequences) per optimizer micro-step, across all processes.
     batch_size: int = 16
     # Tokens per row.
@@ -150,6 +172,8 @@ class TrainConfig:
     distributed: bool | None = None
 
     def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}")
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
             check_int(name, getattr(self, name))
         for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed", "spike_monitor_every"):

@@ -27,6 +27,7 @@ from train.progress import Progress
 from train.sharding import global_batch, make_mesh, tree_shardings
 from train.step import TrainState, make_eval_step, make_train_step, summarize_eval
 from zoo.models import build_model
+from zoo.registry import OBJECTIVES
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
     optimizer = build_optimizer(config.optim, config.num_steps)
     schedule = learning_rate_schedule(config.optim, config.num_steps)
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    objective = OBJECTIVES.get(config.objective)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     shardings = TrainState(
         step=replicated,
@@ -75,23 +77,31 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
 
     state = jax.jit(init, out_shardings=shardings)()
     train_step = jax.jit(
-        make_train_step(graphdef, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)),
+        make_train_step(
+            graphdef, objective, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)
+        ),
         in_shardings=(shardings, None),
         out_shardings=(shardings, replicated),
         donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(graphdef), in_shardings=(shardings.params, None), out_shardings=replicated)
+    eval_step = jax.jit(
+        make_eval_step(graphdef, objective, config.seed), in_shardings=(shardings.params, None),
+        out_shardings=replicated,
+    )
     spike_monitor = None
     if config.spike_monitor_every:
         spike_monitor = jax.jit(
-            make_spike_monitor(graphdef, schedule, config.optim), in_shardings=(shardings, None),
+            make_spike_monitor(graphdef, objective, schedule, config.optim), in_shardings=(shardings, None),
             out_shardings=replicated,
         )
     return Run(config, mesh, graphdef, shardings, train_step, eval_step, spike_monitor), state
 
 
 def evaluate(run: Run, params: dict) -> dict[str, float]:
-    """Loss, accuracy and bits per byte on the eval split (`eval_batches` batches, or all of it)."""
+    """Loss, accuracy and bits per byte on the eval split (`eval_batches` batches, or all of it).
+
+    The objective's metrics are sums, so they add over batches before `summarize_eval` divides them.
+    """
     config = run.config
     iterator = data_lib.make_eval_iterator(
         config.data, batch_size=config.batch_size, seq_len=config.seq_len, max_batches=config.eval_batches
@@ -100,7 +110,7 @@ def evaluate(run: Run, params: dict) -> dict[str, float]:
     for batch in iterator:
         sums = run.eval_step(params, global_batch(run.mesh, batch))
         for name, value in jax.device_get(sums).items():
-            totals[name] += float(value)
+            totals[name] = totals.get(name, 0.0) + float(value)
     return summarize_eval(totals, data_lib.bytes_per_token(config.data))
 
 
@@ -186,7 +196,6 @@ def train(
                 writer.write(done, evaluate(run, state.params))
             if checkpointer is not None and _checkpoint_due(config, done, is_last):
                 _save(checkpointer, done, state, iterator.get_state())
-        progress.close()
         if last_step == total_steps:
             summary = finish(run, state, workdir, writer)
     finally:
@@ -252,7 +261,7 @@ def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def 
     from zoo.models import generate
 
     model = nnx.merge(run.graphdef, jax.device_get(params))
-    prompt_tokens = jnp.asarray(data_lib.encode_text(prompt), jnp.int32)[None, :]
+    prompt_tokens = jnp.asarray(data_lib.encode(prompt), jnp.int32)[None, :]
     tokens = generate(
         model,
         prompt_tokens,
@@ -261,4 +270,4 @@ def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def 
         temperature=config.sample_temperature,
         top_k=config.sample_top_k,
     )
-    return prompt + data_lib.decode_bytes(np.asarray(tokens[0]))
+    return prompt + data_lib.decode(np.asarray(tokens[0]))

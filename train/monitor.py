@@ -14,29 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from train.config import OptimConfig
-from train.step import TrainState, model_logits
-from zoo.losses import weighted_cross_entropy
+from train.step import TrainState, objective_loss, step_keys
+from zoo.losses import Objective
 from zoo.optim.spike_monitor import spike_diagnostics
 
 PREFIX = "spike/"
 
 
 def make_spike_monitor(
-    graphdef: nnx.GraphDef, schedule: Callable, optim: OptimConfig, power_iters: int = 10
+    graphdef: nnx.GraphDef, objective: Objective, schedule: Callable, optim: OptimConfig, power_iters: int = 10
 ) -> Callable[[TrainState, dict], dict[str, jax.Array]]:
-    """Returns a pure `spike_metrics(state, batch) -> {"spike/<name>": scalar}` for jit."""
+    """Returns a pure `spike_metrics(state, batch) -> {"spike/<name>": scalar}` for jit.
 
-    def batch_loss(params, batch):
-        loss_sum, weight, _ = weighted_cross_entropy(
-            model_logits(graphdef, params, batch), batch["targets"], batch["weights"]
-        )
-        return loss_sum / jnp.maximum(weight, 1.0)
+    The loss is the run's objective with the key the train step will use, so the monitored gradient is
+    exactly the one of the step about to be taken.
+    """
 
     def spike_metrics(state: TrainState, batch: dict) -> dict[str, jax.Array]:
+        batch_loss = objective_loss(graphdef, objective, step_keys(state)[0])
         loss = lambda params: batch_loss(params, batch)
         grads = jax.grad(loss)(state.params)
         # The Adam bias corrections inside mix Python floats with int32 counts (see train.step).

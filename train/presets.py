@@ -2,7 +2,7 @@
 
 Every `<mixer>_tiny.py` preset is a 2-layer, 64-wide LM on the built-in byte corpus and every
 `<mixer>_mqar.py` preset the same model on multi-query associative recall, so runs of different mixers
-differ only in the mixer.
+differ only in the mixer. `classify_tiny.py` trains the same model as a sequence classifier.
 
 The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (specs/mixers-06): Llama, Mamba
 and Hyena backbones with matched parameter counts per size, on the synthetic nucleotide dataset or the
@@ -61,6 +61,28 @@ def tiny_mqar(mixer: str, mixer_options: Options = ()) -> TrainConfig:
         log_every=10,
         eval_batches=2,
         checkpoint_every=60,
+        sample_length=0,
+    )
+
+
+def tiny_classifier(mixer: str, mixer_options: Options = ()) -> TrainConfig:
+    """150 steps of sequence classification on `topics` (4 classes, 65 tokens per row; chance 25%).
+
+    The objective mean-pools the model's logits over each row and reads the class from output columns
+    0 .. 3, which the dataset keeps out of its inputs (zoo.losses.objectives.classification_objective).
+    """
+    return TrainConfig(
+        model=tiny_model(mixer, mixer_options, vocab_size=64, max_seq_len=64),
+        data=DataConfig(name="topics", topics_length=65),
+        optim=OptimConfig(learning_rate=1e-2, warmup_steps=10),
+        objective="classification",
+        batch_size=16,
+        seq_len=64,
+        num_steps=150,
+        log_every=10,
+        eval_every=50,
+        eval_batches=0,
+        checkpoint_every=75,
         sample_length=0,
     )
 

@@ -3,6 +3,8 @@
 `train_step(state, batch) -> (state, metrics)` is one optimizer micro-step; the trainer jits it with the
 state donated and the shardings of `train.sharding`. The model is rebuilt from its graph definition and
 the parameter dict inside the step (`nnx.merge`), so the step is an ordinary JAX function of arrays.
+What the step minimizes is the run's objective (`zoo.losses.objectives`, chosen by `TrainConfig.objective`);
+the step never names a loss itself.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from zoo.losses import weighted_cross_entropy
+from zoo.losses import Objective
+# Re-exported while scripts/bench_train.py still imports the loss from here.
+from zoo.losses import weighted_cross_entropy  # noqa: F401
+from zoo.registry import UpdateFn
+
+LossFn = Callable[[dict, dict[str, jax.Array]], jax.Array]
 
 
 class TrainState(NamedTuple):
@@ -28,12 +35,30 @@ class TrainState(NamedTuple):
     rng: jax.Array  # uint32 raw PRNG key data (jax.random.key_data), for stochastic models
 
 
-def model_logits(graphdef: nnx.GraphDef, params: dict, batch: dict[str, jax.Array]) -> jax.Array:
-    model = nnx.merge(graphdef, params)
-    return model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"])
+def objective_loss(graphdef: nnx.GraphDef, objective: Objective, rng: jax.Array) -> LossFn:
+    """`loss_fn(params, batch) -> loss`: the objective's float32 loss of the model `graphdef` with `params`."""
+
+    def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
+        loss, _ = objective(nnx.merge(graphdef, params), batch, rng)
+        return loss
+
+    return loss_fn
 
 
-def default_update(loss_fn, params, batch, opt_state, optimizer):
+def step_keys(state: TrainState) -> tuple[jax.Array, jax.Array]:
+    """(the objective's key for the step `state` is about to take, the next state's key).
+
+    The next key continues the state's chain (fold in the step); the objective's key is folded from it with
+    0, which the chain itself never folds in (it folds in step + 1 >= 1 next), so the two never coincide.
+    """
+    next_key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    return jax.random.fold_in(next_key, 0), next_key
+
+
+def default_update(
+    loss_fn: LossFn, params: dict, batch: dict[str, jax.Array], opt_state: Any,
+    optimizer: optax.GradientTransformation,
+) -> tuple[jax.Array, dict, Any, Any]:
     """One value_and_grad, then `optimizer.update`; returns (loss, grads, updates, opt_state)."""
     loss, grads = jax.value_and_grad(loss_fn)(params, batch)
     updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -42,28 +67,28 @@ def default_update(loss_fn, params, batch, opt_state, optimizer):
 
 def make_train_step(
     graphdef: nnx.GraphDef,
+    objective: Objective,
     optimizer: optax.GradientTransformation,
     schedule: Callable,
     accum_steps: int,
-    update: Callable | None = None,
-) -> Callable:
-    """Returns `train_step(state, batch) -> (state, metrics)` for a fixed model graph and optimizer.
+    update: UpdateFn | None = None,
+) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
+    """Returns `train_step(state, batch) -> (state, metrics)` minimizing `objective` with `optimizer`.
 
     `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)` replaces
-    the default single-gradient update for optimizers that need more (see `train.optim.custom_update`).
+    the default single-gradient update for optimizers that declare their own (`zoo.registry.OPTIMIZERS`).
     """
     update = default_update if update is None else update
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         caller_promotion = jax.config.jax_numpy_dtype_promotion
+        objective_key, next_key = step_keys(state)
+        loss_of = objective_loss(graphdef, objective, objective_key)
 
-        def loss_fn(params, batch):
+        def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
             # The model traces under the caller's promotion rules (strict in the tests), not optax's.
             with jax.numpy_dtype_promotion(caller_promotion):
-                loss_sum, weight, _ = weighted_cross_entropy(
-                    model_logits(graphdef, params, batch), batch["targets"], batch["weights"]
-                )
-                return loss_sum / jnp.maximum(weight, 1.0)
+                return loss_of(params, batch)
 
         # optax mixes Python floats with int32 step counts (Adam's bias correction, schedules), which
         # strict dtype promotion rejects.
@@ -72,26 +97,28 @@ def make_train_step(
             learning_rate = schedule(state.step // accum_steps)
         weight = jnp.sum(batch["weights"])
         params = optax.apply_updates(state.params, updates)
-        rng = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step))
         metrics = {
             "train/loss": loss,
             "train/tokens": weight,
             "train/grad_norm": optax.global_norm(grads),
             "train/learning_rate": learning_rate,
         }
-        return TrainState(state.step + 1, params, opt_state, rng), metrics
+        return TrainState(state.step + 1, params, opt_state, jax.random.key_data(next_key)), metrics
 
     return train_step
 
 
-def make_eval_step(graphdef: nnx.GraphDef) -> Callable:
-    """Returns `eval_step(params, batch) -> sums` of loss (nats), weight and correct predictions."""
+def make_eval_step(
+    graphdef: nnx.GraphDef, objective: Objective, seed: int = 0
+) -> Callable[[dict, dict[str, jax.Array]], dict[str, jax.Array]]:
+    """Returns `eval_step(params, batch) -> metrics`, the objective's summable metrics (loss_sum, weight, ...).
+
+    Stochastic objectives get the same key, from `seed`, on every evaluation, so evaluations compare.
+    """
 
     def eval_step(params: dict, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        loss_sum, weight, correct = weighted_cross_entropy(
-            model_logits(graphdef, params, batch), batch["targets"], batch["weights"]
-        )
-        return {"loss_sum": loss_sum, "weight": weight, "correct": correct}
+        _, metrics = objective(nnx.merge(graphdef, params), batch, jax.random.key(seed))
+        return metrics
 
     return eval_step
 

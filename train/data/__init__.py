@@ -6,7 +6,7 @@ Public API:
   num_eval_batches(data, *, batch_size, seq_len, max_batches=0)
   prepare(data), data_dir(data), vocab_size(data), bytes_per_token(data)
   unigram_bits_per_byte(data, split)
-  encode(text), decode(tokens)  (the byte codec; also exported as encode_text / decode_bytes)
+  encode(text), decode(tokens)  (the byte codec)
 
 See pipeline.py for the batch format and the packing scheme; pystdlib.py, mqar.py and nucleotide.py for the
 datasets.
@@ -17,17 +17,11 @@ from train.data.bytes_codec import decode, encode
 from train.data.pipeline import make_eval_iterator, make_train_iterator, num_eval_batches
 from train.data.sources import bytes_per_token, data_dir, prepare, vocab_size
 
-# Names used by the train loop for the byte codec.
-encode_text = encode
-decode_bytes = decode
-
 __all__ = [
     "bytes_per_token",
     "data_dir",
     "decode",
-    "decode_bytes",
     "encode",
-    "encode_text",
     "make_eval_iterator",
     "make_train_iterator",
     "num_eval_batches",

@@ -7,20 +7,23 @@ Batch format (b = batch_size // process_count rows per process, T = seq_len):
     positions    int32   [b, T]  position within its segment, 0 at each segment start
     weights      float32 [b, T]  loss weight of each target: 1 for real targets (MQAR: answers only),
                                  0 on padding
+    labels       int32   [b]     labelled datasets only (e.g. "topics"): the label of the row's example,
+                                 0 for padding rows (whose weights are all 0)
 
 Targets are shifted *per document* before packing: a document of n tokens yields n - 1 (input, target)
 pairs, so no target ever belongs to a different document, and every non-padding position has a real
 target (the first token of a document is the only one never predicted; there is no BOS token).
 
-Row layout (`Layout`), per epoch, over the documents in that epoch's order (a permutation drawn from
-[seed, epoch]; the identity for eval):
+Row layout (`Layout`, chosen by the dataset's registered entry), per epoch, over the documents in that
+epoch's order (a permutation drawn from [seed, epoch]; the identity for eval):
   * "concat" (byte data, pack=True): the epoch's (input, target) pairs are concatenated and cut into
     rows of T. A document crossing a row boundary continues in the next row as a new segment (with
     positions restarting at 0: the model loses that piece's earlier context, the targets stay correct).
     Only the epoch's last row has padding.
   * "whole" (MQAR, pack=True): floor(T / L) whole examples of L = 4P - 1 pairs per row, never split,
     since an answer without its key-value pairs is unlearnable.
-  * "single" (pack=False): one document per row, truncated to T pairs (T + 1 tokens), padded.
+  * "single" (pack=False, and labelled datasets): one document per row, truncated to T pairs (T + 1
+    tokens), padded.
 Documents with fewer than 2 tokens have no pairs and are skipped.
 
 Global row g is row g mod R of epoch g div R (R = rows per epoch, the same every epoch). Global batch i
@@ -42,6 +45,7 @@ import numpy as np
 
 from train.config import DataConfig
 from train.data import sources
+from train.data.registry import LAYOUTS, dataset_for
 
 FIELDS = ("inputs", "targets", "segment_ids", "positions", "weights")
 # Each element is a whole batch; a couple of threads keep a few ready without holding much memory.
@@ -60,6 +64,8 @@ class Layout:
     """
 
     def __init__(self, pair_counts: np.ndarray, seq_len: int, mode: str, seed: int | None):
+        if mode not in LAYOUTS:
+            raise ValueError(f"mode must be one of {list(LAYOUTS)}, got {mode!r}")
         self.docs = np.flatnonzero(pair_counts > 0)
         if self.docs.size == 0:
             raise ValueError("the split has no document with at least 2 tokens")
@@ -139,6 +145,8 @@ class _BatchMaker:
 
     def __init__(self, layout: Layout, documents, global_batch: int, process_index: int,
                  process_count: int, num_rows: int | None):
+        if documents.labels is not None and layout.mode != "single":
+            raise ValueError(f"a labelled dataset needs one example per row (layout 'single'), got {layout.mode!r}")
         self.layout, self.documents = layout, documents
         self.local = global_batch // process_count
         self.global_batch, self.process_index = global_batch, process_index
@@ -146,11 +154,16 @@ class _BatchMaker:
 
     def __call__(self, batch_index: int) -> dict[str, np.ndarray]:
         first = batch_index * self.global_batch + self.process_index * self.local
-        rows = []
+        rows, labels = [], []
         for row in range(first, first + self.local):
             pieces = [] if self.num_rows is not None and row >= self.num_rows else self.layout.pieces(row)
             rows.append(build_row(pieces, self.documents, self.layout.seq_len))
-        return {name: np.stack([row[name] for row in rows]) for name in FIELDS}
+            if self.documents.labels is not None:
+                labels.append(self.documents.labels[pieces[0][0]] if pieces else 0)
+        batch = {name: np.stack([row[name] for row in rows]) for name in FIELDS}
+        if self.documents.labels is not None:
+            batch["labels"] = np.asarray(labels, np.int32)
+        return batch
 
 
 def _check_args(batch_size, seq_len, process_index, process_count) -> tuple[int, int]:
@@ -172,11 +185,9 @@ def _check_args(batch_size, seq_len, process_index, process_count) -> tuple[int,
 
 def _layout(data: DataConfig, split: str, seq_len: int, seed: int | None):
     documents = sources.open_split(data, split)
-    mode = "single" if not data.pack else ("whole" if data.name == "mqar" else "concat")
-    if data.name == "mqar" and seq_len < 4 * data.mqar_num_pairs - 1:
-        raise ValueError(f"seq_len must be >= 4 * data.mqar_num_pairs - 1 = {4 * data.mqar_num_pairs - 1} "
-                         f"so that an MQAR example fits in a row, got {seq_len}")
-    return Layout(np.maximum(documents.lengths() - 1, 0), seq_len, mode, seed), documents
+    dataset = dataset_for(data)
+    dataset.check_seq_len(data, seq_len)
+    return Layout(np.maximum(documents.lengths() - 1, 0), seq_len, dataset.layout(data), seed), documents
 
 
 def make_train_iterator(data: DataConfig, *, batch_size: int, seq_len: int, seed: int,
