@@ -47,8 +47,9 @@ def diagnose(
       life_cycle: D2 for D1's flagged (row, pos, channel) entries, or, when none is flagged, for the
         largest-ratio entry (its "entries" key lists which);
       spike_geometry: D3 (`stats.spike_token_geometry`) on the mixer inputs;
-      sinks / locality / co_occurrence: D4 / D5 / D6 for the "attention" mixer with
-        materialize_attention; otherwise {"available": False, "reason": ...}.
+      sinks / locality / co_occurrence: D4 / D5 / D6 for the softmax-family mixers (attention, fox, fix,
+        goat, circulation: `mixer.attention_weights`) with materialize_attention; otherwise
+        {"available": False, "reason": ...}.
     i0 must be < T for the sink statistics (queries i < i0 are excluded as trivially local).
     """
     cap = capture_forward(model, tokens, segment_ids=segment_ids, materialize_attention=materialize_attention)
