@@ -24,6 +24,7 @@ from zoo.validation import (
     check_unit_interval,
 )
 
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which data to train and evaluate on, and how it is packed."""
@@ -62,7 +63,7 @@ class DataConfig:
     topics_train_examples: int = 4096
     topics_eval_examples: int = 256
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Imported here: the dataset modules import this one.
         from train.data.registry import check_dataset_name
 
@@ -107,7 +108,7 @@ class OptimConfig:
     # Extra optimizer-specific hyperparameters as (name, value) pairs, e.g. (("damping", 0.1),).
     options: tuple[tuple[str, Any], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_positive("optim.learning_rate", self.learning_rate)
         check_int("optim.warmup_steps", self.warmup_steps, minimum=0)
         check_unit_interval("optim.end_lr_fraction", self.end_lr_fraction, closed_right=True)
@@ -171,7 +172,7 @@ class TrainConfig:
     # Initialize jax.distributed (multi-host); None means "when JAX's cluster environment is detected".
     distributed: bool | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}")
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):

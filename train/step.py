@@ -18,9 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from zoo.losses import Objective
-# Re-exported while scripts/bench_train.py still imports the loss from here.
-from zoo.losses import weighted_cross_entropy  # noqa: F401
+# weighted_cross_entropy is re-exported while scripts/bench_train.py still imports it from here.
+from zoo.losses import Objective, weighted_cross_entropy  # noqa: F401
 from zoo.registry import UpdateFn
 
 LossFn = Callable[[dict, dict[str, jax.Array]], jax.Array]

@@ -36,7 +36,7 @@ class Registry(Generic[T]):
     built-in modules (`load_builtins`).
     """
 
-    def __init__(self, kind: str, modules: tuple[str, ...] | None = None):
+    def __init__(self, kind: str, modules: tuple[str, ...] | None = None) -> None:
         self.kind = kind
         self._modules = modules
         self._modules_loaded = False
@@ -88,7 +88,7 @@ class OptimizerRegistry(Registry[Callable[..., Any]]):
     """Optimizer factories `factory(learning_rate, optim_config) -> optax transformation`, each with an
     optional declared update for optimizers that need more than `optimizer.update(grads, state, params)`."""
 
-    def __init__(self, kind: str, modules: tuple[str, ...] | None = None):
+    def __init__(self, kind: str, modules: tuple[str, ...] | None = None) -> None:
         super().__init__(kind, modules)
         self._updates: dict[str, UpdateFactory] = {}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class ArrayDocuments:
     """Fixed-length documents held in memory: tokens int32 [N, L], one shared weights row float32 [L],
     and optionally one label per document, labels int32 [N]."""
 
-    def __init__(self, tokens: np.ndarray, weights: np.ndarray, labels: np.ndarray | None = None):
+    def __init__(self, tokens: np.ndarray, weights: np.ndarray, labels: np.ndarray | None = None) -> None:
         self.tokens, self.weights, self.labels = tokens, weights, labels
 
     def __len__(self) -> int:
@@ -53,7 +53,7 @@ class Documents:
 
     labels = None
 
-    def __init__(self, source, decode: Decoder, *, cache_key: tuple):
+    def __init__(self, source: Sequence[dict], decode: Decoder, *, cache_key: tuple) -> None:
         self._source = source
         self._decode = decode
         self._cache_key = cache_key
@@ -100,7 +100,7 @@ def byte_decoder(feature: str) -> Decoder:
     return decode
 
 
-def read_arrays(source, key: tuple, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
+def read_arrays(source: Sequence[dict], key: tuple, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Every example's `fields` as stacked int32 arrays [N, ...] (read once, cached per process by `key`).
 
     For small fixed-length datasets (MQAR: examples x 4P int32, 2.5 MB by default) whose rows need many

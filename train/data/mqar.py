@@ -26,7 +26,6 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-PAD = 0
 SPLITS = ("train", "validation")
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from train.config import DataConfig
 from train.data import sources
+from train.data.documents import ArrayDocuments, Documents
 from train.data.registry import LAYOUTS, dataset_for
 
 FIELDS = ("inputs", "targets", "segment_ids", "positions", "weights")
@@ -63,7 +64,7 @@ class Layout:
       seed: per-epoch shuffle seed; None keeps the stored order in every epoch.
     """
 
-    def __init__(self, pair_counts: np.ndarray, seq_len: int, mode: str, seed: int | None):
+    def __init__(self, pair_counts: np.ndarray, seq_len: int, mode: str, seed: int | None) -> None:
         if mode not in LAYOUTS:
             raise ValueError(f"mode must be one of {list(LAYOUTS)}, got {mode!r}")
         self.docs = np.flatnonzero(pair_counts > 0)
@@ -124,7 +125,9 @@ class Layout:
         return pieces
 
 
-def build_row(pieces: list[tuple[int, int, int]], documents, seq_len: int) -> dict[str, np.ndarray]:
+def build_row(
+    pieces: list[tuple[int, int, int]], documents: Documents | ArrayDocuments, seq_len: int
+) -> dict[str, np.ndarray]:
     """Fills one row of length T from `pieces`; `documents.get(doc)` gives (tokens [n], weights [n])."""
     row = {name: np.zeros(seq_len, np.float32 if name == "weights" else np.int32) for name in FIELDS}
     offset = 0
@@ -143,8 +146,8 @@ def build_row(pieces: list[tuple[int, int, int]], documents, seq_len: int) -> di
 class _BatchMaker:
     """Callable: batch index -> this process's rows of that global batch, stacked (see module docstring)."""
 
-    def __init__(self, layout: Layout, documents, global_batch: int, process_index: int,
-                 process_count: int, num_rows: int | None):
+    def __init__(self, layout: Layout, documents: Documents | ArrayDocuments, global_batch: int,
+                 process_index: int, process_count: int, num_rows: int | None) -> None:
         if documents.labels is not None and layout.mode != "single":
             raise ValueError(f"a labelled dataset needs one example per row (layout 'single'), got {layout.mode!r}")
         self.layout, self.documents = layout, documents
@@ -183,7 +186,9 @@ def _check_args(batch_size, seq_len, process_index, process_count) -> tuple[int,
     return int(process_index), int(process_count)
 
 
-def _layout(data: DataConfig, split: str, seq_len: int, seed: int | None):
+def _layout(
+    data: DataConfig, split: str, seq_len: int, seed: int | None
+) -> tuple[Layout, Documents | ArrayDocuments]:
     documents = sources.open_split(data, split)
     dataset = dataset_for(data)
     dataset.check_seq_len(data, seq_len)
@@ -191,7 +196,7 @@ def _layout(data: DataConfig, split: str, seq_len: int, seed: int | None):
 
 
 def make_train_iterator(data: DataConfig, *, batch_size: int, seq_len: int, seed: int,
-                        process_index: int | None = None, process_count: int | None = None):
+                        process_index: int | None = None, process_count: int | None = None) -> grain.DatasetIterator:
     """An infinite, deterministic iterator over this process's share of training batches.
 
     Epochs repeat forever, each in its own order drawn from (seed, epoch). `batch_size` is the global
@@ -221,7 +226,7 @@ def num_eval_batches(data: DataConfig, *, batch_size: int, seq_len: int, max_bat
 
 
 def make_eval_iterator(data: DataConfig, *, batch_size: int, seq_len: int, process_index: int | None = None,
-                       process_count: int | None = None, max_batches: int = 0):
+                       process_count: int | None = None, max_batches: int = 0) -> grain.DatasetIterator:
     """A finite pass over the eval split in stored order (no shuffle), sharded per process.
 
     Every process yields the same number of batches (`num_eval_batches`), all of the same shape; rows

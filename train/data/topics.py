@@ -21,6 +21,7 @@ by SeedSequence([seed, split index]). The builder config name spells out every p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -91,13 +92,13 @@ class ZooTopics(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(builder=self, description=__doc__, features=features,
                                      disable_shuffling=True)
 
-    def _split_generators(self, dl_manager):
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> dict[str, Iterator[tuple[str, dict]]]:
         del dl_manager  # Nothing to download.
         config = self.builder_config
         sizes = {"train": config.train_examples, "validation": config.eval_examples}
         return {split: self._generate_examples(split, sizes[split]) for split in SPLITS}
 
-    def _generate_examples(self, split: str, num_examples: int):
+    def _generate_examples(self, split: str, num_examples: int) -> Iterator[tuple[str, dict]]:
         config = self.builder_config
         seed = np.random.SeedSequence([config.seed, SPLITS.index(split)])
         tokens, labels = generate(config.num_classes, config.num_tokens, config.length, config.signal,
