@@ -95,6 +95,9 @@ TOLERANCES: dict[np.dtype, dict[str, Tol]] = {
         "long_conv.packed": Tol(2e-5, 2e-5, metric="allclose", rtol=1e-5,
                                 reason="The packed (masked, blocked) sum against each segment alone; the "
                                 "gradients of the packed path against the reference."),
+        "long_conv.decode": Tol(2e-5, None, metric="allclose", rtol=1e-5,
+                                reason="The decode step's float32 sum over the cached inputs against the direct "
+                                "float32 sum: the same taps, another order of the additions."),
         "long_conv.causal": Tol(1e-4, None, metric="allclose", rtol=1e-7,
                                 reason="Past outputs after a +10 perturbation of the future: FFT round-off "
                                 "grows with the perturbation (~1e-5); a circular leak would be O(1)."),

@@ -21,7 +21,7 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _fail(name: str, shape, expected: str) -> None:
+def _fail(name: str, shape: Sequence[int], expected: str) -> None:
     raise ValueError(f"causal_long_conv: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 

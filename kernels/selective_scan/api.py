@@ -23,11 +23,12 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _fail(name: str, shape, expected: str) -> None:
+def _fail(name: str, shape: Sequence[int], expected: str) -> None:
     raise ValueError(f"selective_scan: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
-def _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
+def _check_shapes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
+                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if u.ndim != 3:
         _fail("u", u.shape, "[B, T, D_in] (3 dims)")
@@ -50,7 +51,8 @@ def _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
         _fail("segment_ids", segment_ids.shape, f"{(bsz, seqlen)} = [B, T]")
 
 
-def _check_dtypes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
+def _check_dtypes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
+                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     if not jnp.issubdtype(u.dtype, jnp.floating):
         raise ValueError(f"selective_scan: `u` has dtype {u.dtype}, expected a floating dtype")
     for name, z in (("B", B), ("C", C)):
@@ -63,7 +65,7 @@ def _check_dtypes(u, delta, A, B, C, D, initial_state, segment_ids) -> None:
         raise ValueError(f"selective_scan: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
 
 
-def _check_values(A) -> None:
+def _check_values(A: jax.Array) -> None:
     """Sign check on a concrete `A` only (under jit/grad tracing the values are unknown; skipped)."""
     if isinstance(A, jax.core.Tracer):
         return
@@ -72,8 +74,10 @@ def _check_values(A) -> None:
                          "a non-negative entry would make the state grow or never forget")
 
 
-def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids=None, chunk_size=64,
-                   implementation: None | str | Sequence[str] = None):
+def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,
+                   D: jax.Array | None = None, initial_state: jax.Array | None = None,
+                   segment_ids: jax.Array | None = None, chunk_size: int = 64,
+                   implementation: None | str | Sequence[str] = None) -> tuple[jax.Array, jax.Array]:
     """Mamba1's selective scan (spec 06 §B.5): a diagonal SSM with input-dependent Δ, B and C.
 
     Per step, per channel d and state n: h[d, n] <- exp(Δ_t[d] A[d, n]) h[d, n] + Δ_t[d] u_t[d] B_t[n];

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-from kernels.ssd._chunk import HI
+from kernels._common.precision import HIGHEST
 
 
-def selective_scan_step(u, delta, A, B, C, *, D=None, state=None):
+def selective_scan_step(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,
+                        D: jax.Array | None = None, state: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """One step: h <- exp(Δ A) ⊙ h + Δ u B; y = h C (+ D u).
 
     Args:
@@ -36,7 +38,7 @@ def selective_scan_step(u, delta, A, B, C, *, D=None, state=None):
     h = jnp.zeros((bsz, d_in, n), jnp.float32) if state is None else f32(state)
     dt = f32(delta)
     h = jnp.exp(dt[..., None] * f32(A)) * h + (dt * f32(u))[..., None] * f32(B)[:, None, :]
-    y = jnp.einsum("bdn,bn->bd", h, f32(C), precision=HI)
+    y = jnp.einsum("bdn,bn->bd", h, f32(C), precision=HIGHEST)
     if D is not None:
         y = y + f32(D) * f32(u)
     return y.astype(u.dtype), h

@@ -13,29 +13,26 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.ssd._chunk import HI, segment_counts
+from kernels._common.precision import HIGHEST
+from kernels._common.segments import segment_starts
 
 
-def segment_starts(segment_ids, bsz: int, seqlen: int):
-    """[B, T] bool: True where a new segment starts (never at t = 0, where initial_state applies)."""
-    counts = segment_counts(segment_ids, bsz, seqlen)
-    return jnp.concatenate([jnp.zeros((bsz, 1), bool), counts[:, 1:] != counts[:, :-1]], axis=1)
-
-
-def initial(initial_state, bsz: int, d_in: int, n: int):
+def initial(initial_state: jax.Array | None, bsz: int, d_in: int, n: int) -> jax.Array:
     """The float32 starting state [B, D_in, N] (zeros when None)."""
     if initial_state is None:
         return jnp.zeros((bsz, d_in, n), jnp.float32)
     return initial_state.astype(jnp.float32)
 
 
-def skip(y, u, D):
+def skip(y: jax.Array, u: jax.Array, D: jax.Array | None) -> jax.Array:
     """y [B, T, D_in] float32 plus the D skip D[d] u_t[d] (nothing when D is None)."""
     return y if D is None else y + D.astype(jnp.float32) * u.astype(jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids=None, chunk_size=64):
+def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,
+                   D: jax.Array | None = None, initial_state: jax.Array | None = None,
+                   segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Recurrent selective scan (chunk_size is accepted for a uniform signature and ignored).
 
     u, delta: [B, T, D_in]; A: [D_in, N] (< 0); B, C: [B, T, N]; D: [D_in] | None;
@@ -49,11 +46,11 @@ def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids
     a32 = A.astype(jnp.float32)
     starts = segment_starts(segment_ids, bsz, seqlen)
 
-    def step(h, inp):
+    def step(h: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         ut, dt, bt, ct, reset = inp
         h = jnp.where(reset[:, None, None], 0.0, h)
         h = jnp.exp(dt[..., None] * a32) * h + (dt * ut)[..., None] * bt[:, None, :]
-        return h, jnp.einsum("bdn,bn->bd", h, ct, precision=HI)
+        return h, jnp.einsum("bdn,bn->bd", h, ct, precision=HIGHEST)
 
     inputs = (tfirst(u), tfirst(delta), tfirst(B), tfirst(C), jnp.moveaxis(starts, 1, 0))
     h_fin, y = lax.scan(step, initial(initial_state, bsz, d_in, n), inputs)

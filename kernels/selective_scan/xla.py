@@ -24,11 +24,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.selective_scan.reference import initial, segment_starts, skip
-from kernels.ssd._chunk import HI
+from kernels._common.precision import HIGHEST
+from kernels._common.segments import segment_starts
+from kernels.selective_scan.reference import initial, skip
 
 
-def _combine(left, right):
+def _combine(left: tuple[jax.Array, jax.Array], right: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
     """Composition of two affine maps h -> a h + b (left applied first); operands [..., Q, D_in, N]."""
     a1, b1 = left
     a2, b2 = right
@@ -36,7 +37,7 @@ def _combine(left, right):
 
 
 @jax.checkpoint
-def _chunk(h0, inp):
+def _chunk(h0: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
     """One chunk. h0 [B, D_in, N]; u, dt [B, Q, D_in]; b, c [B, Q, N]; reset [B, Q] bool; A [D_in, N].
 
     Returns the state after the chunk and y [B, Q, D_in] float32 (without the D skip).
@@ -48,12 +49,14 @@ def _chunk(h0, inp):
     x = (dt * u)[..., None] * b[:, :, None, :]
     acc_a, acc_x = lax.associative_scan(_combine, (a, x), axis=1)
     h = acc_x + acc_a * h0[:, None]  # the carried-in state decayed by the chunk's running product
-    y = jnp.einsum("bqdn,bqn->bqd", h, c, precision=HI)
+    y = jnp.einsum("bqdn,bqn->bqd", h, c, precision=HIGHEST)
     return h[:, -1], y
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids=None, chunk_size=64):
+def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,
+                   D: jax.Array | None = None, initial_state: jax.Array | None = None,
+                   segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Chunked selective scan. u, delta: [B, T, D_in]; A: [D_in, N] (< 0); B, C: [B, T, N];
     D: [D_in] | None; initial_state: [B, D_in, N] | None; segment_ids: [B, T] int | None.
 
@@ -66,7 +69,7 @@ def selective_scan(u, delta, A, B, C, *, D=None, initial_state=None, segment_ids
     nc = (seqlen + pad) // q
     starts = segment_starts(segment_ids, bsz, seqlen)  # padded below with False: padding never resets
 
-    def chunks(z):
+    def chunks(z: jax.Array) -> jax.Array:
         """[B, T, ...] -> [nc, B, Q, ...] (float32 unless bool), zero-padded: Δ = 0 makes padding the identity."""
         z = z if z.dtype == bool else z.astype(jnp.float32)
         z = jnp.pad(z, ((0, 0), (0, pad)) + ((0, 0),) * (z.ndim - 2))

@@ -18,27 +18,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
-HI = lax.Precision.HIGHEST  # float32 matmuls default to TF32 on GPU; the spec measures 6.5e-4 there
+from kernels._common.precision import einsum_f32
+from kernels._common.segments import segment_counts
 
 
-def ein(spec, *ops):
-    return jnp.einsum(spec, *ops, precision=HI, preferred_element_type=jnp.float32)
-
-
-def segment_counts(segment_ids, bsz: int, seqlen: int):
-    """[B, T] int32: number of segment starts strictly after position 0 up to t (0 for the first segment)."""
-    if segment_ids is None:
-        return jnp.zeros((bsz, seqlen), jnp.int32)
-    sid = segment_ids.astype(jnp.int32)
-    starts = jnp.concatenate([jnp.zeros((bsz, 1), jnp.int32),
-                              (sid[:, 1:] != sid[:, :-1]).astype(jnp.int32)], axis=1)
-    return jnp.cumsum(starts, axis=1)
-
-
-def to_heads_first(x, a, b, c, segment_ids, chunk_size: int):
+def to_heads_first(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, segment_ids: jax.Array | None,
+                   chunk_size: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """Casts to float32, pads T to a multiple of the chunk with identity steps, moves heads forward.
 
     Returns x [B,H,Tp,P], a [B,H,Tp,Na], b, c [B,H,Tp,N], k [B,Tp] int32 segment counts. Padding steps
@@ -76,19 +65,19 @@ class Decays(NamedTuple):
     carry: jnp.ndarray
 
 
-def _segsum_mask(n):
+def _segsum_mask(n: int) -> tuple[jax.Array, jax.Array]:
     t_idx = lax.broadcasted_iota(jnp.int32, (n, n), 0)
     s_idx = lax.broadcasted_iota(jnp.int32, (n, n), 1)
     return t_idx, s_idx
 
 
-def _stable_segsum(a):
+def _stable_segsum(a: jax.Array) -> jax.Array:
     """a [..., n, Na] -> [..., n, n, Na]: sum_{s<r<=t} a_r for t >= s (masked cumsum; no differences)."""
     t_idx, s_idx = _segsum_mask(a.shape[-2])
     return jnp.cumsum(jnp.where((t_idx > s_idx)[:, :, None], a[..., :, None, :], 0.0), axis=-3)
 
 
-def decays(a, k, kprev):
+def decays(a: jax.Array, k: jax.Array, kprev: jax.Array) -> Decays:
     """Decays of one chunk. a: [..., Q, Na] log-decays; k: [..., Q] segment counts; kprev: [...] the count
     of the position before the chunk. Every exponent is a sum of same-signed steps over its own span
     (local prefix / suffix sums inside a sub-block plus whole-block totals), masked to -inf before exp.
@@ -128,12 +117,12 @@ def decays(a, k, kprev):
     return Decays(loc, fq, fk, keep, eg, er, carry)
 
 
-def _blocks(z, nb):
+def _blocks(z: jax.Array, nb: int) -> jax.Array:
     """[..., Q, D] -> [..., nb, SUB, D]."""
     return z.reshape(z.shape[:-2] + (nb, z.shape[-2] // nb, z.shape[-1]))
 
 
-def _assemble(off, diag, keep):
+def _assemble(off: jax.Array, diag: jax.Array, keep: jax.Array) -> jax.Array:
     """off [..., nb, nb, S, S] (used where i > j), diag [..., nb, S, S] -> [..., Q, Q] masked by keep."""
     nb, sub = off.shape[-3], off.shape[-1]
     i_idx, j_idx = _segsum_mask(nb)
@@ -143,35 +132,35 @@ def _assemble(off, diag, keep):
     return jnp.where(keep, full, 0.0)
 
 
-def _split(dw, nb):
+def _split(dw: jax.Array, nb: int) -> jax.Array:
     """Inverse layout of `_assemble`: [..., Q, Q] -> [..., nb, nb, S, S]."""
     sub = dw.shape[-1] // nb
     return jnp.swapaxes(dw.reshape(dw.shape[:-2] + (nb, sub, nb, sub)), -3, -2)
 
 
-def decay_matrix(d: Decays):
+def decay_matrix(d: Decays) -> jax.Array:
     """Scalar decay (Na = 1): the chunk's full mask L [..., Q, Q] from the factors."""
     off = d.fq[..., 0][..., :, :, :, None] * d.fk[..., 0][..., None, :, None, :]
     return _assemble(off, d.loc[..., 0], d.keep)
 
 
-def pair(c, b, d: Decays):
+def pair(c: jax.Array, b: jax.Array, d: Decays) -> jax.Array:
     """[..., Q, Q]: W[t, s] = sum_n c_t[n] b_s[n] L[t, s, n]. Scalar: (c b^T) * L. Diagonal: sub-block
     pairs i > j as one matmul of (c * fq) and (b * fk), sub-blocks i = i as [S, S, N] tiles."""
     if d.loc.shape[-1] == 1:
-        return ein("...tn,...sn->...ts", c, b) * decay_matrix(d)
+        return einsum_f32("...tn,...sn->...ts", c, b) * decay_matrix(d)
     nb = d.loc.shape[-4]
     cb, bb = _blocks(c, nb), _blocks(b, nb)
-    off = ein("...ijtn,...jsn->...ijts", cb[..., :, None, :, :] * d.fq, bb * d.fk)
+    off = einsum_f32("...ijtn,...jsn->...ijts", cb[..., :, None, :, :] * d.fq, bb * d.fk)
     diag = jnp.sum(d.loc * cb[..., :, :, None, :] * bb[..., :, None, :, :], axis=-1)
     return _assemble(off, diag, d.keep)
 
 
-def pair_bwd(c, b, d: Decays, dw):
+def pair_bwd(c: jax.Array, b: jax.Array, d: Decays, dw: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Cotangents (dc, db) of `pair` for dw [..., Q, Q]."""
     if d.loc.shape[-1] == 1:
         m = dw * decay_matrix(d)
-        return ein("...ts,...sn->...tn", m, b), ein("...ts,...tn->...sn", m, c)
+        return einsum_f32("...ts,...sn->...tn", m, b), einsum_f32("...ts,...tn->...sn", m, c)
     nb = d.loc.shape[-4]
     cb, bb = _blocks(c, nb), _blocks(b, nb)
     i_idx, j_idx = _segsum_mask(nb)
@@ -180,42 +169,45 @@ def pair_bwd(c, b, d: Decays, dw):
     cq, bk = cb[..., :, None, :, :] * d.fq, bb * d.fk
     # Contractions as einsums (dot_general) and a static loop over j: XLA:CPU runs broadcast-multiply-
     # reduce over a middle axis of these 5-6 dim tensors ~10x slower than the same dot_general.
-    dc = sum(ein("...its,...sn->...itn", d_off[..., :, j, :, :], bk[..., j, :, :]) * d.fq[..., :, j, :, :]
+    dc = sum(einsum_f32("...its,...sn->...itn", d_off[..., :, j, :, :], bk[..., j, :, :]) * d.fq[..., :, j, :, :]
              for j in range(nb))
-    db = ein("...ijts,...ijtn->...jsn", d_off, cq) * d.fk
+    db = einsum_f32("...ijts,...ijtn->...jsn", d_off, cq) * d.fk
     m = jnp.einsum("...iits->...its", dw4)[..., None] * d.loc
-    dc = dc + ein("...itsn,...isn->...itn", m, bb)
-    db = db + ein("...itsn,...itn->...isn", m, cb)
+    dc = dc + einsum_f32("...itsn,...isn->...itn", m, bb)
+    db = db + einsum_f32("...itsn,...itn->...isn", m, cb)
     return dc.reshape(c.shape), db.reshape(b.shape)
 
 
-def chunk_forward(h, x, a, b, c, k, kprev):
+def chunk_forward(h: jax.Array, x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array,
+                  kprev: jax.Array) -> tuple[jax.Array, jax.Array]:
     """One chunk. h: [..., P, N] incoming state; x [..., Q, P]; a [..., Q, Na]; b, c [..., Q, N].
 
     Returns y [..., Q, P] and the outgoing state [..., P, N].
     """
     d = decays(a, k, kprev)
-    y = ein("...ts,...sp->...tp", pair(c, b, d), x) + ein("...tn,...pn->...tp", c * d.eg, h)
-    h_new = d.carry[..., None, :] * h + ein("...sp,...sn->...pn", x, b * d.er)
+    y = einsum_f32("...ts,...sp->...tp", pair(c, b, d), x) + einsum_f32("...tn,...pn->...tp", c * d.eg, h)
+    h_new = d.carry[..., None, :] * h + einsum_f32("...sp,...sn->...pn", x, b * d.er)
     return y, h_new
 
 
-def chunk_backward(h, x, a, b, c, k, kprev, dy, dh_new):
+def chunk_backward(h: jax.Array, x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array, kprev: jax.Array,
+                   dy: jax.Array, dh_new: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Hand-written VJP of `chunk_forward` w.r.t. (x, b, c, h), decays recomputed from a.
 
     The decay gradient is not formed here: `decay_grad` recovers it from db, dc and the final state.
     Returns dx [..., Q, P], db, dc [..., Q, N], dh [..., P, N].
     """
     d = decays(a, k, kprev)
-    dx = ein("...ts,...tp->...sp", pair(c, b, d), dy) + ein("...sn,...pn->...sp", b * d.er, dh_new)
-    dc, db = pair_bwd(c, b, d, ein("...tp,...sp->...ts", dy, x))
-    dc = dc + ein("...tp,...pn->...tn", dy, h) * d.eg
-    db = db + ein("...sp,...pn->...sn", x, dh_new) * d.er
-    dh = d.carry[..., None, :] * dh_new + ein("...tp,...tn->...pn", dy, c * d.eg)
+    dx = einsum_f32("...ts,...tp->...sp", pair(c, b, d), dy) + einsum_f32("...sn,...pn->...sp", b * d.er, dh_new)
+    dc, db = pair_bwd(c, b, d, einsum_f32("...tp,...sp->...ts", dy, x))
+    dc = dc + einsum_f32("...tp,...pn->...tn", dy, h) * d.eg
+    db = db + einsum_f32("...sp,...pn->...sn", x, dh_new) * d.er
+    dh = d.carry[..., None, :] * dh_new + einsum_f32("...tp,...tn->...pn", dy, c * d.eg)
     return dx, db, dc, dh
 
 
-def decay_grad(b, c, db, dc, k, s_fin, ds_fin, na: int):
+def decay_grad(b: jax.Array, c: jax.Array, db: jax.Array, dc: jax.Array, k: jax.Array, s_fin: jax.Array,
+               ds_fin: jax.Array, na: int) -> jax.Array:
     """Gradient of the log-decays from the other gradients, without a kernel.
 
     From the recurrence, dL/da_t[n] = sum_{r >= t in t's segment} (c_r dc_r - b_r db_r)[n], plus
@@ -231,7 +223,8 @@ def decay_grad(b, c, db, dc, k, s_fin, ds_fin, na: int):
     same_next = jnp.concatenate([k[:, 1:] == k[:, :-1], jnp.zeros_like(k[:, :1], bool)], axis=1)
     m = jnp.broadcast_to(same_next[:, None, :, None].astype(jnp.float32), v.shape)
 
-    def combine(e1, e2):  # e1 earlier in (reversed) scan order
+    # e1 comes earlier than e2 in the (reversed) scan order.
+    def combine(e1: tuple[jax.Array, jax.Array], e2: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         return e2[0] * e1[0], e2[0] * e1[1] + e2[1]
 
     flip = lambda z: jnp.flip(z, axis=2)

@@ -26,11 +26,12 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _fail(name: str, shape, expected: str) -> None:
+def _fail(name: str, shape: Sequence[int], expected: str) -> None:
     raise ValueError(f"ssd: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
-def _check_shapes(x, a, b, c, initial_state, segment_ids) -> None:
+def _check_shapes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initial_state: jax.Array | None,
+                  segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if x.ndim != 4:
         _fail("x", x.shape, "[B, T, H, P] (4 dims)")
@@ -50,7 +51,8 @@ def _check_shapes(x, a, b, c, initial_state, segment_ids) -> None:
         _fail("x", x.shape, "T >= 1")
 
 
-def _check_dtypes(x, a, b, c, initial_state, segment_ids) -> None:
+def _check_dtypes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initial_state: jax.Array | None,
+                  segment_ids: jax.Array | None) -> None:
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"ssd: `x` has dtype {x.dtype}, expected a floating dtype")
     for name, z in (("b", b), ("c", c)):
@@ -63,7 +65,7 @@ def _check_dtypes(x, a, b, c, initial_state, segment_ids) -> None:
         raise ValueError(f"ssd: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
 
 
-def _check_values(a) -> None:
+def _check_values(a: jax.Array) -> None:
     """Range check on a concrete `a` only (under jit/grad tracing the values are unknown; skipped)."""
     if isinstance(a, jax.core.Tracer):
         return
@@ -77,7 +79,9 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation("ssd", implementation, _IMPLEMENTATIONS, _DEFAULT)
 
 
-def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64, implementation=None):
+def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
+        segment_ids: jax.Array | None = None, chunk_size: int = 64,
+        implementation: None | str | Sequence[str]=None) -> tuple[jax.Array, jax.Array]:
     """Structured state-space duality (Mamba2 SSD, spec 03), scalar or diagonal decay.
 
     Per step, state S [P, N] per (batch, head): S <- S diag(exp(a_t)) + x_t b_t^T; y_t = S c_t.

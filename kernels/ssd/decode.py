@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-from kernels.ssd._chunk import HI
+from kernels._common.precision import HIGHEST
 
 
-def ssd_step(x, a, b, c, state=None):
+def ssd_step(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *,
+             state: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """One recurrence step: S <- S diag(exp(a)) + x b^T; y = S c.
 
     Args:
@@ -34,5 +36,5 @@ def ssd_step(x, a, b, c, state=None):
     decay = jnp.exp(f32(a))
     decay = decay[..., None, None] if a.ndim == 2 else decay[..., None, :]
     s = s * decay + f32(x)[..., :, None] * f32(b)[..., None, :]
-    y = jnp.einsum("bhpn,bhn->bhp", s, f32(c), precision=HI)
+    y = jnp.einsum("bhpn,bhn->bhp", s, f32(c), precision=HIGHEST)
     return y.astype(x.dtype), s

@@ -15,6 +15,8 @@ einsums with batch dims and cumsums have not been lowered and checked on a GPU/T
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,10 +26,11 @@ from jax.experimental import pallas as pl
 from kernels.ssd import _chunk
 
 
-def _fwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, s0_ref, y_ref, hin_ref, sfin_ref, *, q):
+def _fwd_kernel(x_ref: Any, a_ref: Any, b_ref: Any, c_ref: Any, k_ref: Any, s0_ref: Any, y_ref: Any, hin_ref: Any,
+                sfin_ref: Any, *, q: int) -> None:
     """One (batch, head). x [Tp, P]; a [Tp, Na]; b, c [Tp, N]; k [Tp]; s0 [P, N] -> y, h_in [nc, P, N]."""
 
-    def body(i, carry):
+    def body(i: int, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         h, kprev = carry
         rows = pl.ds(i * q, q)
         k = k_ref[rows]
@@ -41,12 +44,12 @@ def _fwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, s0_ref, y_ref, hin_ref, sfin_
     sfin_ref[...] = h
 
 
-def _bwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, hin_ref, dy_ref, dsfin_ref,
-                dx_ref, db_ref, dc_ref, ds0_ref, *, q):
+def _bwd_kernel(x_ref: Any, a_ref: Any, b_ref: Any, c_ref: Any, k_ref: Any, hin_ref: Any, dy_ref: Any, dsfin_ref: Any,
+                dx_ref: Any, db_ref: Any, dc_ref: Any, ds0_ref: Any, *, q: int) -> None:
     """One (batch, head), chunks in reverse; dS [P, N] carried from the final-state cotangent."""
     n_chunks = x_ref.shape[0] // q
 
-    def body(j, dh):
+    def body(j: int, dh: jax.Array) -> jax.Array:
         i = n_chunks - 1 - j
         rows = pl.ds(i * q, q)
         before = k_ref[pl.ds(jnp.maximum(i * q - 1, 0), 1)][0]
@@ -62,7 +65,7 @@ def _bwd_kernel(x_ref, a_ref, b_ref, c_ref, k_ref, hin_ref, dy_ref, dsfin_ref,
     ds0_ref[...] = lax.fori_loop(0, n_chunks, body, dsfin_ref[...])
 
 
-def _spec(shape, per_row: bool):
+def _spec(shape: Sequence[int], per_row: bool) -> pl.BlockSpec:
     """Block of one (batch, head): arrays are [B, H, ...], or [B, ...] when shared by the heads."""
     lead = 1 if per_row else 2
     rest = tuple(shape[lead:])
@@ -72,7 +75,8 @@ def _spec(shape, per_row: bool):
     return pl.BlockSpec(squeeze + rest, lambda b, h: (b, h) + (0,) * len(rest))
 
 
-def _call(kernel, inputs, out_shapes, q):
+def _call(kernel: Callable[..., None], inputs: Sequence[jax.Array], out_shapes: Sequence[jax.ShapeDtypeStruct],
+          q: int) -> Callable[..., Any]:
     """pallas_call on grid (B, H); the int32 segment counts (input 4) are [B, Tp], shared by heads."""
     bsz, heads = inputs[0].shape[:2]
     return pl.pallas_call(
@@ -83,24 +87,26 @@ def _call(kernel, inputs, out_shapes, q):
     )(*inputs)
 
 
-def _sds(shape):
+def _sds(shape: Sequence[int]) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(tuple(shape), jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def chunk_core(x, a, b, c, k, s0, q):
+def chunk_core(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array, s0: jax.Array,
+               q: int) -> tuple[jax.Array, jax.Array]:
     """Chunked SSD on prepared operands (`_chunk.to_heads_first`): y [B,H,Tp,P], final state [B,H,P,N]."""
     return _core_fwd(x, a, b, c, k, s0, q)[0]
 
 
-def _core_fwd(x, a, b, c, k, s0, q):
+def _core_fwd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array, s0: jax.Array,
+              q: int) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
     bsz, heads, tp, p = x.shape
     outs = (_sds(x.shape), _sds((bsz, heads, tp // q) + s0.shape[2:]), _sds(s0.shape))
     y, h_in, s_fin = _call(_fwd_kernel, (x, a, b, c, k, s0), outs, q)
     return (y, s_fin), (x, a, b, c, k, h_in, s_fin)
 
 
-def _core_bwd(q, res, cts):
+def _core_bwd(q: int, res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[jax.Array | None, ...]:
     x, a, b, c, k, h_in, s_fin = res
     dy, ds_fin = cts
     outs = (_sds(x.shape), _sds(b.shape), _sds(c.shape), _sds(s_fin.shape))
@@ -113,7 +119,8 @@ chunk_core.defvjp(_core_fwd, _core_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64):
+def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
+        segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Pallas (interpret-mode) chunked SSD; same contract and returns as `xla.ssd`."""
     bsz, seqlen, heads, p = x.shape
     xh, ah, bh, ch, k = _chunk.to_heads_first(x, a, b, c, segment_ids, chunk_size)

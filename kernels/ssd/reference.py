@@ -12,11 +12,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.ssd._chunk import HI, segment_counts
+from kernels._common.precision import HIGHEST
+from kernels._common.segments import segment_counts
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64):
+def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
+        segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Recurrent SSD (chunk_size is accepted for a uniform signature and ignored).
 
     x: [B,T,H,P]; a: [B,T,H] or [B,T,H,N] log-decays; b, c: [B,T,H,N]; initial_state: [B,H,P,N] | None;
@@ -33,11 +35,11 @@ def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64):
     s0 = (jnp.zeros((bsz, heads, p, n), jnp.float32) if initial_state is None
           else initial_state.astype(jnp.float32))
 
-    def step(s, inp):
+    def step(s: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         xt, at, bt, ct, reset = inp
         s = jnp.where(reset[:, None, None, None], 0.0, s)
         s = s * jnp.exp(at)[:, :, None, :] + xt[..., :, None] * bt[..., None, :]
-        return s, jnp.einsum("bhpn,bhn->bhp", s, ct, precision=HI)
+        return s, jnp.einsum("bhpn,bhn->bhp", s, ct, precision=HIGHEST)
 
     s_fin, y = lax.scan(step, s0, (f32(x), f32(a32), f32(b), f32(c), jnp.moveaxis(starts, 1, 0)))
     return jnp.moveaxis(y, 0, 1).astype(x.dtype), s_fin

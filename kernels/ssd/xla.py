@@ -18,45 +18,47 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels._common.precision import einsum_f32
 from kernels.ssd import _chunk
-from kernels.ssd._chunk import ein
 
 
-def _chunked(z, q):
+def _chunked(z: jax.Array, q: int) -> jax.Array:
     """[B, H, Tp, D] -> [B, H, nc, Q, D]."""
     return z.reshape(z.shape[:2] + (z.shape[2] // q, q) + z.shape[3:])
 
 
-def _counts_per_chunk(k, q):
+def _counts_per_chunk(k: jax.Array, q: int) -> tuple[jax.Array, jax.Array]:
     """k [B, Tp] -> (k [B, 1, nc, Q], kprev [B, 1, nc]): counts, and the count just before each chunk."""
     kc = k.reshape(k.shape[0], 1, -1, q)
     kprev = jnp.concatenate([jnp.zeros_like(kc[:, :, :1, 0]), kc[:, :, :-1, -1]], axis=2)
     return kc, kprev
 
 
-def _scalar(x, a, b, c, kc, kprev, s0):
+def _scalar(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, kc: jax.Array, kprev: jax.Array,
+            s0: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Scalar decay, chunks vectorized. x [B,H,nc,Q,P]; a [B,H,nc,Q,1]; b, c [B,H,nc,Q,N]."""
     d = _chunk.decays(a, kc, kprev)
-    y = ein("...ts,...sp->...tp", _chunk.pair(c, b, d), x)
-    states = ein("...sp,...sn->...pn", x, b * d.er)  # each chunk's own contribution [B,H,nc,P,N]
+    y = einsum_f32("...ts,...sp->...tp", _chunk.pair(c, b, d), x)
+    states = einsum_f32("...sp,...sn->...pn", x, b * d.er)  # each chunk's own contribution [B,H,nc,P,N]
 
-    def step(h, inp):
+    def step(h: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
         carry_c, state_c = inp
         return carry_c[..., None, :] * h + state_c, h
 
     move = lambda z: jnp.moveaxis(z, 2, 0)
     s_fin, h_in = lax.scan(step, s0, (move(d.carry), move(states)))
-    y = y + ein("...tn,...pn->...tp", c * d.eg, jnp.moveaxis(h_in, 0, 2))
+    y = y + einsum_f32("...tn,...pn->...tp", c * d.eg, jnp.moveaxis(h_in, 0, 2))
     return y, s_fin
 
 
-def _unchunk(z):
+def _unchunk(z: jax.Array) -> jax.Array:
     """[B, H, nc, Q, D] -> [B, H, Tp, D]."""
     return z.reshape(z.shape[:2] + (-1,) + z.shape[4:])
 
 
 @jax.custom_vjp
-def _diagonal(x, a, b, c, kc, kprev, s0):
+def _diagonal(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, kc: jax.Array, kprev: jax.Array,
+              s0: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Diagonal decay, one chunk per scan step (operands as in `_scalar`, a [B,H,nc,Q,N]).
 
     Forward and a hand-written backward (reverse scan of `_chunk.chunk_backward`, decay gradient by
@@ -66,8 +68,9 @@ def _diagonal(x, a, b, c, kc, kprev, s0):
     return _diagonal_fwd(x, a, b, c, kc, kprev, s0)[0]
 
 
-def _diagonal_fwd(x, a, b, c, kc, kprev, s0):
-    def step(h, inp):
+def _diagonal_fwd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, kc: jax.Array, kprev: jax.Array,
+                  s0: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
+    def step(h: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         y, h_new = _chunk.chunk_forward(h, *inp)
         return h_new, (y, h)
 
@@ -76,12 +79,12 @@ def _diagonal_fwd(x, a, b, c, kc, kprev, s0):
     return (jnp.moveaxis(y, 0, 2), s_fin), (x, a, b, c, kc, kprev, h_in, s_fin)
 
 
-def _diagonal_bwd(res, cts):
+def _diagonal_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[jax.Array | None, ...]:
     x, a, b, c, kc, kprev, h_in, s_fin = res
     dy, ds_fin = cts
     move = lambda z: jnp.moveaxis(z, 2, 0)
 
-    def step(dh, inp):
+    def step(dh: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
         h, *chunk, dy_c = inp
         dx, db, dc, dh_in = _chunk.chunk_backward(h, *chunk, dy_c, dh)
         return dh_in, (dx, db, dc)
@@ -98,7 +101,8 @@ _diagonal.defvjp(_diagonal_fwd, _diagonal_bwd)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def ssd(x, a, b, c, *, initial_state=None, segment_ids=None, chunk_size=64):
+def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
+        segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
     """Chunked SSD. x: [B,T,H,P]; a: [B,T,H] or [B,T,H,N] (<= 0); b, c: [B,T,H,N];
     initial_state: [B,H,P,N] | None; segment_ids: [B,T] int | None.
 

@@ -9,10 +9,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import LENGTHS, OpCase, assert_close, check_forward_and_grads, check_packed_equals_loop, make_case_inputs
+from harness import (
+    LENGTHS,
+    OpCase,
+    assert_close,
+    check_decode_equals_forward,
+    check_forward_and_grads,
+    check_packed_equals_loop,
+    make_case_inputs,
+)
 from tolerances import tolerance
 
 from kernels import causal_long_conv
+from kernels.long_conv import LongConvState, causal_long_conv_init, causal_long_conv_step
 
 D = 3
 
@@ -40,6 +49,8 @@ CASE = OpCase(
     returns_state=False,
     chunk_arg=None,
     slice_segment=_segment_alone,
+    step=causal_long_conv_step,
+    init_state=lambda inputs: causal_long_conv_init(*inputs["u"].shape),
 )
 
 
@@ -107,6 +118,32 @@ def test_packed_equals_per_segment_loop():
     tol = tolerance("long_conv.packed")
     check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol)
     check_forward_and_grads(CASE, 0, bounds=bounds, seed=7, tol=tol)
+
+
+def test_decode_equals_forward():
+    check_decode_equals_forward(CASE, 40, tol=tolerance("long_conv.decode"))
+
+
+def test_chunked_decode_equals_forward():
+    """A prefill of 10 tokens in one step ([B, T', D] in, [B, T', D] out), then one token: the forward's outputs."""
+    u, h = _inputs(16, seed=2)
+    y_pre, state = causal_long_conv_step(u[:, :10], h, state=causal_long_conv_init(2, 16, D))
+    assert y_pre.shape == (2, 10, D) and int(state.index) == 10
+    y_next, state = causal_long_conv_step(u[:, 10], h, state=state)
+    assert y_next.shape == (2, D) and int(state.index) == 11
+    want = causal_long_conv(u, h, implementation="reference")
+    got = jnp.concatenate([y_pre, y_next[:, None]], axis=1)
+    assert_close(got, want[:, :11], tolerance("long_conv.decode"), what="prefill + step")
+
+
+def test_decode_bad_state_raises():
+    u, h = _inputs(8)
+    with pytest.raises(ValueError, match="`state.buffer`"):
+        causal_long_conv_step(u[:, 0], h, state=causal_long_conv_init(3, 8, D))
+    with pytest.raises(ValueError, match="`max_len`"):
+        causal_long_conv_init(2, 0, D)
+    with pytest.raises(ValueError, match="`u`"):
+        causal_long_conv_step(u[0, 0], h, state=LongConvState(jnp.zeros((2, 8, D)), jnp.zeros((), jnp.int32)))
 
 
 @pytest.mark.parametrize(

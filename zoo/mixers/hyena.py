@@ -24,8 +24,8 @@ use the op's exact masked path. implementation="direct" is the blocked masked su
 Decode: a CACHED form, not state-space distillation. The cache keeps the input of every long convolution
 seen so far ("u" [B, N−1, max_len, D] float32), the short-conv state ("conv" [B, 2, (N+1)·D]) and a write
 index. A chunk of T' tokens is written into the buffer and only its T' outputs y_p = Σ_{s≤p} h_{p−s} u_s are
-computed, O(T'·max_len·D), instead of re-running the layer over the whole prefix. Decoding equals the
-forward pass (same float32 sums over the same taps).
+computed (`kernels.long_conv.causal_long_conv_step`), O(T'·max_len·D), instead of re-running the layer over
+the whole prefix. Decoding equals the forward pass (same float32 sums over the same taps).
 
 Zoo choices: the filter FFN uses nnx.Linear's default init (safari uses PyTorch's); the gating and the long
 convolutions run in float32 whatever the compute dtype; the positional features are a constant, not trained.
@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.long_conv import causal_long_conv
+from kernels.long_conv import LongConvState, causal_long_conv, causal_long_conv_step
 from zoo.mixers.base import check_mixer_inputs, read_mixer_options
 from zoo.mixers.mamba2_parts import causal_conv, init_conv
 from zoo.models.config import ModelConfig
@@ -162,8 +162,9 @@ class Hyena(nnx.Module):
                 conv = causal_long_conv(v, h[:, o], segment_ids=segment_ids,
                                         implementation=self.options.implementation)
             else:
-                buffer, conv = self._cached_conv(cache["u"][:, o], cache["index"], v, h[:, o])
-                buffers.append(buffer)
+                state = LongConvState(cache["u"][:, o], cache["index"])
+                conv, state = causal_long_conv_step(v, h[:, o], state=state)
+                buffers.append(state.buffer)
             v = conv + bias[o] * v
         out = self.out_proj((v * gates[0]).astype(self.dtype))
         if cache is None:

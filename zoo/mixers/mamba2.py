@@ -139,7 +139,7 @@ class Mamba2(nnx.Module):
         from the cached state when there is one.
         """
         if state is not None and x_dt.shape[1] == 1:
-            y, new_state = ssd_step(x_dt[:, 0], log_a[:, 0], b[:, 0], c[:, 0], state)
+            y, new_state = ssd_step(x_dt[:, 0], log_a[:, 0], b[:, 0], c[:, 0], state=state)
             return y[:, None], new_state
         return ssd(
             x_dt, log_a, b, c, initial_state=state, segment_ids=segment_ids,

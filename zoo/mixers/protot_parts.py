@@ -173,7 +173,7 @@ def channel_counts(write, log_decay, *, segment_ids, count0, implementation):
     ones = jnp.ones_like(x)
     s0 = None if count0 is None else count0.reshape(bsz, heads * k, 1, 1)
     if s0 is not None and length == 1:
-        y, state = ssd_step(x[:, 0], a[:, 0], ones[:, 0], ones[:, 0], s0)
+        y, state = ssd_step(x[:, 0], a[:, 0], ones[:, 0], ones[:, 0], state=s0)
         y = y[:, None]
     else:
         y, state = ssd(x, a, ones, ones, initial_state=s0, segment_ids=segment_ids, chunk_size=COUNT_CHUNK,
@@ -192,7 +192,7 @@ def read_memories(v, write, coeff, log_decay, *, segment_ids, memory0, chunk_siz
     bsz, length = v.shape[:2]
     a = jnp.broadcast_to(log_decay, (bsz, length) + log_decay.shape)
     if memory0 is not None and length == 1:
-        r, state = ssd_step(v[:, 0], a[:, 0], write[:, 0], coeff[:, 0], memory0)
+        r, state = ssd_step(v[:, 0], a[:, 0], write[:, 0], coeff[:, 0], state=memory0)
         return r[:, None], state
     return ssd(v, a, write, coeff, initial_state=memory0, segment_ids=segment_ids, chunk_size=chunk_size,
                implementation=implementation)
