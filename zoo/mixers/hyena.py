@@ -172,19 +172,6 @@ class Hyena(nnx.Module):
         return out, {"conv": new_conv.astype(cache["conv"].dtype), "u": jnp.stack(buffers, axis=1),
                      "index": cache["index"] + jnp.asarray(length, jnp.int32)}
 
-    @staticmethod
-    def _cached_conv(buffer: jax.Array, index: jax.Array, u: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Appends u [B, T', D] to buffer [B, S, D] at `index`; returns (buffer, y [B, T', D] float32) with
-        y_p = Σ_{s ≤ p} h[p − s] u_s for the T' new positions p only (taps beyond h's length are zero)."""
-        zero = jnp.zeros((), jnp.int32)
-        buffer = jax.lax.dynamic_update_slice(buffer, u.astype(buffer.dtype), (zero, index, zero))
-        rows = index + jnp.arange(u.shape[1])
-        lag = rows[:, None] - jnp.arange(buffer.shape[1])[None, :]  # [T', S]
-        valid = (lag >= 0) & (lag < h.shape[0])
-        taps = jnp.where(valid[..., None], h[jnp.clip(lag, 0, h.shape[0] - 1)], 0.0)  # [T', S, D]
-        y = jnp.einsum("psd,bsd->bpd", taps, buffer, precision=jax.lax.Precision.HIGHEST)
-        return buffer, y
-
     def _cache_shapes(self, batch_size: int, max_len: int) -> dict[str, tuple[int, ...]]:
         order, d = self.options.order, self.d_model
         return {"conv": (batch_size, self.options.short_filter_order - 1, (order + 1) * d),
