@@ -125,7 +125,7 @@ def test_reference_matches_float64_numpy(variant: str) -> None:
 
 @pytest.mark.parametrize("chunk", (64, 128))
 def test_kda_wide_per_channel_rates_match_float64(chunk: int) -> None:
-    """KDA with per-channel decay rates from 1e-4 to 20 per step (the Kimi Linear numerics sweep): inside one
+    """KDA with per-channel decay rates from 1e-4 to 20 per step (five decades in one head): inside one
     chunk some channels barely decay while others underflow after a step or two, so any factor above 1
     (exp(G_t) * exp(-G_s)) would overflow and any differenced cumsum would lose the slow channels. The
     chunked tree path must match a float64 recurrence in the forward pass and the fp32 reference in every
