@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from zoo.layers.short_conv import ShortConv
 from zoo.mixers.delta_net import DeltaNet, GatedDeltaNet, KimiDeltaAttention
-from zoo.mixers.delta_parts import ShortConv
 from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,16 +14,21 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from train.config import OptimConfig
 from zoo.layers import (
     NORM_PLACEMENTS,
     Embedding,
+    GatedRMSNorm,
+    HeadRMSNorm,
     Residual,
     RMSNorm,
     SwiGLU,
     apply_rope,
     rope_inverse_frequencies,
 )
+from zoo.layers.options import build_options
 from zoo.models import config
+from zoo.registry import MIXERS, OPTIMIZERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
@@ -191,3 +199,63 @@ def test_residual_placements(placement):
 def test_residual_rejects_unknown_placement():
     with pytest.raises(ValueError, match=r"norm_placement must be one of .*'middle'"):
         Residual("middle", 8)
+
+
+@pytest.mark.parametrize("name", MIXERS.names())
+def test_every_mixer_rejects_a_misspelt_option(name):
+    cfg = config.ModelConfig(
+        vocab_size=32, d_model=16, num_layers=1, num_heads=2, max_seq_len=8, mixer=name,
+        mixer_options=(("no_such_option", 1),),
+    )
+    with pytest.raises(ValueError, match=rf"unknown {name} mixer option 'no_such_option'; valid options: \["):
+        MIXERS.get(name)(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS.names())
+def test_every_optimizer_rejects_a_misspelt_option(name):
+    cfg = OptimConfig(name=name, options=(("no_such_option", 1),))
+    with pytest.raises(ValueError, match=rf"unknown {name} optimizer option 'no_such_option'; valid options: \["):
+        OPTIMIZERS.get(name)(0.01, cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    flag: bool = False
+    size: int = 4
+    scale: float = 1.0
+    mode: str | None = None
+    dims: tuple[int, ...] = (1,)
+
+
+def test_build_options_applies_defaults_converts_lists_and_checks_types():
+    opts = build_options(_Options, (("size", 8), ("dims", [2, 3]), ("scale", 2)), owner="toy")
+    assert opts == _Options(size=8, dims=(2, 3), scale=2)
+    for name, value, expected in [("flag", 1, "a bool"), ("size", True, "an integer"), ("scale", "x", "a number"),
+                                  ("mode", 3, "a string or None"), ("dims", 3, "a tuple")]:
+        with pytest.raises(ValueError, match=rf"toy option '{name}' must be {expected}, got {value!r}"):
+            build_options(_Options, ((name, value),), owner="toy")
+    with pytest.raises(ValueError, match=r"unknown toy option 'sizes'; valid options: \['dims', 'flag', 'mode'"):
+        build_options(_Options, (("sizes", 1),), owner="toy")
+    with pytest.raises(ValueError, match=r"unknown toy option 'flag'; valid options: \['dims', 'mode', 'scale'"):
+        build_options(_Options, (("flag", True),), owner="toy", exclude=("flag",))
+
+
+@pytest.mark.parametrize("name", ["circulation", "deltanet", "gated_deltanet", "kda", "hyena", "mamba", "mamba2",
+                                  "mdn", "protot"])
+def test_position_free_mixers_default_positions_to_none(name):
+    assert inspect.signature(MIXERS.get(name).__call__).parameters["positions"].default is None
+
+
+def test_head_and_gated_rmsnorm_match_numpy_formula():
+    x, gate = _normal(0, (2, 3, 2, 8)), _normal(1, (2, 3, 2, 8))
+    head = HeadRMSNorm(2, 8, eps=1e-6)
+    head.scale[...] = _normal(2, (2, 8))
+    np.testing.assert_allclose(head(x), _rms_reference(np.asarray(x), np.asarray(head.scale[...]), 1e-6), **F32)
+    gated = GatedRMSNorm(8, eps=1e-5, activation="sigmoid")
+    gated.scale[...] = _normal(3, (8,))
+    expected = _rms_reference(np.asarray(x), np.asarray(gated.scale[...]), 1e-5) / (1 + np.exp(-np.asarray(gate)))
+    np.testing.assert_allclose(gated(x, gate), expected, **F32)
+    with pytest.raises(ValueError, match=r"activation must be one of \['silu', 'sigmoid'\], got 'relu'"):
+        GatedRMSNorm(8, eps=1e-5, activation="relu")
+    with pytest.raises(ValueError, match=r"x must end in \[H, Dh\]"):
+        head(x[..., :4])

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from zoo.layers.short_conv import short_conv
 from zoo.mixers.mamba2 import Mamba2
-from zoo.mixers.mamba2_parts import causal_conv
 from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
@@ -103,12 +103,12 @@ def test_conv_matches_reference_and_never_crosses_segments():
     keys = jax.random.split(jax.random.key(2), 3)
     u = jax.random.normal(keys[0], (B, T, 6))
     weight, bias = jax.random.normal(keys[1], (4, 6)), jax.random.normal(keys[2], (6,))
-    y, _ = jax.jit(causal_conv)(u, weight, bias, segment_ids=jnp.asarray(SEGMENTS))
+    y, _ = jax.jit(short_conv)(u, weight, bias, segment_ids=jnp.asarray(SEGMENTS))
     expected = _conv_reference(np.asarray(u, np.float64), np.asarray(weight, np.float64), np.asarray(bias), SEGMENTS)
     np.testing.assert_allclose(y, expected, **F32)
     # Changing every token of the first segments leaves the later segments bit-identical.
     first = jnp.asarray(SEGMENTS == SEGMENTS[:, :1])[..., None]
-    y2, _ = jax.jit(causal_conv)(jnp.where(first, u + 5.0, u), weight, bias, segment_ids=jnp.asarray(SEGMENTS))
+    y2, _ = jax.jit(short_conv)(jnp.where(first, u + 5.0, u), weight, bias, segment_ids=jnp.asarray(SEGMENTS))
     np.testing.assert_array_equal(np.asarray(y2)[~np.asarray(first[..., 0])], np.asarray(y)[~np.asarray(first[..., 0])])
     assert float(jnp.abs(y2 - y).max()) > 1.0  # ... while the first segments did change
 
@@ -117,10 +117,10 @@ def test_conv_decode_state_equals_full_conv():
     keys = jax.random.split(jax.random.key(3), 3)
     u = jax.random.normal(keys[0], (B, T, 5))
     weight, bias = jax.random.normal(keys[1], (4, 5)), jax.random.normal(keys[2], (5,))
-    full, full_state = causal_conv(u, weight, bias)
+    full, full_state = short_conv(u, weight, bias)
     state, pieces, start = None, [], 0
     for size in (1, 3, 1, 2, 3):  # pieces shorter than the kernel too
-        y, state = causal_conv(u[:, start : start + size], weight, bias, state=state)
+        y, state = short_conv(u[:, start : start + size], weight, bias, state=state)
         pieces.append(y)
         start += size
     np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, **F32)

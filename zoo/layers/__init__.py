@@ -1,17 +1,21 @@
-"""Building blocks shared by the zoo's models: norms, MLPs, rotary embeddings, embeddings, residuals."""
+"""Building blocks shared by the zoo's models and mixers: norms, MLPs, rotary embeddings, embeddings,
+residuals, typed options."""
 
 from zoo.layers.embed import Embedding
 from zoo.layers.mlp import SwiGLU
-from zoo.layers.norms import RMSNorm
+from zoo.layers.norms import GatedRMSNorm, HeadRMSNorm, RMSNorm, rms_normalize
 from zoo.layers.residual import NORM_PLACEMENTS, Residual
 from zoo.layers.rope import apply_rope, rope_inverse_frequencies
 
 __all__ = [
     "NORM_PLACEMENTS",
     "Embedding",
+    "GatedRMSNorm",
+    "HeadRMSNorm",
     "RMSNorm",
     "Residual",
     "SwiGLU",
     "apply_rope",
+    "rms_normalize",
     "rope_inverse_frequencies",
 ]

@@ -13,7 +13,7 @@ EMBED_INIT_STD = 0.02
 class Embedding(nnx.Module):
     """A float32 table [vocab, D]; lookups and `attend` run in the compute dtype `dtype`."""
 
-    def __init__(self, vocab_size: int, dim: int, *, dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+    def __init__(self, vocab_size: int, dim: int, *, dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs) -> None:
         self.dtype = dtype
         init = jax.nn.initializers.normal(EMBED_INIT_STD)
         self.embedding = nnx.Param(init(rngs.params(), (vocab_size, dim), jnp.float32))

@@ -13,7 +13,7 @@ class SwiGLU(nnx.Module):
     Parameters are float32; `dtype` is the compute dtype the inputs and kernels are cast to.
     """
 
-    def __init__(self, dim: int, hidden_dim: int, *, dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+    def __init__(self, dim: int, hidden_dim: int, *, dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs) -> None:
         def linear(n_in: int, n_out: int) -> nnx.Linear:
             return nnx.Linear(n_in, n_out, use_bias=False, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 

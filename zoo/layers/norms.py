@@ -1,20 +1,35 @@
-"""RMSNorm with float32 statistics."""
+"""The RMSNorm family, all with float32 statistics: one `rms_normalize`, three thin modules.
+
+* `RMSNorm`: one scale [dim] over the last axis (block norms, attention's qk-norm, Mamba2's output norm).
+* `HeadRMSNorm`: one scale per head, [H, Dh] (FoX's qk and output norms, FiX's mandatory output norm).
+* `GatedRMSNorm`: one scale [Dv] shared by the heads, times act(gate) (the delta-rule mixers' output).
+
+The mean square and the rescaling run in float32 whatever the input dtype (a bfloat16 mean of squares
+loses about three digits); each module casts its result back to the input dtype.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+GATE_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"silu": jax.nn.silu, "sigmoid": jax.nn.sigmoid}
+
+
+def rms_normalize(x: jax.Array, eps: float) -> jax.Array:
+    """x [..., K] -> float32 x / sqrt(mean(x²) + eps) over the last axis (no scale)."""
+    x32 = x.astype(jnp.float32)
+    return x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
+
 
 class RMSNorm(nnx.Module):
-    """Root-mean-square norm over the last axis: `y = x / sqrt(mean(x²) + eps) · scale`.
+    """Root-mean-square norm over the last axis: `y = x / sqrt(mean(x²) + eps) · scale`, scale [dim]."""
 
-    The mean square and the rescaling run in float32 whatever the input dtype (a bfloat16 mean of
-    squares loses about three digits); the result is cast back to the input dtype.
-    """
-
-    def __init__(self, dim: int, *, eps: float = 1e-6):
+    def __init__(self, dim: int, *, eps: float = 1e-6) -> None:
         self.eps = eps
         self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
 
@@ -22,7 +37,51 @@ class RMSNorm(nnx.Module):
         """x: [..., dim] -> [..., dim] in x.dtype."""
         if x.shape[-1] != self.scale.shape[0]:
             raise ValueError(f"x must have last dimension {self.scale.shape[0]}, got shape {x.shape}")
-        x32 = x.astype(jnp.float32)
-        mean_square = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
-        y = x32 * jax.lax.rsqrt(mean_square + self.eps) * self.scale[...]
-        return y.astype(x.dtype)
+        return (rms_normalize(x, self.eps) * self.scale[...]).astype(x.dtype)
+
+
+class HeadRMSNorm(nnx.Module):
+    """RMSNorm over the head dimension with a separate learned scale per head (scale [H, Dh], init 1).
+
+    FoX's per-head norm has H·Dh scales (the paper's shared [Dh] scale was an accident of its code).
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, *, eps: float) -> None:
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((num_heads, head_dim), jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """x: [..., H, Dh] -> [..., H, Dh] in x.dtype."""
+        if x.shape[-2:] != self.scale.shape:
+            raise ValueError(f"x must end in [H, Dh] = {self.scale.shape}, got shape {x.shape}")
+        return (rms_normalize(x, self.eps) * self.scale[...]).astype(x.dtype)
+
+
+class GatedRMSNorm(nnx.Module):
+    """Per-head output RMSNorm over d_v (one scale [d_v] shared by the heads, init 1) times act(gate).
+
+    The gate activation is SiLU for DeltaNet and GDN and sigmoid for KDA and MDN.
+    """
+
+    def __init__(self, head_dim: int, *, eps: float, activation: str) -> None:
+        if activation not in GATE_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(GATE_ACTIVATIONS)}, got {activation!r}")
+        self.eps, self.activation = eps, activation
+        self.scale = nnx.Param(jnp.ones((head_dim,), jnp.float32))
+
+    def __call__(self, o: jax.Array, gate: jax.Array) -> jax.Array:
+        """o, gate: [B, T, H, d_v] -> [B, T, H, d_v] in o.dtype; statistics and gating in float32."""
+        act = GATE_ACTIVATIONS[self.activation]
+        return (rms_normalize(o, self.eps) * self.scale[...] * act(gate.astype(jnp.float32))).astype(o.dtype)
+
+
+def gated_norm_output(
+    o: jax.Array, gate: jax.Array, norm: GatedRMSNorm, o_proj: nnx.Module, dtype: Any
+) -> jax.Array:
+    """o [B, T, H, d_v] and gate pre-activations [B, T, H·d_v] -> o_proj(norm(o, gate)) [B, T, D].
+
+    The delta-rule mixers' output: o is cast to the compute dtype `dtype` before the norm.
+    """
+    batch, length, heads, dim = o.shape
+    out = norm(o.astype(dtype), gate.reshape(batch, length, heads, dim))
+    return o_proj(out.reshape(batch, length, heads * dim))

@@ -27,7 +27,7 @@ class Residual(nnx.Module):
     sublayers with and without state.
     """
 
-    def __init__(self, placement: str, dim: int, *, eps: float = 1e-6):
+    def __init__(self, placement: str, dim: int, *, eps: float = 1e-6) -> None:
         check_choice("norm_placement", placement, NORM_PLACEMENTS)
         self.placement = placement
         # Only the norms a placement uses exist, so parameter counts reflect the architecture.

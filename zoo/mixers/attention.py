@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.layers import projections
 from zoo.layers.norms import RMSNorm
-from zoo.layers.rope import apply_rope
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_call, mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionOptions:
+    """The attention mixer's `cfg.mixer_options` (see `Attention`)."""
+
+    qk_norm: bool = False
 
 
 def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
@@ -64,7 +73,7 @@ class Attention(nnx.Module):
 
     CONFORMANCE_OPTIONS = ((), (("qk_norm", True),))
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.resolved_head_dim
@@ -72,16 +81,13 @@ class Attention(nnx.Module):
         self.rope_theta = cfg.rope_theta
         self.dtype = jnp.dtype(cfg.compute_dtype)
 
-        def linear(n_in: int, n_out: int) -> nnx.Linear:
-            return nnx.Linear(
-                n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs
-            )
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         self.q_proj = linear(cfg.d_model, cfg.num_heads * self.head_dim)
         self.k_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
         self.v_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
         self.o_proj = linear(cfg.num_heads * self.head_dim, cfg.d_model)
-        qk_norm = cfg.option("qk_norm", False)
+        qk_norm = mixer_options(cfg, "attention", AttentionOptions).qk_norm
         self.q_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
 
@@ -94,7 +100,7 @@ class Attention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
+        check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             mask = training_mask(segment_ids, x.shape[1])
@@ -107,21 +113,18 @@ class Attention(nnx.Module):
 
     def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k."""
-        batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
+        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, positions, theta=self.rope_theta)
-        k = apply_rope(k, positions, theta=self.rope_theta)
+        q, k = projections.rope_qk(q, k, positions, self.rope_theta)
         return q, k, v
 
     def _attend_cached(
         self, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array]
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Writes k, v [B, T', Hkv, Dh] at the cache index; attends q [B, T', H, Dh] to the filled slots."""
-        self._check_cache(cache, q.shape[0])
         index = cache["index"]
         start = (jnp.zeros((), jnp.int32), index, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
         keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
@@ -130,18 +133,6 @@ class Attention(nnx.Module):
         out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask)
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "index": new_index}
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        if not isinstance(cache, dict) or set(cache) != {"k", "v", "index"}:
-            raise ValueError(
-                f"cache must be the dict made by init_cache with keys k, v, index, got {cache!r}"
-            )
-        expected = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
-        if cache["k"].shape != expected or cache["v"].shape != expected:
-            raise ValueError(
-                f"cache k/v must have shape [B, S, Hkv, Dh] = {expected}, "
-                f"got {cache['k'].shape} and {cache['v'].shape}"
-            )
 
     def attention_logits(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array

@@ -14,7 +14,8 @@ Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit
 
   Everything comes from the shared `ModelConfig` (d_model, num_heads, num_kv_heads, resolved_head_dim,
   compute_dtype, norm_eps, rope_theta, ...). Mixer-specific settings come from
-  `cfg.option(name, default)` (the `mixer_options` pairs), never from new ModelConfig fields.
+  the `mixer_options` pairs, read into the mixer's frozen options dataclass with `read_mixer_options`
+  or `mixer_options` (typed; an unknown name is a ValueError), never from new ModelConfig fields.
 
 * State: only `nnx.Param` variables (float32). No RNG streams, batch stats or other variables: the
   trainer splits a model with `nnx.split(model, nnx.Param)` and merges it again inside `jax.jit`.
@@ -22,15 +23,19 @@ Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit
 
 * Call::
 
-      y, new_cache = mixer(x, *, segment_ids, positions, cache=None)
+      y, new_cache = mixer(x, *, segment_ids=None, positions=None, cache=None)
 
   x `[B, T, D]` in the compute dtype; segment_ids `[B, T]` int32 or None (packed sequences: no
   information crosses a segment boundary, 0 marks padding); positions `[B, T]` int32, the position of
-  each token inside its segment (decoding: absolute position). Returns y `[B, T, D]` in the compute
+  each token inside its segment (decoding: absolute position). The backbone always passes positions;
+  a mixer that does not use them (recurrent and convolutional mixers) defaults them to None, one that
+  does (RoPE, positional priors) requires them. Returns y `[B, T, D]` in the compute
   dtype and, when `cache` is given, the cache after appending the T tokens; `None` when `cache` is None.
   With a cache, T ≥ 1 tokens are appended at once (chunked prefill) and the outputs must equal those of
   the full forward pass; decoding assumes one sequence per row, so segment_ids is None there.
   Causality: y[:, t] may depend on x[:, s] only for s ≤ t (within the same segment).
+  A mixer's `__call__` starts with `check_call(self, x, segment_ids, positions, cache, length_of=...)`:
+  the input checks and, when decoding, the cache's entries and shapes against `init_cache`.
 
 * Cache::
 
@@ -50,13 +55,17 @@ Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import jax
 
+from zoo.layers.options import build_options, option_values
+
 if TYPE_CHECKING:
     from zoo.models.config import ModelConfig
+
+T = TypeVar("T")
 
 DEFAULT_CONFORMANCE_OPTIONS: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
 
@@ -71,8 +80,8 @@ class SequenceMixer(Protocol):
         self,
         x: jax.Array,
         *,
-        segment_ids: jax.Array | None,
-        positions: jax.Array,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
         cache: Any = None,
     ) -> tuple[jax.Array, Any]: ...
 
@@ -85,9 +94,9 @@ def conformance_options(mixer_cls: type) -> tuple[tuple[tuple[str, Any], ...], .
 
 
 def check_mixer_inputs(
-    x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array, d_model: int, cache: Any = None
+    x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array | None, d_model: int, cache: Any = None
 ) -> None:
-    """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are int [B, T].
+    """Raises ValueError unless x is [B, T, d_model] and segment_ids/positions are None or int [B, T].
 
     Decoding from a cache takes no segment_ids: a cache holds one sequence per row.
     """
@@ -105,15 +114,46 @@ def check_mixer_inputs(
             )
 
 
-def read_mixer_options(cfg: Any, mixer: str, defaults: Any, *, known: Any = None) -> dict[str, Any]:
-    """Each field of the options dataclass instance `defaults`, read from `cfg.mixer_options`.
+def check_cache(
+    mixer: SequenceMixer, cache: Any, batch_size: int, *, length_of: tuple[str, int] | None = None
+) -> None:
+    """Raises ValueError unless `cache` has the entries and shapes `mixer.init_cache` makes for batch_size.
 
-    An option name outside `known` (default: the dataclass's field names) raises ValueError naming it and
-    listing the known ones; fields outside `known` are left out of the result.
+    A cache whose buffers grow with max_len (KV buffers) names the entry and axis that hold it in
+    `length_of`, e.g. ("k", 1) for k [B, S, Hkv, Dh]; a recurrent state has no length. Only shapes are
+    compared (`jax.eval_shape`: nothing is allocated), not dtypes: a cache may be kept in another dtype.
     """
-    fields = [f.name for f in dataclasses.fields(defaults)]
-    known = set(fields) if known is None else set(known)
-    for name, _ in cfg.mixer_options:
-        if name not in known:
-            raise ValueError(f"unknown {mixer} mixer option {name!r}; known options: {sorted(known)}")
-    return {name: cfg.option(name, getattr(defaults, name)) for name in fields if name in known}
+    name, axis = length_of if length_of is not None else (None, 0)
+    if not isinstance(cache, dict) or (name is not None and name not in cache):
+        raise ValueError(f"cache must be the dict made by init_cache, got {type(cache).__name__} {cache!r}")
+    max_len = 1 if name is None else jax.numpy.shape(cache[name])[axis]
+    made = jax.eval_shape(lambda: mixer.init_cache(batch_size, max_len, jax.numpy.float32))
+    expected = {key: tuple(value.shape) for key, value in made.items()}
+    actual = {key: tuple(jax.numpy.shape(cache[key])) for key in sorted(cache)}
+    if actual != expected:
+        raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
+
+
+def check_call(
+    mixer: Any, x: jax.Array, segment_ids: jax.Array | None, positions: jax.Array | None, cache: Any,
+    *, length_of: tuple[str, int] | None = None,
+) -> None:
+    """What every mixer checks first: `check_mixer_inputs` against `mixer.d_model`, then, when decoding,
+    `check_cache` (`length_of` as there)."""
+    check_mixer_inputs(x, segment_ids, positions, mixer.d_model, cache)
+    if cache is not None:
+        check_cache(mixer, cache, x.shape[0], length_of=length_of)
+
+
+def read_mixer_options(cfg: Any, mixer: str, cls: type, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The fields of options dataclass `cls` (less `exclude`) read from `cfg.mixer_options`, type-checked.
+
+    An unknown name raises ValueError naming the mixer and the name and listing the valid ones (see
+    `zoo.layers.options.option_values`); the mixer then checks ranges and builds `cls(**values)`.
+    """
+    return option_values(cls, cfg.mixer_options, owner=f"{mixer} mixer", exclude=exclude)
+
+
+def mixer_options(cfg: Any, mixer: str, cls: type[T]) -> T:
+    """The typed options `cls` of `mixer` read from `cfg.mixer_options` (for options without range checks)."""
+    return build_options(cls, cfg.mixer_options, owner=f"{mixer} mixer")

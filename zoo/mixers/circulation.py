@@ -38,23 +38,30 @@ write index.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.layers import projections
+from zoo.layers.options import check_choice
 from zoo.mixers.attention import decode_mask
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_call, read_mixer_options
 from zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
 _HP = jax.lax.Precision.HIGHEST
+ADAPTIVE = (None, "dev", "scale")
 
 
-def circulation_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
+def circulation_logits(
+    q_rows: jax.Array, k_rows: jax.Array, q_cols: jax.Array, k_cols: jax.Array, c1: Any, c2: Any
+) -> jax.Array:
     """The concatenation trick: q/k at query rows [B, T, H, Dh] and key columns [B, S, H, Dh] -> [B, H, T, S].
 
     c1, c2: scalars or [B, T, 1, 1]. Returns (c₁ q_i·k_j + c₂ k_i·q_j)/√Dh in float32.
@@ -65,7 +72,9 @@ def circulation_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
     return jnp.einsum("bthd,bshd->bhts", q_t, k_t, precision=_HP)
 
 
-def reference_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
+def reference_logits(
+    q_rows: jax.Array, k_rows: jax.Array, q_cols: jax.Array, k_cols: jax.Array, c1: Any, c2: Any
+) -> jax.Array:
     """Materialized (c₁·QKᵀ + c₂·KQᵀ)/√Dh, [B, H, T, S] float32 (the reference for circulation_logits)."""
     qk = jnp.einsum("bthd,bshd->bhts", q_rows.astype(jnp.float32), k_cols.astype(jnp.float32), precision=_HP)
     kq = jnp.einsum("bthd,bshd->bhts", k_rows.astype(jnp.float32), q_cols.astype(jnp.float32), precision=_HP)
@@ -73,32 +82,29 @@ def reference_logits(q_rows, k_rows, q_cols, k_cols, c1, c2) -> jax.Array:
     return (c1 * qk + c2 * kq) / math.sqrt(q_rows.shape[-1])
 
 
-class CirculationOptions(NamedTuple):
-    """The parsed mixer_options (hashable: nnx keeps it as static graph data)."""
+@dataclasses.dataclass(frozen=True)
+class CirculationOptions:
+    """The circulation mixer's `cfg.mixer_options` (see the module docstring), validated by `parse_options`."""
 
-    alpha: Any
-    beta: Any
-    ratio_min: Any
-    ratio_max: Any
-    adaptive: Any
-    adaptive_beta: Any
+    alpha: float = 1.0
+    beta: float = 1.0
+    ratio_min: float = 0.25
+    ratio_max: float = 4.0
+    adaptive: str | None = None
+    adaptive_beta: bool = False
 
 
-def _parse_options(cfg: ModelConfig) -> CirculationOptions:
-    opts = {
-        "alpha": cfg.option("alpha", 1.0), "beta": cfg.option("beta", 1.0),
-        "ratio_min": cfg.option("ratio_min", 0.25), "ratio_max": cfg.option("ratio_max", 4.0),
-        "adaptive": cfg.option("adaptive", None), "adaptive_beta": cfg.option("adaptive_beta", False),
-    }
+def parse_options(cfg: ModelConfig) -> CirculationOptions:
+    """Reads and validates the circulation options of `cfg`; a bad name or value raises ValueError naming it."""
+    opts = read_mixer_options(cfg, "circulation", CirculationOptions)
     for name in ("alpha", "beta", "ratio_min", "ratio_max"):
-        if not isinstance(opts[name], (int, float)) or isinstance(opts[name], bool) or not math.isfinite(opts[name]):
-            raise ValueError(f"{name} must be a finite float, got {opts[name]!r}")
+        if not math.isfinite(opts[name]):
+            raise ValueError(f"circulation mixer option {name!r} must be a finite number, got {opts[name]!r}")
     if not 0 < opts["ratio_min"] <= opts["ratio_max"]:
         raise ValueError(f"ratio_min and ratio_max must satisfy 0 < ratio_min <= ratio_max, got {opts}")
-    if opts["adaptive"] not in (None, "dev", "scale"):
-        raise ValueError(f"adaptive must be None, 'dev' or 'scale', got {opts['adaptive']!r}")
-    if not isinstance(opts["adaptive_beta"], bool) or (opts["adaptive_beta"] and opts["adaptive"] is None):
-        raise ValueError(f"adaptive_beta must be a bool and needs adaptive set, got {opts['adaptive_beta']!r}")
+    check_choice("circulation mixer", "adaptive", opts["adaptive"], ADAPTIVE)
+    if opts["adaptive_beta"] and opts["adaptive"] is None:
+        raise ValueError("circulation mixer option 'adaptive_beta' needs 'adaptive' set, got adaptive=None")
     return CirculationOptions(**opts)
 
 
@@ -112,17 +118,16 @@ class CirculationAttention(nnx.Module):
         (("alpha", 0.9), ("beta", 3.0), ("adaptive", "dev"), ("adaptive_beta", True)),
     )
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.options = _parse_options(cfg)
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
+        self.options = parse_options(cfg)
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
         self.dtype = jnp.dtype(cfg.compute_dtype)
         # Retrieval over X is needed only when the blend is nonlinear (β ≠ 1 or a per-token β).
         self.retrieve_inputs = self.options.beta != 1.0 or self.options.adaptive_beta
 
-        def linear(n_in: int, n_out: int) -> nnx.Linear:
-            # Bias-free q/k are required (spec §6): a bias breaks the bilinear form x_iᵀ A x_j.
-            return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs)
+        # Bias-free q/k are required: a bias breaks the bilinear form x_iᵀ A x_j.
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         width, kv_width = cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
         self.q_proj, self.o_proj = linear(cfg.d_model, width), linear(width, cfg.d_model)
@@ -137,11 +142,11 @@ class CirculationAttention(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, Any] | None = None,
     ) -> tuple[jax.Array, dict[str, Any] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None)."""
+        check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         batch, length = x.shape[:2]
         q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
@@ -154,7 +159,6 @@ class CirculationAttention(nnx.Module):
             q_cols, k_cols, v_cols, x_cols = q, k, v, x
             stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
         else:
-            self._check_cache(cache, batch)
             index, zero = cache["index"], jnp.zeros((), jnp.int32)
 
             def write(name: str, new: jax.Array) -> jax.Array:
@@ -228,14 +232,6 @@ class CirculationAttention(nnx.Module):
         w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
         w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
         return jnp.einsum("bthc,chd->bthd", h_new, w_v)
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = set(self.init_cache(batch_size, 1, self.dtype))
-        if not isinstance(cache, dict) or set(cache) != expected:
-            raise ValueError(f"cache must be the dict made by init_cache with keys {sorted(expected)}, got {cache!r}")
-        want = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
-        if cache["k"].shape != want:
-            raise ValueError(f"cache k must have shape [B, S, Hkv, Dh] = {want}, got {cache['k'].shape}")
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array | None = None

@@ -39,12 +39,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
-from zoo.mixers.base import check_mixer_inputs
+from zoo.layers import projections
+from zoo.layers.norms import GatedRMSNorm, gated_norm_output
+from zoo.layers.short_conv import ShortConv
+from zoo.mixers.base import check_call
 from zoo.mixers.delta_parts import (
     SAFE_GATE_LOWER_BOUND,
     SMALL_INIT,
-    GatedRMSNorm,
-    ShortConv,
     init_a_log,
     init_dt_bias,
     l2_normalize,
@@ -62,7 +63,7 @@ class _DeltaRuleMixer(nnx.Module):
     NAME = ""
     OUTPUT_ACTIVATION = "silu"
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = parse_options(cfg, self.NAME, kda=self.NAME == "kda")
         self.num_heads, self.num_key_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
@@ -81,8 +82,8 @@ class _DeltaRuleMixer(nnx.Module):
 
     def _linear(self, n_in: int, n_out: int, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Linear:
         """A projection in the compute dtype, N(0, 0.02) (spec §1.2), no bias unless asked."""
-        kwargs = {"use_bias": False, "dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
-        return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        kwargs = {"dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
+        return projections.linear(n_in, n_out, rngs=rngs, **kwargs)
 
     def _gate_linear(self, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
         """A gate projection: float32 with full-precision matmuls on every backend (spec: gates in fp32)."""
@@ -110,16 +111,14 @@ class _DeltaRuleMixer(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         positions are unused: the recurrence is position-free (no RoPE in these mixers).
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache)
         q, k, v, conv_states = self._project_qkv(x, segment_ids, cache)
         beta, g = self.beta(x), self.log_decay(x)
         initial = None if cache is None else cache["state"]
@@ -160,10 +159,7 @@ class _DeltaRuleMixer(nnx.Module):
 
     def _output(self, o: jax.Array, x: jax.Array) -> jax.Array:
         """o [B, T, H, d_v] -> RMSNorm × act(gate) per head -> o_proj -> [B, T, D] in the compute dtype."""
-        batch, length = o.shape[:2]
-        gate = self.output_gate(x).reshape(batch, length, self.num_heads, self.head_dim)
-        out = self.o_norm(o.astype(self.dtype), gate)
-        return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim))
+        return gated_norm_output(o, self.output_gate(x), self.o_norm, self.o_proj, self.dtype)
 
     # --- cache -----------------------------------------------------------------------------------------
 
@@ -177,12 +173,6 @@ class _DeltaRuleMixer(nnx.Module):
             "conv_k": (batch_size, history, key_width),
             "conv_v": (batch_size, history, value_width),
         }
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = self._cache_shapes(batch_size)
-        actual = {n: tuple(v.shape) for n, v in cache.items()} if isinstance(cache, dict) else cache
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual!r}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: state [B, H, d_k, d_v] float32 and conv states [B, conv_size−1, C] in dtype. The
@@ -204,7 +194,7 @@ class DeltaNet(_DeltaRuleMixer):
     # KDA variant below (all three mixers share that code), and in tests/zoo/test_delta_mixers.py.
     CONFORMANCE_OPTIONS = ((),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         super().__init__(cfg, rngs=rngs)
         self.g_proj = self._linear(cfg.d_model, self.num_heads * self.head_dim, rngs)
 
@@ -216,7 +206,7 @@ class GatedDeltaNet(_DeltaRuleMixer):
     NAME = "gated_deltanet"
     CONFORMANCE_OPTIONS = ((),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         super().__init__(cfg, rngs=rngs)
         self.g_proj = self._linear(cfg.d_model, self.num_heads * self.head_dim, rngs)
         self.a_proj = self._gate_linear(cfg.d_model, self.num_heads, rngs)
@@ -237,7 +227,7 @@ class KimiDeltaAttention(_DeltaRuleMixer):
     OUTPUT_ACTIVATION = "sigmoid"
     CONFORMANCE_OPTIONS = ((("safe_gate", True), ("allow_neg_eigval", True), ("conv_size", 2)),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         super().__init__(cfg, rngs=rngs)
         d, h, dk = cfg.d_model, self.num_heads, self.head_dim
         # Low-rank decay and output-gate projections through d_v (spec §1.2, KDA).

@@ -40,6 +40,7 @@ The cache layout and update are the op's (kernels/value_forget_attention/decode.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -49,10 +50,10 @@ from flax import nnx
 from kernels.value_forget_attention import decode as vfa_decode
 from kernels.value_forget_attention import value_forget_attention
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
-from zoo.layers.rope import apply_rope
+from zoo.layers import projections
+from zoo.layers.norms import HeadRMSNorm
 from zoo.mixers.base import check_mixer_inputs
 from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
-from zoo.mixers.fox_parts import HeadRMSNorm
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -70,7 +71,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         (("cache", "pruned"), ("output_gate", False)),
     )
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         opts = self.options = parse_options(cfg)
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
@@ -78,9 +79,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         self.dtype = jnp.dtype(cfg.compute_dtype)
         width, kv_width = cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
 
-        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
-            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
-            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         def gate_linear(n_in: int, n_out: int, bias: Any = None) -> nnx.Linear:
             # Gates in float32 with full-precision matmuls on every backend (spec B.3 "Precision").
@@ -149,13 +148,11 @@ class FineGrainedForgettingAttention(nnx.Module):
 
     def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh] in the compute dtype (RoPE on q, k)."""
-        batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
+        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
         if self.options.rope:
-            q = apply_rope(q, positions, theta=self.rope_theta)
-            k = apply_rope(k, positions, theta=self.rope_theta)
+            q, k = projections.rope_qk(q, k, positions, self.rope_theta)
         return q, k, v
 
     def _output(self, u: jax.Array, x: jax.Array) -> jax.Array:

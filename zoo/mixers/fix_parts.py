@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.layers.options import check_choice, check_implementation
 from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
@@ -38,7 +39,7 @@ class FixOptions:
     scalar_gate: bool = True
     rope: bool = False  # like FoX, no positional encoding by default
     output_gate: bool = True  # o ← RMSNorm(u) ⊙ σ(W_g x), FoX-Pro style
-    implementation: Any = None  # value_forget_attention's `implementation=`: None = best for the backend
+    implementation: str | tuple[str, ...] | None = None  # value_forget_attention's; None = best for the backend
     cache: str = "decayed"  # decode cache, spec B.4: (a) "decayed" values or (c) "pruned" slots
     prune_eps: float = 1e-6  # "pruned": a slot is dropped once every channel's decay is below prune_eps
     cache_capacity: int | None = None  # "pruned": slots per row; None = the max_len given to init_cache
@@ -48,40 +49,17 @@ def _fail(name: str, expected: str, value: Any) -> ValueError:
     return ValueError(f"fix mixer option {name!r} must be {expected}, got {value!r}")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _check_choices(values: dict[str, Any]) -> None:
-    for name, choices in (("vgate", VGATES), ("cache", CACHES)):
-        if values[name] not in choices:
-            raise _fail(name, f"one of {list(choices)}", values[name])
-    for name in ("scalar_gate", "rope", "output_gate"):
-        if not isinstance(values[name], bool):
-            raise _fail(name, "a bool", values[name])
-    impl = values["implementation"]
-    names = (impl,) if isinstance(impl, str) else impl
-    if impl is not None and not (
-        isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names)
-    ):
-        raise _fail("implementation", f"None, one of {list(IMPLEMENTATIONS)} or a sequence of those", impl)
-
-
 def _check_numbers(values: dict[str, Any]) -> None:
-    if not _is_positive_int(values["vgate_rank"]):
+    if values["vgate_rank"] < 1:
         raise _fail("vgate_rank", "a positive int", values["vgate_rank"])
     bound = values["vgate_min"]
-    if bound is not None and not (_is_number(bound) and bound < 0):
+    if bound is not None and not (math.isfinite(bound) and bound < 0):
         raise _fail("vgate_min", "None or a negative number (a lower bound on log f)", bound)
     eps = values["prune_eps"]
-    if not (_is_number(eps) and 0 < eps < 1):
+    if not (math.isfinite(eps) and 0 < eps < 1):
         raise _fail("prune_eps", "a number in (0, 1)", eps)
     capacity = values["cache_capacity"]
-    if capacity is not None and not _is_positive_int(capacity):
+    if capacity is not None and capacity < 1:
         raise _fail("cache_capacity", "None or a positive int", capacity)
 
 
@@ -96,12 +74,12 @@ def _check_pruning_options(values: dict[str, Any], given: set[str]) -> None:
 
 def parse_options(cfg: ModelConfig) -> FixOptions:
     """Reads and validates the FiX options of `cfg`; a bad name or value raises ValueError naming it."""
-    values = read_mixer_options(cfg, "fix", FixOptions())
-    _check_choices(values)
+    values = read_mixer_options(cfg, "fix", FixOptions)
+    for name, choices in (("vgate", VGATES), ("cache", CACHES)):
+        check_choice("fix mixer", name, values[name], choices)
+    check_implementation("fix mixer", values["implementation"], IMPLEMENTATIONS)
     _check_numbers(values)
     _check_pruning_options(values, {name for name, _ in cfg.mixer_options})
-    if isinstance(values["implementation"], list):
-        values["implementation"] = tuple(values["implementation"])  # hashable, like every option
     return FixOptions(**values)
 
 

@@ -35,6 +35,7 @@ the write index and, with token_shift, the last pre-shift k and v projections [B
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -43,10 +44,10 @@ from flax import nnx
 
 from kernels.forgetting_attention import forgetting_attention
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
-from zoo.layers.rope import apply_rope
-from zoo.mixers.base import check_mixer_inputs
+from zoo.layers import projections
+from zoo.layers.norms import HeadRMSNorm
+from zoo.mixers.base import check_call
 from zoo.mixers.fox_parts import (
-    HeadRMSNorm,
     cached_forgetting_attention,
     decay_bias,
     parse_options,
@@ -70,7 +71,7 @@ class ForgettingAttention(nnx.Module):
         (("pro", True),),
     )
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = parse_options(cfg)
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim = cfg.resolved_head_dim
@@ -79,9 +80,7 @@ class ForgettingAttention(nnx.Module):
         self.dtype = jnp.dtype(cfg.compute_dtype)
         opts, width, kv_width = self.options, cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
 
-        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
-            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
-            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         def gate_linear(n_out: int, use_bias: bool = False) -> nnx.Linear:
             # Gates are computed in float32 (spec A.1), with full-precision matmuls on every backend.
@@ -111,9 +110,7 @@ class ForgettingAttention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v, shift_state = self._project_qkv(x, segment_ids, positions, cache)
         log_fgate = self.log_forget_gate(x)
         if cache is None:
@@ -150,10 +147,9 @@ class ForgettingAttention(nnx.Module):
 
         Order (as in the paper's code): projections, token shift, QK-norm, RoPE.
         """
-        batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
+        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
         shift_state: dict[str, jax.Array] = {}
         if self.options.token_shift:
             x32 = x.astype(jnp.float32)
@@ -164,8 +160,7 @@ class ForgettingAttention(nnx.Module):
         if self.options.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.options.rope:
-            q = apply_rope(q, positions, theta=self.rope_theta)
-            k = apply_rope(k, positions, theta=self.rope_theta)
+            q, k = projections.rope_qk(q, k, positions, self.rope_theta)
         return q, k, v, shift_state
 
     def _output(self, out: jax.Array, x: jax.Array) -> jax.Array:
@@ -207,14 +202,6 @@ class ForgettingAttention(nnx.Module):
         if self.options.token_shift:
             shapes["k_prev"] = shapes["v_prev"] = (batch_size, self.num_kv_heads, self.head_dim)
         return shapes
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        if not isinstance(cache, dict) or "k" not in cache:
-            raise ValueError(f"cache must be the dict made by init_cache, got {cache!r}")
-        expected = self._cache_shapes(batch_size, cache["k"].shape[1])
-        actual = {name: tuple(value.shape) for name, value in cache.items() if name != "index"}
-        if set(cache) != {*expected, "index"} or actual != expected:
-            raise ValueError(f"cache must have entries index and {expected} (from init_cache), got {actual}")
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array

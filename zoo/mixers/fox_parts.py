@@ -1,5 +1,5 @@
-"""Pieces of the FoX mixer (zoo/mixers/fox.py): its options, the gate schedule, per-head RMSNorm, the token
-shift and cached (decode) forgetting attention. Pure functions and one small module, tested on their own.
+"""Pieces of the FoX mixer (zoo/mixers/fox.py): its options, the gate schedule, the token shift and cached
+(decode) forgetting attention. Pure functions, tested on their own.
 
 Spec: specs/mixers-01-fix-fox.md, Part A.
 """
@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
+from zoo.layers.options import check_choice, check_implementation
 from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
@@ -30,7 +29,8 @@ class FoxOptions:
 
     gate: str = "full"
     rope: bool = False  # FoX uses no positional encoding by default (spec A.1: `use_rope: false`)
-    implementation: Any = None  # forgetting_attention's `implementation=`: None = best for the backend
+    implementation: str | tuple[str, ...] | None = None  # forgetting_attention's; None = best for the backend
+    pro: bool = False  # turns on the four flags below unless one is given on its own (spec A.2)
     qk_norm: bool = False
     token_shift: bool = False
     output_norm: bool = False
@@ -41,24 +41,9 @@ class FoxOptions:
     decay_time_max: float = 1024.0
 
 
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"fox mixer option {name!r} must be a bool, got {value!r}")
-
-
-def _check_implementation(value: Any) -> None:
-    names = (value,) if isinstance(value, str) else value
-    ok = value is None or (isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names))
-    if not ok:
-        raise ValueError(
-            f"fox mixer option 'implementation' must be None, one of {list(IMPLEMENTATIONS)} or a "
-            f"sequence of those, got {value!r}"
-        )
-
-
-def _check_decay_times(t_min: Any, t_max: Any) -> None:
+def _check_decay_times(t_min: float, t_max: float) -> None:
     for name, value in (("decay_time_min", t_min), ("decay_time_max", t_max)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if not value > 0:
             raise ValueError(f"fox mixer option {name!r} must be a positive number, got {value!r}")
     if t_min > t_max:
         raise ValueError(
@@ -71,20 +56,14 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
 
     `pro=True` turns on all four Pro flags (spec A.2); an individually given flag overrides it.
     """
-    known = {f.name for f in dataclasses.fields(FoxOptions)} | {"pro"}
-    values = read_mixer_options(cfg, "fox", FoxOptions(), known=known)
-    pro = cfg.option("pro", False)
-    _check_bool("pro", pro)
+    values = read_mixer_options(cfg, "fox", FoxOptions)
+    given = {name for name, _ in cfg.mixer_options}
     for flag in PRO_FLAGS:
-        values[flag] = cfg.option(flag, pro)
-    for name in ("rope", *PRO_FLAGS):
-        _check_bool(name, values[name])
-    if values["gate"] not in GATES:
-        raise ValueError(f"fox mixer option 'gate' must be one of {list(GATES)}, got {values['gate']!r}")
-    _check_implementation(values["implementation"])
+        if flag not in given:
+            values[flag] = values["pro"]
+    check_choice("fox mixer", "gate", values["gate"], GATES)
+    check_implementation("fox mixer", values["implementation"], IMPLEMENTATIONS)
     _check_decay_times(values["decay_time_min"], values["decay_time_max"])
-    if isinstance(values["implementation"], list):
-        values["implementation"] = tuple(values["implementation"])  # hashable, like every option
     return FoxOptions(**values)
 
 
@@ -96,26 +75,6 @@ def decay_bias(num_heads: int, t_min: float, t_max: float) -> np.ndarray:
     """
     tau = np.exp(np.linspace(math.log(t_min), math.log(t_max), num_heads))
     return (-np.log(np.expm1(1.0 / tau))).astype(np.float32)
-
-
-class HeadRMSNorm(nnx.Module):
-    """RMSNorm over the head dimension with a separate learned scale per head (scale [H, Dh], init 1).
-
-    The spec's per-head norm has H·Dh scales (the paper's shared [Dh] scale was an accident, spec A.2).
-    Statistics in float32 whatever the input dtype; the result is cast back.
-    """
-
-    def __init__(self, num_heads: int, head_dim: int, *, eps: float):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((num_heads, head_dim), jnp.float32))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """x: [..., H, Dh] -> [..., H, Dh] in x.dtype."""
-        if x.shape[-2:] != self.scale.shape:
-            raise ValueError(f"x must end in [H, Dh] = {self.scale.shape}, got shape {x.shape}")
-        x32 = x.astype(jnp.float32)
-        inv_rms = jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
-        return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
 
 def segment_starts(segment_ids: jax.Array) -> jax.Array:

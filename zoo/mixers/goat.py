@@ -43,19 +43,24 @@ positions), v [B, S, Hkv, D], the key positions [B, S] int32 (for the recency bi
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from zoo.layers import projections
+from zoo.layers.options import check_choice
 from zoo.mixers.attention import _dot_product_attention, decode_mask, training_mask
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
+INITS = ("seeded", "uniform")
 _HIDDEN = 4  # the sink MLP's hidden width: min(2·in, max(2·out, 4)) = 4 for out = 1 (spec §3)
 
 
@@ -85,43 +90,32 @@ def sink_features(positions: jax.Array, abs_rank: int, train_len: int) -> jax.Ar
     return jnp.concatenate([jnp.cos(angles), jnp.sin(angles), *extra], axis=-1)
 
 
-class GOATOptions(NamedTuple):
-    """The parsed mixer_options (hashable: nnx keeps it as static graph data)."""
+@dataclasses.dataclass(frozen=True)
+class GOATOptions:
+    """The GOAT mixer's `cfg.mixer_options` (see the module docstring), validated by `parse_options`."""
 
-    pos_rank: Any
-    abs_rank: Any
-    key_bias: Any
-    init: Any
-    training_seq_len: Any
-    prior_scale: Any
+    pos_rank: int = 4
+    abs_rank: int = 4
+    key_bias: bool = True
+    init: str = "seeded"
+    training_seq_len: int | None = None  # None = cfg.max_seq_len
+    prior_scale: float = 1.0
 
 
-def _parse_options(cfg: ModelConfig) -> GOATOptions:
-    opts = {
-        "pos_rank": cfg.option("pos_rank", 4),
-        "abs_rank": cfg.option("abs_rank", 4),
-        "key_bias": cfg.option("key_bias", True),
-        "init": cfg.option("init", "seeded"),
-        "training_seq_len": cfg.option("training_seq_len", cfg.max_seq_len),
-        "prior_scale": cfg.option("prior_scale", 1.0),
-    }
-    for name in ("pos_rank", "abs_rank", "training_seq_len"):
-        if not isinstance(opts[name], int) or isinstance(opts[name], bool) or opts[name] < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {opts[name]!r}")
-    if opts["abs_rank"] < 1 or opts["training_seq_len"] < 1:
-        raise ValueError(f"abs_rank and training_seq_len must be >= 1, got {opts['abs_rank']}, "
-                         f"{opts['training_seq_len']}")
-    if not isinstance(opts["key_bias"], bool):
-        raise ValueError(f"key_bias must be a bool, got {opts['key_bias']!r}")
-    if opts["init"] not in ("seeded", "uniform"):
-        raise ValueError(f"init must be 'seeded' or 'uniform', got {opts['init']!r}")
-    if not isinstance(opts["prior_scale"], (int, float)) or isinstance(opts["prior_scale"], bool):
-        raise ValueError(f"prior_scale must be a float, got {opts['prior_scale']!r}")
+def parse_options(cfg: ModelConfig) -> GOATOptions:
+    """Reads and validates the GOAT options of `cfg`; a bad name or value raises ValueError naming it."""
+    opts = read_mixer_options(cfg, "goat", GOATOptions)
+    if opts["training_seq_len"] is None:
+        opts["training_seq_len"] = cfg.max_seq_len
+    for name, low in (("pos_rank", 0), ("abs_rank", 1), ("training_seq_len", 1)):
+        if opts[name] < low:
+            raise ValueError(f"goat mixer option {name!r} must be an integer >= {low}, got {opts[name]!r}")
+    check_choice("goat mixer", "init", opts["init"], INITS)
     num_prior = 2 * opts["pos_rank"] + int(opts["key_bias"])
     if cfg.resolved_head_dim <= num_prior:
         raise ValueError(
-            f"pos_rank={opts['pos_rank']} (with key_bias={opts['key_bias']}) leaves no content channels: "
-            f"head_dim {cfg.resolved_head_dim} must exceed 2·pos_rank + key_bias = {num_prior}"
+            f"goat mixer option pos_rank={opts['pos_rank']} (with key_bias={opts['key_bias']}) leaves no content "
+            f"channels: head_dim {cfg.resolved_head_dim} must exceed 2·pos_rank + key_bias = {num_prior}"
         )
     return GOATOptions(**opts)
 
@@ -135,16 +129,15 @@ class GOATAttention(nnx.Module):
     # gain exactly zero gradient at init, which the harness rejects ("a parameter gets no gradient").
     CONFORMANCE_OPTIONS = ((("pos_rank", 2),), (("pos_rank", 0),))
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        opts = self.options = _parse_options(cfg)
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
+        opts = self.options = parse_options(cfg)
         self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
         self.dtype = jnp.dtype(cfg.compute_dtype)
         self.content_dim = self.head_dim - 2 * opts.pos_rank - int(opts.key_bias)
         seeded = opts.init == "seeded"
 
-        def linear(n_in: int, n_out: int) -> nnx.Linear:
-            return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32, rngs=rngs)
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         width, kv_width = cfg.num_heads * self.head_dim, cfg.num_kv_heads * self.head_dim
         self.q_proj, self.o_proj = linear(cfg.d_model, width), linear(width, cfg.d_model)
@@ -176,7 +169,7 @@ class GOATAttention(nnx.Module):
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
+        check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q_total, k_total, v = self.augmented_qkv(x, positions)
         if cache is None:
             mask = training_mask(segment_ids, x.shape[1])
@@ -216,9 +209,9 @@ class GOATAttention(nnx.Module):
         q_total · k_total = q_c·k_c/√D_c + κ(i − j) + u_bounded(j); the recency bias comes separately.
         """
         batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
+        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
         dc = self.content_dim
         q_parts = [q[..., :dc] * jnp.asarray(1.0 / math.sqrt(dc), self.dtype)]
         k_parts = [k[..., :dc]]
@@ -240,7 +233,6 @@ class GOATAttention(nnx.Module):
         self, q: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array, cache: dict[str, jax.Array]
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Writes k_total, v [B, T', Hkv, Dh] and positions at the cache index; q [B, T', H, Dh] reads them."""
-        self._check_cache(cache, q.shape[0])
         index, zero = cache["index"], jnp.zeros((), jnp.int32)
         keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (zero, index, zero, zero))
         values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (zero, index, zero, zero))
@@ -250,15 +242,6 @@ class GOATAttention(nnx.Module):
         out = _dot_product_attention(q.astype(keys.dtype), keys, values, bias=bias, mask=mask, scale=1.0)
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "pos": key_pos, "index": new_index}
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        if not isinstance(cache, dict) or set(cache) != {"k", "v", "pos", "index"}:
-            raise ValueError(f"cache must be the dict made by init_cache with keys k, v, pos, index, got {cache!r}")
-        expected = (batch_size, cache["k"].shape[1], self.num_kv_heads, self.head_dim)
-        if cache["k"].shape != expected or cache["v"].shape != expected:
-            raise ValueError(
-                f"cache k/v must have shape [B, S, Hkv, Dh] = {expected}, got {cache['k'].shape} and {cache['v'].shape}"
-            )
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array

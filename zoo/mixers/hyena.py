@@ -42,10 +42,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.long_conv import LongConvState, causal_long_conv, causal_long_conv_step
-from zoo.mixers.base import check_mixer_inputs, read_mixer_options
-from zoo.mixers.mamba2_parts import causal_conv, init_conv
+from zoo.layers.options import check_implementation
+from zoo.layers.short_conv import init_conv, short_conv
+from zoo.mixers.base import check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
+
+IMPLEMENTATIONS = ("reference", "xla", "direct")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,26 +58,19 @@ class HyenaOptions:
     emb_dim: int = 5
     num_inner_mlps: int = 2
     short_filter_order: int = 3
-    implementation: Any = "xla"
+    implementation: str | tuple[str, ...] | None = "xla"
 
 
 def parse_options(cfg: ModelConfig) -> HyenaOptions:
     """Reads and validates the Hyena options; a bad name or value raises ValueError naming the option."""
-    values = read_mixer_options(cfg, "hyena", HyenaOptions())
+    values = read_mixer_options(cfg, "hyena", HyenaOptions)
     minimum = {"order": 2, "filter_order": 1, "emb_dim": 3, "num_inner_mlps": 0, "short_filter_order": 1}
     for name, low in minimum.items():
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"hyena mixer option {name!r} must be an integer >= {low}, got {value!r}")
+        if values[name] < low:
+            raise ValueError(f"hyena mixer option {name!r} must be an integer >= {low}, got {values[name]!r}")
     if values["emb_dim"] % 2 == 0:
         raise ValueError(f"hyena mixer option 'emb_dim' must be odd (1 + 2·bands), got {values['emb_dim']!r}")
-    impl = values["implementation"]
-    names = (impl,) if isinstance(impl, str) else impl
-    if impl is not None and not (isinstance(names, tuple | list) and names
-                                 and all(n in ("reference", "xla", "direct") for n in names)):
-        raise ValueError(
-            f"hyena mixer option 'implementation' must be None, 'reference', 'xla' or 'direct', got {impl!r}"
-        )
+    check_implementation("hyena mixer", values["implementation"], IMPLEMENTATIONS)
     return HyenaOptions(**values)
 
 
@@ -101,7 +97,7 @@ class Hyena(nnx.Module):
     # The FFT's round-off bound on a future input's gradient into a past output (see the module docstring).
     CAUSAL_ROUNDOFF = 1e-5
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = opts = parse_options(cfg)
         self.d_model, self.dtype, self.max_len = cfg.d_model, jnp.dtype(cfg.compute_dtype), cfg.max_seq_len
         d, order = cfg.d_model, opts.order
@@ -138,19 +134,17 @@ class Hyena(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the convolutions carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache, length_of=("u", 2))
         order, length = self.options.order, x.shape[1]
         conv_state = None if cache is None else cache["conv"]
-        proj, new_conv = causal_conv(self.in_proj(x), self.conv_weight[...], self.conv_bias[...],
+        proj, new_conv = short_conv(self.in_proj(x), self.conv_weight[...], self.conv_bias[...],
                                      segment_ids=segment_ids, state=conv_state)  # float32 [B, T, (N+1)D]
         *gates, v = jnp.split(proj, order + 1, axis=-1)
         h = self.hyena_filter(length if cache is None else cache["u"].shape[2])
@@ -176,14 +170,6 @@ class Hyena(nnx.Module):
         order, d = self.options.order, self.d_model
         return {"conv": (batch_size, self.options.short_filter_order - 1, (order + 1) * d),
                 "u": (batch_size, order - 1, max_len, d), "index": ()}
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        if not isinstance(cache, dict) or set(cache) != {"conv", "u", "index"}:
-            raise ValueError(f"cache must be the dict made by init_cache with keys conv, u, index, got {cache!r}")
-        expected = self._cache_shapes(batch_size, cache["u"].shape[2])
-        actual = {name: tuple(value.shape) for name, value in cache.items()}
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: conv [B, K−1, (N+1)·D] in dtype, u [B, N−1, max_len, D] float32 (the long-conv

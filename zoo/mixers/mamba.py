@@ -27,6 +27,7 @@ one `selective_scan_step`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -35,8 +36,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_step
-from zoo.mixers.base import check_mixer_inputs, read_mixer_options
-from zoo.mixers.mamba2_parts import causal_conv, init_conv, init_dt_bias
+from zoo.layers import projections
+from zoo.layers.options import check_choice, check_implementation
+from zoo.layers.short_conv import init_conv, short_conv
+from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.mamba2_parts import check_dt_range, init_dt_bias
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -53,37 +57,22 @@ class MambaOptions:
     dt_rank: int | None = None  # R; None = ceil(d_model / 16) (mamba_simple's "auto")
     conv_size: int = 4  # width of the causal depthwise conv over x
     chunk_size: int = 64  # the selective-scan op's chunk (one of kernels.selective_scan.CHUNK_SIZES)
-    implementation: Any = None  # the op's `implementation=`: None = best for the backend
+    implementation: str | tuple[str, ...] | None = None  # the op's `implementation=`: None = best for the backend
     dt_min: float = 1e-3  # range of the initial Δ (dt_proj.bias init)
     dt_max: float = 1e-1
 
 
-def _fail(name: str, expected: str, value: Any) -> None:
-    raise ValueError(f"mamba mixer option {name!r} must be {expected}, got {value!r}")
-
-
 def parse_options(cfg: ModelConfig) -> MambaOptions:
     """Reads and validates the options of `cfg`; a bad name or value raises ValueError naming it."""
-    values = read_mixer_options(cfg, "mamba", MambaOptions())
+    values = read_mixer_options(cfg, "mamba", MambaOptions)
     if values["dt_rank"] is None:
         values["dt_rank"] = math.ceil(cfg.d_model / 16)
     for name in ("expand", "state_size", "dt_rank", "conv_size"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            _fail(name, "an integer >= 1", value)
-    if values["chunk_size"] not in CHUNK_SIZES:
-        _fail("chunk_size", f"one of {list(CHUNK_SIZES)}", values["chunk_size"])
-    impl = values["implementation"]
-    names = (impl,) if isinstance(impl, str) else impl
-    valid = isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names)
-    if impl is not None and not valid:
-        _fail("implementation", f"None, one of {list(IMPLEMENTATIONS)} or a sequence of those", impl)
-    for name in ("dt_min", "dt_max"):
-        value = values[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            _fail(name, "a positive number", value)
-    if values["dt_min"] > values["dt_max"]:
-        _fail("dt_min", f"<= dt_max = {values['dt_max']}", values["dt_min"])
+        if values[name] < 1:
+            raise ValueError(f"mamba mixer option {name!r} must be an integer >= 1, got {values[name]!r}")
+    check_choice("mamba mixer", "chunk_size", values["chunk_size"], CHUNK_SIZES)
+    check_implementation("mamba mixer", values["implementation"], IMPLEMENTATIONS)
+    check_dt_range("mamba mixer", values["dt_min"], values["dt_max"])
     return MambaOptions(**values)
 
 
@@ -98,14 +87,12 @@ class Mamba(nnx.Module):
 
     CONFORMANCE_OPTIONS = ((),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = opts = parse_options(cfg)
         self.d_model, self.dtype = cfg.d_model, jnp.dtype(cfg.compute_dtype)
         self.d_inner, self.state_size, self.dt_rank = opts.expand * cfg.d_model, opts.state_size, opts.dt_rank
 
-        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
-            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
-            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         self.in_proj = linear(cfg.d_model, 2 * self.d_inner)  # [x | z]
         weight, bias = init_conv(rngs.params(), opts.conv_size, self.d_inner)
@@ -127,19 +114,17 @@ class Mamba(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the conv and the recurrence carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache)
         xs, z = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)
         conv_state = None if cache is None else cache["conv"]
-        xs, new_conv = causal_conv(xs, self.conv_weight[...], self.conv_bias[...], segment_ids=segment_ids,
+        xs, new_conv = short_conv(xs, self.conv_weight[...], self.conv_bias[...], segment_ids=segment_ids,
                                    state=conv_state)
         xs = jax.nn.silu(xs)  # float32 [B, T, d_inner]
         dt_low, b, c = jnp.split(self.x_proj(xs), [self.dt_rank, self.dt_rank + self.state_size], axis=-1)
@@ -166,14 +151,6 @@ class Mamba(nnx.Module):
         """Shape of every cache entry: the single source for init_cache and its check."""
         return {"conv": (batch_size, self.options.conv_size - 1, self.d_inner),
                 "ssm": (batch_size, self.d_inner, self.state_size)}
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = self._cache_shapes(batch_size)
-        if not isinstance(cache, dict) or set(cache) != set(expected):
-            raise ValueError(f"cache must be the dict made by init_cache, with entries {expected}, got {cache!r}")
-        actual = {name: tuple(value.shape) for name, value in cache.items()}
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: conv [B, K−1, d_inner] in dtype (zeros = no previous input) and ssm [B, d_inner, N]

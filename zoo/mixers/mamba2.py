@@ -27,6 +27,7 @@ token takes one `ssd_step`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -34,9 +35,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.ssd import ssd, ssd_step
+from zoo.layers import projections
 from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import check_mixer_inputs
-from zoo.mixers.mamba2_parts import causal_conv, init_a_log, init_conv, init_dt_bias, parse_options
+from zoo.layers.short_conv import init_conv, short_conv
+from zoo.mixers.base import check_call
+from zoo.mixers.mamba2_parts import init_a_log, init_dt_bias, parse_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -47,7 +50,7 @@ class Mamba2(nnx.Module):
 
     CONFORMANCE_OPTIONS = ((), (("decay", "diagonal"),))
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = opts = parse_options(cfg)
         self.d_model, self.dtype = cfg.d_model, jnp.dtype(cfg.compute_dtype)
         self.d_inner = opts.expand * cfg.d_model
@@ -55,9 +58,7 @@ class Mamba2(nnx.Module):
         self.num_heads = self.d_inner // opts.head_dim
         self.conv_dim = self.d_inner + 2 * opts.num_groups * opts.state_size
 
-        def linear(n_in: int, n_out: int, **kwargs: Any) -> nnx.Linear:
-            kwargs = {"use_bias": False, "dtype": self.dtype, **kwargs}
-            return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         self.in_proj = linear(cfg.d_model, self.d_inner + self.conv_dim)  # [z | x B C]
         self.dt_proj = linear(cfg.d_model, self.num_heads, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST)
@@ -75,20 +76,18 @@ class Mamba2(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the conv and the recurrence carry order themselves.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache)
         batch, length = x.shape[:2]
         z, xbc = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)
         conv_state = None if cache is None else cache["conv"]
-        xbc, new_conv = causal_conv(
+        xbc, new_conv = short_conv(
             xbc, self.conv_weight[...], self.conv_bias[...], segment_ids=segment_ids, state=conv_state
         )
         xs, b, c = self._split_heads(jax.nn.silu(xbc).astype(self.dtype))
@@ -152,14 +151,6 @@ class Mamba2(nnx.Module):
             "conv": (batch_size, self.options.conv_size - 1, self.conv_dim),
             "ssm": (batch_size, self.num_heads, self.head_dim, self.state_size),
         }
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = self._cache_shapes(batch_size)
-        if not isinstance(cache, dict) or set(cache) != set(expected):
-            raise ValueError(f"cache must be the dict made by init_cache, with entries {expected}, got {cache!r}")
-        actual = {name: tuple(value.shape) for name, value in cache.items()}
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: conv [B, K−1, d_inner + 2GN] in dtype (zeros = no previous input) and ssm

@@ -40,12 +40,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from kernels.momentum_delta_rule import CHUNK_SIZES, momentum_delta_rule, momentum_delta_rule_step
-from zoo.mixers.base import check_mixer_inputs, read_mixer_options
+from zoo.layers import projections
+from zoo.layers.norms import GatedRMSNorm, gated_norm_output
+from zoo.layers.options import check_choice, check_implementation
+from zoo.layers.short_conv import ShortConv
+from zoo.mixers.base import check_call, read_mixer_options
 from zoo.mixers.delta_parts import (
+    IMPLEMENTATIONS,
     SMALL_INIT,
-    GatedRMSNorm,
-    ShortConv,
-    _check_implementation,
     init_a_log,
     init_dt_bias,
     l2_normalize,
@@ -62,37 +64,27 @@ class MDNOptions:
 
     conv_size: int = 4
     chunk_size: int = 64
-    implementation: Any = None
+    implementation: str | tuple[str, ...] | None = None
     expand_v: int = 1
     min_log_mu: float = -2.0
     tau_factor: float = 1.0
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def parse_mdn_options(cfg: ModelConfig) -> MDNOptions:
     """Validated MDN options; ValueError names any unknown, ill-typed or out-of-range option."""
-    values = read_mixer_options(cfg, NAME, MDNOptions())
+    values = read_mixer_options(cfg, NAME, MDNOptions)
     checks = {
-        "conv_size": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
-        "chunk_size": (lambda v: v in CHUNK_SIZES, f"one of {list(CHUNK_SIZES)}"),
-        "expand_v": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+        "conv_size": (lambda v: v >= 2, "an integer >= 2"),
+        "expand_v": (lambda v: v >= 1, "an integer >= 1"),
         # log μ must stay finite (the op rejects −inf) and strictly negative so that μ < 1.
-        "min_log_mu": (lambda v: _is_real(v) and v < 0, "a finite number < 0"),
-        "tau_factor": (lambda v: _is_real(v) and v > 0, "a finite number > 0"),
+        "min_log_mu": (lambda v: math.isfinite(v) and v < 0, "a finite number < 0"),
+        "tau_factor": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     }
     for name, (ok, text) in checks.items():
         if not ok(values[name]):
             raise ValueError(f"{NAME} mixer option {name!r} must be {text}, got {values[name]!r}")
-    _check_implementation(NAME, values["implementation"])
-    if isinstance(values["implementation"], list):
-        values["implementation"] = tuple(values["implementation"])  # hashable, like every option
+    check_choice(f"{NAME} mixer", "chunk_size", values["chunk_size"], CHUNK_SIZES)
+    check_implementation(f"{NAME} mixer", values["implementation"], IMPLEMENTATIONS)
     return MDNOptions(**values)
 
 
@@ -118,7 +110,7 @@ class MomentumDeltaNet(nnx.Module):
     # options are covered in tests/zoo/test_mdn.py (float64 layer reference with expand_v, bad options).
     CONFORMANCE_OPTIONS = ((),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = opts = parse_mdn_options(cfg)
         self.num_heads, self.num_key_heads = cfg.num_heads, cfg.num_kv_heads
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
@@ -147,8 +139,8 @@ class MomentumDeltaNet(nnx.Module):
 
     def _linear(self, n_in: int, n_out: int, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Linear:
         """A projection in the compute dtype, N(0, 0.02) (spec §1.2), no bias."""
-        kwargs = {"use_bias": False, "dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
-        return nnx.Linear(n_in, n_out, param_dtype=jnp.float32, rngs=rngs, **kwargs)
+        kwargs = {"dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
+        return projections.linear(n_in, n_out, rngs=rngs, **kwargs)
 
     def _gate_linear(self, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
         """A gate projection: float32 with full-precision matmuls on every backend (spec: gates in fp32)."""
@@ -196,17 +188,15 @@ class MomentumDeltaNet(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         positions are unused: the recurrence is position-free. With a cache, T = 1 runs the step op and
         T > 1 the chunked op from the cached (S, M); both carry the conv states.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache)
         gates = self.gates(x)
         q, k, p, v, conv_states = self._project(x, segment_ids, cache, gates["g"])
         initial = None if cache is None else (cache["state_s"], cache["state_m"])
@@ -225,10 +215,7 @@ class MomentumDeltaNet(nnx.Module):
 
     def _output(self, o: jax.Array, x: jax.Array) -> jax.Array:
         """o [B, T, H, d_v] -> RMSNorm × sigmoid(g_proj(x)) per head -> o_proj -> [B, T, D] (compute dtype)."""
-        batch, length = o.shape[:2]
-        gate = self.g_proj(x).reshape(batch, length, self.num_heads, self.value_dim)
-        out = self.o_norm(o.astype(self.dtype), gate)
-        return self.o_proj(out.reshape(batch, length, self.num_heads * self.value_dim))
+        return gated_norm_output(o, self.g_proj(x), self.o_norm, self.o_proj, self.dtype)
 
     # --- cache -----------------------------------------------------------------------------------------
 
@@ -244,12 +231,6 @@ class MomentumDeltaNet(nnx.Module):
             "conv_k": (batch_size, history, key_width),
             "conv_v": (batch_size, history, value_width),
         }
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = self._cache_shapes(batch_size)
-        actual = {n: tuple(v.shape) for n, v in cache.items()} if isinstance(cache, dict) else cache
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual!r}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty cache: S, M [B, H, d_k, d_v] float32 and conv states [B, conv_size−1, C] in dtype. The

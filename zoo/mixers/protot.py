@@ -45,7 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import check_call
 from zoo.mixers.protot_parts import (
     LOG_DECAY_FLOOR,
     PrototypeEdit,
@@ -82,7 +82,7 @@ class ProtoT(nnx.Module):
          ("num_heads", 2)),
     )
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = opts = parse_options(cfg)
         self.d_model, self.dtype = cfg.d_model, jnp.dtype(cfg.compute_dtype)
         self.num_heads, self.num_prototypes = opts.num_heads, opts.num_prototypes
@@ -92,7 +92,7 @@ class ProtoT(nnx.Module):
         self.edit: PrototypeEdit | None = None
         heads, d_p = opts.num_heads, opts.prototype_dim
 
-        def linear(n_out: int, init=_SMALL_INIT, n_in: int = cfg.d_model) -> nnx.Linear:
+        def linear(n_out: int, init: Any = _SMALL_INIT, n_in: int = cfg.d_model) -> nnx.Linear:
             return nnx.Linear(n_in, n_out, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
                               kernel_init=init, rngs=rngs)
 
@@ -116,16 +116,14 @@ class ProtoT(nnx.Module):
         x: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array,
+        positions: jax.Array | None = None,
         cache: dict[str, jax.Array] | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None).
+        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the recurrence carries order itself.
         """
-        check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
-        if cache is not None:
-            self._check_cache(cache, x.shape[0])
+        check_call(self, x, segment_ids, positions, cache)
         parts = self.internals(x, segment_ids=segment_ids, cache=cache)
         batch, length = x.shape[:2]
         reads = parts.reads.reshape(batch, length, self.options.value_dim)
@@ -197,14 +195,6 @@ class ProtoT(nnx.Module):
             "memory": (batch_size, self.num_heads, self.head_value_dim, self.num_channels),
             "count": (batch_size, self.num_heads, self.num_channels),
         }
-
-    def _check_cache(self, cache: Any, batch_size: int) -> None:
-        expected = self._cache_shapes(batch_size)
-        if not isinstance(cache, dict) or set(cache) != set(expected):
-            raise ValueError(f"cache must be the dict made by init_cache, with entries {expected}, got {cache!r}")
-        actual = {name: tuple(value.shape) for name, value in cache.items()}
-        if actual != expected:
-            raise ValueError(f"cache must have entries {expected} (from init_cache), got {actual}")
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty float32 state: memory [B, H, d_v/H, K] and count [B, H, K] (zeros: nothing written yet).

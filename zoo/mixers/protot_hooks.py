@@ -76,13 +76,17 @@ def layer_mixer(model: nnx.Module, layer: int) -> ProtoT:
     return _check_protot(layers[layer].mixer)
 
 
-def mixer_inputs(model: nnx.Module, tokens: jax.Array, layer: int, *, segment_ids=None) -> jax.Array:
+def mixer_inputs(
+    model: nnx.Module, tokens: jax.Array, layer: int, *, segment_ids: jax.Array | None = None
+) -> jax.Array:
     """What the mixer of `layer` receives for tokens [B, T]: [B, T, D] (the normed residual stream)."""
     _check_layer(model, layer)
     return capture_forward(model, tokens, segment_ids=segment_ids)["mixer_in"][layer]
 
 
-def prototype_assignments(mixer: ProtoT, x: jax.Array, *, segment_ids=None) -> tuple[jax.Array, jax.Array]:
+def prototype_assignments(
+    mixer: ProtoT, x: jax.Array, *, segment_ids: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Mixer input x [B, T, D] -> (a [B, T, H, K₀], b [B, T, H, K]) float32, the write and read weights.
 
     Each row is a distribution (sums to 1) unless the mixer carries an edit that blocks writes or pins
@@ -93,7 +97,7 @@ def prototype_assignments(mixer: ProtoT, x: jax.Array, *, segment_ids=None) -> t
     return parts.write_weights, parts.read_weights
 
 
-def prototype_usage(write_weights: jax.Array, *, segment_ids=None) -> tuple[jax.Array, jax.Array]:
+def prototype_usage(write_weights: jax.Array, *, segment_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """a [B, T, H, K₀] -> (usage [H, K₀], entropy [H]): mean write weight per prototype over the real
     tokens (segment id != 0) and the entropy of that usage in nats (log K₀ = uniform, 0 = collapsed)."""
     weights = write_weights.astype(jnp.float32)
@@ -104,7 +108,7 @@ def prototype_usage(write_weights: jax.Array, *, segment_ids=None) -> tuple[jax.
 
 
 def top_tokens_per_prototype(
-    model: nnx.Module, tokens: jax.Array, layer: int, k: int, *, segment_ids=None
+    model: nnx.Module, tokens: jax.Array, layer: int, k: int, *, segment_ids: jax.Array | None = None
 ) -> TopTokens:
     """For each (head, prototype) of `layer`, the k tokens of tokens [B, T] with the largest write weight.
 
@@ -124,7 +128,9 @@ def top_tokens_per_prototype(
     return TopTokens(np.asarray(tokens).reshape(-1)[index], index // length, index % length, np.asarray(weights))
 
 
-def channel_memories(mixer: ProtoT, x: jax.Array, *, segment_ids=None) -> tuple[jax.Array, jax.Array]:
+def channel_memories(
+    mixer: ProtoT, x: jax.Array, *, segment_ids: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Mixer input x [B, T, D] -> (m̄ [B, T, H, K, d_v/H], n [B, T, H, K]) float32, step by step.
 
     m̄ = m / (n + ε) ("avg"; m for "sum"), with the mixer's edits applied. Materializes every memory at

@@ -17,11 +17,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from kernels.ssd import CHUNK_SIZES, ssd, ssd_step
+from zoo.layers.options import check_choice, check_implementation
 from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
 
@@ -52,22 +54,17 @@ class ProtoTOptions:
     num_heads: int = 1  # H independent prototype banks, d_v / H value channels each
     eps: float = 1e-6
     chunk_size: int = 64  # chunk of the memory SSD (one of kernels.ssd.CHUNK_SIZES)
-    implementation: Any = None  # the SSD op's `implementation=`: None = best for the backend
+    implementation: str | tuple[str, ...] | None = None  # the SSD op's `implementation=`: None = best for the backend
 
 
 def _fail(name: str, expected: str, value: Any) -> None:
     raise ValueError(f"protot mixer option {name!r} must be {expected}, got {value!r}")
 
 
-def _check_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        _fail(name, "an integer >= 1", value)
-
-
 def _check_exponents(values: dict[str, Any]) -> None:
     exps = values["scale_exponents"]
     is_number = lambda e: not isinstance(e, bool) and isinstance(e, int | float) and 0 <= e <= 30
-    if not isinstance(exps, tuple | list) or not exps or not all(is_number(e) for e in exps):
+    if not exps or not all(is_number(e) for e in exps):
         _fail("scale_exponents", "a non-empty tuple of numbers in [0, 30] (λ = 1 − 2^(−e))", exps)
     if len(set(exps)) != len(exps):
         _fail("scale_exponents", "free of duplicates", exps)
@@ -75,35 +72,23 @@ def _check_exponents(values: dict[str, Any]) -> None:
         _fail("scale_exponents", "all > 0 with decay='learned' (λ = 0 has no finite logit θ)", exps)
 
 
-def _check_implementation(value: Any) -> None:
-    names = (value,) if isinstance(value, str) else value
-    ok = value is None or (isinstance(names, tuple | list) and names and all(n in IMPLEMENTATIONS for n in names))
-    if not ok:
-        _fail("implementation", f"None, one of {list(IMPLEMENTATIONS)} or a sequence of those", value)
-
-
 def parse_options(cfg: ModelConfig) -> ProtoTOptions:
     """Reads and validates the ProtoT options of `cfg`; a bad name or value raises ValueError naming it."""
-    values = read_mixer_options(cfg, "protot", ProtoTOptions())
+    values = read_mixer_options(cfg, "protot", ProtoTOptions)
     for name, choices in (("decay", DECAYS), ("memory", MEMORIES), ("read", READS)):
-        if values[name] not in choices:
-            _fail(name, f"one of {list(choices)}", values[name])
+        check_choice("protot mixer", name, values[name], choices)
     if values["value_dim"] is None:
         values["value_dim"] = cfg.d_model
     for name in ("num_prototypes", "prototype_dim", "value_dim", "num_heads"):
-        _check_int(name, values[name])
+        if values[name] < 1:
+            _fail(name, "an integer >= 1", values[name])
     _check_exponents(values)
-    values["scale_exponents"] = tuple(values["scale_exponents"])
     if values["read"] == "factored" and values["decay"] != "fixed":
         _fail("read", "'joint' with decay='learned' (one scale per prototype: no scale axis to factor)", "factored")
-    if not isinstance(values["read_count_bias"], bool):
-        _fail("read_count_bias", "a bool", values["read_count_bias"])
-    eps = values["eps"]
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
-        _fail("eps", "a positive number", eps)
-    if values["chunk_size"] not in CHUNK_SIZES:
-        _fail("chunk_size", f"one of {list(CHUNK_SIZES)}", values["chunk_size"])
-    _check_implementation(values["implementation"])
+    if not values["eps"] > 0:
+        _fail("eps", "a positive number", values["eps"])
+    check_choice("protot mixer", "chunk_size", values["chunk_size"], CHUNK_SIZES)
+    check_implementation("protot mixer", values["implementation"], IMPLEMENTATIONS)
     if values["value_dim"] % values["num_heads"]:
         _fail("num_heads", f"a divisor of value_dim = {values['value_dim']}", values["num_heads"])
     return ProtoTOptions(**values)
@@ -160,7 +145,10 @@ class PrototypeEdit:
             raise ValueError(f"PrototypeEdit.{name} must hold integers in [0, {size}), got {ids!r}")
 
 
-def channel_counts(write, log_decay, *, segment_ids, count0, implementation):
+def channel_counts(
+    write: jax.Array, log_decay: jax.Array, *, segment_ids: jax.Array | None, count0: jax.Array | None,
+    implementation: str | tuple[str, ...] | None,
+) -> tuple[jax.Array, jax.Array]:
     """The normalizers n_{t,k}: the channel recurrence with v ≡ 1, one scalar-decay SSD head per channel.
 
     write [B, T, H, K] float32 (w = (1 − λ) ⊙ a), log_decay [H, K] float32, count0 [B, H, K] or None.
@@ -181,7 +169,10 @@ def channel_counts(write, log_decay, *, segment_ids, count0, implementation):
     return y.reshape(bsz, length, heads, k), state.reshape(bsz, heads, k)
 
 
-def read_memories(v, write, coeff, log_decay, *, segment_ids, memory0, chunk_size, implementation):
+def read_memories(
+    v: jax.Array, write: jax.Array, coeff: jax.Array, log_decay: jax.Array, *, segment_ids: jax.Array | None,
+    memory0: jax.Array | None, chunk_size: int, implementation: str | tuple[str, ...] | None,
+) -> tuple[jax.Array, jax.Array]:
     """r_t = Σ_k coeff_{t,k} m_{t,k}: the memory recurrence as a diagonal-decay SSD with N = K channels.
 
     v [B, T, H, P], write / coeff [B, T, H, K], float32; log_decay [H, K]; memory0 [B, H, P, K] or None.
@@ -198,8 +189,11 @@ def read_memories(v, write, coeff, log_decay, *, segment_ids, memory0, chunk_siz
                implementation=implementation)
 
 
-def reference_recurrence(v, write, read, log_decay, *, memory="avg", eps=1e-6, segment_ids=None,
-                         memory0=None, count0=None):
+def reference_recurrence(
+    v: jax.Array, write: jax.Array, read: jax.Array, log_decay: jax.Array, *, memory: str = "avg",
+    eps: float = 1e-6, segment_ids: jax.Array | None = None, memory0: jax.Array | None = None,
+    count0: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """The channel memories step by step (spec §1 step 2 and the read of step 3), float32 `lax.scan`.
 
     v [B, T, H, P]; write (w = (1 − λ) ⊙ a) and read (b) [B, T, H, K]; log_decay [H, K]; memory0

@@ -8,10 +8,28 @@ the values they stand for were checked when the alias was first built from plain
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
+
+from zoo.layers.options import build_options
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of an optimizer that has none: any name in `optim.options` is unknown."""
+
+
+def optimizer_options(cfg: Any, optimizer: str, cls: type[T] = NoOptions) -> T:
+    """The typed options `cls` of `optimizer`, read from `cfg.options` (the `optim.options` pairs).
+
+    An unknown name raises ValueError naming the optimizer and the name and listing the valid ones.
+    """
+    return build_options(cls, cfg.options, owner=f"{optimizer} optimizer")
 
 
 def concrete_value(value: Any) -> float | None:

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import optax
 
+from zoo.optim._hparams import optimizer_options
 from zoo.registry import register_optimizer
 
 DECAYED_NAMES = ("kernel", "embedding")
@@ -36,22 +37,25 @@ def _leaf_name(path: tuple) -> str:
 
 
 @register_optimizer("adamw")
-def adamw(learning_rate, cfg) -> optax.GradientTransformation:
+def adamw(learning_rate: float | optax.Schedule, cfg: Any) -> optax.GradientTransformation:
     """AdamW with decoupled weight decay on matrices only."""
+    optimizer_options(cfg, "adamw")
     return optax.adamw(
         learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask
     )
 
 
 @register_optimizer("adam")
-def adam(learning_rate, cfg) -> optax.GradientTransformation:
+def adam(learning_rate: float | optax.Schedule, cfg: Any) -> optax.GradientTransformation:
     """Adam without weight decay."""
+    optimizer_options(cfg, "adam")
     return optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
 
 
 @register_optimizer("sgd")
-def sgd(learning_rate, cfg) -> optax.GradientTransformation:
+def sgd(learning_rate: float | optax.Schedule, cfg: Any) -> optax.GradientTransformation:
     """SGD with heavy-ball momentum `b1` and decoupled weight decay on matrices."""
+    optimizer_options(cfg, "sgd")
     return optax.chain(
         optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask),
         optax.sgd(learning_rate, momentum=cfg.b1 or None),
@@ -59,6 +63,7 @@ def sgd(learning_rate, cfg) -> optax.GradientTransformation:
 
 
 @register_optimizer("lion")
-def lion(learning_rate, cfg) -> optax.GradientTransformation:
+def lion(learning_rate: float | optax.Schedule, cfg: Any) -> optax.GradientTransformation:
     """Lion (sign momentum) with decoupled weight decay on matrices."""
+    optimizer_options(cfg, "lion")
     return optax.lion(learning_rate, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=decay_mask)

@@ -29,6 +29,7 @@ The spec's optional adaptive-friction (Nosé–Hoover) variant is not implemente
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import optax
 from optax import tree as otu
 
-from zoo.optim._hparams import as_float32, check_non_negative, check_unit_interval
+from zoo.optim._hparams import as_float32, check_non_negative, check_unit_interval, optimizer_options
 from zoo.optim.builtin import decay_mask
 from zoo.registry import register_optimizer
 
@@ -210,19 +211,28 @@ def cubic_damped_adam(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class CubicDampingOptions:
+    """The `optim.options` of the registered cubic-damped optimizers: the cubic coefficient c."""
+
+    damping: float = DEFAULT_DAMPING
+
+
 @register_optimizer("cubic_damped_sgd")
-def _cubic_damped_sgd_factory(learning_rate, cfg) -> optax.GradientTransformation:
+def _cubic_damped_sgd_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformation:
     """Momentum `b1`, option `damping` (default DEFAULT_DAMPING), weight decay on matrices only."""
+    options = optimizer_options(cfg, "cubic_damped_sgd", CubicDampingOptions)
     return cubic_damped_sgd(
-        learning_rate, momentum=cfg.b1, damping=cfg.option("damping", DEFAULT_DAMPING),
+        learning_rate, momentum=cfg.b1, damping=options.damping,
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
 
 
 @register_optimizer("cubic_damped_adam")
-def _cubic_damped_adam_factory(learning_rate, cfg) -> optax.GradientTransformation:
+def _cubic_damped_adam_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformation:
     """Adam moments `b1`, `b2`, `eps`, option `damping` (default DEFAULT_DAMPING), decay on matrices."""
+    options = optimizer_options(cfg, "cubic_damped_adam", CubicDampingOptions)
     return cubic_damped_adam(
-        learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, damping=cfg.option("damping", DEFAULT_DAMPING),
+        learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, damping=options.damping,
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )

@@ -23,6 +23,7 @@ runs in the parameter dtype here (the repository runs it in bfloat16).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from optax.contrib import MuonDimensionNumbers
 
-from zoo.optim._hparams import check_non_negative, check_unit_interval, with_standard_promotion
+from zoo.optim._hparams import check_non_negative, check_unit_interval, optimizer_options, with_standard_promotion
 from zoo.registry import register_optimizer
 
 EMBEDDING_KEYWORDS = ("embed",)  # a path key containing one of these names an embedding table
@@ -135,12 +136,21 @@ def update_strength(delta: jax.Array) -> dict[str, jax.Array]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class MuonOptions:
+    """The registered `muon` optimizer's `optim.options` (see `muon_finetune` for their meaning)."""
+
+    muon_beta: float = 0.95
+    ns_steps: int = 5
+    consistent_rms: float | None = 0.2
+
+
 @register_optimizer("muon")
-def _muon_factory(learning_rate, cfg) -> optax.GradientTransformationExtraArgs:
+def _muon_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformationExtraArgs:
     """Muon fine-tuning recipe: options muon_beta (0.95), consistent_rms (0.2), ns_steps (5); the AdamW
     group uses cfg.b1, cfg.b2, cfg.eps; cfg.weight_decay on both groups (as in the paper's code)."""
+    options = optimizer_options(cfg, "muon", MuonOptions)
     return muon_finetune(
-        learning_rate, beta=cfg.option("muon_beta", 0.95), ns_steps=cfg.option("ns_steps", 5), eps=cfg.eps,
-        weight_decay=cfg.weight_decay, adam_b1=cfg.b1, adam_b2=cfg.b2,
-        consistent_rms=cfg.option("consistent_rms", 0.2),
+        learning_rate, beta=options.muon_beta, ns_steps=options.ns_steps, eps=cfg.eps,
+        weight_decay=cfg.weight_decay, adam_b1=cfg.b1, adam_b2=cfg.b2, consistent_rms=options.consistent_rms,
     )

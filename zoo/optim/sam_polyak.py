@@ -24,6 +24,7 @@ BatchNorm-style statistics must not be updated at e: give `loss_fn` a frozen-sta
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -31,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zoo.optim._hparams import as_float32, check_non_negative, check_positive
+from zoo.optim._hparams import as_float32, check_non_negative, check_positive, optimizer_options
 from zoo.optim.builtin import decay_mask
 from zoo.registry import register_optimizer
 
@@ -194,9 +195,18 @@ def sam_polyak_step(
     return optax.apply_updates(params, updates), opt_state, metrics
 
 
+@dataclasses.dataclass(frozen=True)
+class SamPolyakOptions:
+    """The registered `sam_polyak` optimizer's `optim.options`: SAM radius rho, Polyak's f_min and c."""
+
+    rho: float = DEFAULT_RHO
+    f_min: float = 0.0
+    c: float = 1.0
+
+
 def rho_from_config(cfg: Any) -> float:
     """The SAM radius ρ of a train config (`optim.options=(("rho", 0.05),)`), validated."""
-    rho = cfg.option("rho", DEFAULT_RHO)
+    rho = optimizer_options(cfg, "sam_polyak", SamPolyakOptions).rho
     check_non_negative("rho", rho)
     return float(rho)
 
@@ -221,14 +231,15 @@ def _sam_polyak_update(cfg: Any) -> Callable:
 # SAM needs two gradients per step, so it declares its own update: the shared train step runs it instead
 # of its default single value_and_grad.
 @register_optimizer("sam_polyak", update=_sam_polyak_update)
-def _sam_polyak_factory(learning_rate, cfg) -> optax.GradientTransformationExtraArgs:
+def _sam_polyak_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformationExtraArgs:
     """Stochastic SAM-Polyak with the schedule as cap γ_b; options rho, f_min, c; decay on matrices.
 
     The trainer must call `sam_polyak_step(loss_fn, optimizer, ..., rho=rho_from_config(cfg))`: a plain
     `optimizer.update(grads, state, params)` lacks the `value=` the Polyak step needs.
     """
     rho_from_config(cfg)
+    options = optimizer_options(cfg, "sam_polyak", SamPolyakOptions)
     return sam_polyak(
-        learning_rate, f_min=cfg.option("f_min", 0.0), c=cfg.option("c", 1.0),
+        learning_rate, f_min=options.f_min, c=options.c,
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
