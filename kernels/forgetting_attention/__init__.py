@@ -1,5 +1,15 @@
 """Forgetting attention (FoX): causal softmax attention with a per-head scalar forget gate."""
 
 from kernels.forgetting_attention.api import forgetting_attention
+from kernels.forgetting_attention.decode import (
+    ForgettingAttentionState,
+    forgetting_attention_step,
+    init_forgetting_attention_state,
+)
 
-__all__ = ["forgetting_attention"]
+__all__ = [
+    "ForgettingAttentionState",
+    "forgetting_attention",
+    "forgetting_attention_step",
+    "init_forgetting_attention_state",
+]

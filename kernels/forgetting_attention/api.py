@@ -1,65 +1,36 @@
 """Public entry point of forgetting attention (FoX): validation and `implementation=` dispatch."""
 
-from collections.abc import Sequence
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._dispatch import select_implementation
 from kernels.forgetting_attention import pallas, reference, xla
 
-_IMPLEMENTATIONS = {
-    "reference": reference.forgetting_attention,
-    "xla": xla.forgetting_attention,
-    "pallas": pallas.forgetting_attention,
+_ALL = ("cpu", "gpu", "tpu")
+
+# name -> (function, backends it can run on). The Pallas kernels are GPU style (Triton) and have no Mosaic
+# TPU lowering; off GPU they run in interpret mode.
+_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "reference": (reference.forgetting_attention, _ALL),
+    "xla": (xla.forgetting_attention, _ALL),
+    "pallas": (pallas.forgetting_attention, ("cpu", "gpu")),
 }
 # Best path per backend for implementation=None. The blocked XLA path is the portable default; the Pallas
 # kernels are tested in interpret mode on CPU only, so they are opt-in until measured on a device.
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _unavailable_reason(name, backend):
-    """Why `name` cannot run on `backend`, or None when it can."""
-    if name == "pallas" and backend == "tpu":
-        return "the Pallas kernels are GPU-style (Triton) and have no Mosaic TPU lowering"
-    return None
-
-
-def _candidates(implementation):
-    """Names to try, in order. An unknown name raises; None means the backend's default."""
-    if implementation is None:
-        return [_DEFAULT.get(jax.default_backend(), "xla")]
-    if isinstance(implementation, str):
-        names = [implementation]
-    elif isinstance(implementation, Sequence) and implementation:
-        names = list(implementation)
-    else:
-        raise ValueError(f"implementation must be None, a name or a sequence of names; "
-                         f"got {implementation!r}")
-    for name in names:
-        if name not in _IMPLEMENTATIONS:
-            raise ValueError(f"implementation {name!r} is unknown; "
-                             f"expected one of {sorted(_IMPLEMENTATIONS)}")
-    return names
-
-
-def _select(implementation):
-    """The first candidate that can run here; raise (never fall back silently) when none can."""
-    backend = jax.default_backend()
-    reasons = []
-    for name in _candidates(implementation):
-        reason = _unavailable_reason(name, backend)
-        if reason is None:
-            return _IMPLEMENTATIONS[name]
-        reasons.append(f"{name!r}: {reason}")
-    raise NotImplementedError(f"no requested implementation can run on backend {backend!r}: {reasons}")
-
-
-def _bad(name, x, expected):
+def _bad(name: str, x: jax.Array, expected: str) -> ValueError:
     return ValueError(f"{name} has shape {tuple(x.shape)} (dtype {x.dtype}); expected {expected}")
 
 
-def _check_inputs(q, k, v, log_fgate, segment_ids):
+def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None,
+                  segment_ids: jax.Array | None) -> None:
     """Raise ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
         raise _bad("q", q, "[B, T, H, D]")
@@ -86,8 +57,9 @@ def _check_inputs(q, k, v, log_fgate, segment_ids):
         raise _bad("segment_ids", segment_ids, f"[B, T] = [{b}, {t}], integer")
 
 
-def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None, causal=True,
-                         implementation=None):
+def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,
+                         scale: float | None = None, segment_ids: jax.Array | None = None, causal: bool = True,
+                         implementation: None | str | Sequence[str] = None) -> jax.Array:
     """Forgetting attention (FoX): causal softmax attention with a scalar forget gate per head and token.
 
     o_i = Σ_{j ≤ i} softmax_j(scale·q_i·k_j + Σ_{l=j+1..i} log_fgate_l) v_j, i.e. logits
@@ -101,7 +73,8 @@ def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None, ca
       segment_ids: [B, T] int for packed sequences; no attention across segments.
       causal: must be True (FoX is causal only); present so that non-causal use fails loudly.
       implementation: None (best for the backend), "reference", "xla", "pallas", or a sequence of those
-        tried in order; an explicitly named path that cannot run raises.
+        tried in order; an explicitly named path that cannot run raises (RuntimeError; an unknown name
+        raises ValueError).
 
     Returns:
       o: [B, T, H, D] in q.dtype.
@@ -109,4 +82,5 @@ def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None, ca
     if causal is not True:
         raise ValueError(f"causal={causal!r}: forgetting attention is causal only; expected causal=True")
     _check_inputs(q, k, v, log_fgate, segment_ids)
-    return _select(implementation)(q, k, v, log_fgate, scale=scale, segment_ids=segment_ids)
+    fn = select_implementation("forgetting_attention", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    return fn(q, k, v, log_fgate, scale=scale, segment_ids=segment_ids)

@@ -10,13 +10,18 @@ Note for GPU: Triton needs power-of-two block extents, so the padded length Tp (
 for K, V and the gate row) must be a power of two there; interpret mode has no such limit.
 """
 
+from __future__ import annotations
+
 import functools
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels.forgetting_attention import _gates
+from kernels._common.attention_tiles import optional_operands, row_specs
+from kernels._common.blocks import block_length
+from kernels._common.gate_sums import segmented_reverse_cumsum
+from kernels._common.layout import pad_time
 from kernels.forgetting_attention.pallas_bwd import dkv_kernel, dq_kernel
 from kernels.forgetting_attention.pallas_fwd import fwd_kernel
 
@@ -27,28 +32,21 @@ _F32 = jnp.float32
 class _Specs:
     """BlockSpecs over the grid (batch, query head, block) for a padded length tp and block c."""
 
-    def __init__(self, tp, c, d, groups):
+    def __init__(self, tp: int, c: int, d: int, groups: int):
         self.blk = pl.BlockSpec((None, c, None, d), lambda b, h, i: (b, i, h, 0))
         self.kv_blk = pl.BlockSpec((None, c, None, d), lambda b, h, i: (b, i, h // groups, 0))
         self.full = pl.BlockSpec((None, tp, None, d), lambda b, h, i: (b, 0, h, 0))
         self.kv_full = pl.BlockSpec((None, tp, None, d), lambda b, h, i: (b, 0, h // groups, 0))
-        self.row_full = pl.BlockSpec((None, None, tp), lambda b, h, i: (b, h, 0))
-        self.row_blk = pl.BlockSpec((None, None, c), lambda b, h, i: (b, h, i))
-        self.seg_full = pl.BlockSpec((None, tp), lambda b, h, i: (b, 0))
+        self.row_full, self.row_blk, self.seg_full = row_specs(tp, c)
 
 
-def _optional(arrays_specs):
-    """Drop the (array, spec) pairs whose array is None (no gate / no segments)."""
-    kept = [(x, s) for x, s in arrays_specs if x is not None]
-    return [x for x, _ in kept], [s for _, s in kept]
-
-
-def _forward(q, k, v, a, seg, scale, c, interpret):
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, scale: float,
+             c: int, interpret: bool) -> list[jax.Array]:
     """q [B,Tp,H,D], k/v [B,Tp,Hkv,D], a [B,H,Tp] f32 | None, seg [B,Tp] | None -> o, lse [B,H,Tp]."""
     b, tp, h, d = q.shape
     sp = _Specs(tp, c, d, h // k.shape[2])
-    args, in_specs = _optional([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
-                                (seg, sp.seg_full)])
+    args, in_specs = optional_operands([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
+                                        (seg, sp.seg_full)])
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_gate=a is not None,
                                has_seg=seg is not None)
     return pl.pallas_call(
@@ -57,7 +55,9 @@ def _forward(q, k, v, a, seg, scale, c, interpret):
         interpret=interpret, name="forgetting_attention_fwd")(*args)
 
 
-def _backward(q, k, v, a, seg, o, lse, do, scale, c, interpret):
+def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, o: jax.Array,
+              lse: jax.Array, do: jax.Array, scale: float, c: int,
+              interpret: bool) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
     """Gradients dq, dk, dv (input dtypes) and d log_fgate [B,H,Tp] f32 (None without a gate)."""
     b, tp, h, d = q.shape
     hkv = k.shape[2]
@@ -67,17 +67,17 @@ def _backward(q, k, v, a, seg, o, lse, do, scale, c, interpret):
     flags = dict(c=c, scale=scale, has_gate=has_gate, has_seg=has_seg)
     row_shape = jax.ShapeDtypeStruct((b, h, tp), _F32)
 
-    args, in_specs = _optional([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
-                                (seg, sp.seg_full), (do, sp.blk), (lse, sp.row_blk), (delta, sp.row_blk)])
+    args, in_specs = optional_operands([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
+                                        (seg, sp.seg_full), (do, sp.blk), (lse, sp.row_blk), (delta, sp.row_blk)])
     dq_out = pl.pallas_call(
         functools.partial(dq_kernel, **flags), grid=(b, h, tp // c), in_specs=in_specs,
         out_specs=[sp.blk] + ([sp.row_blk] if has_gate else []),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)] + ([row_shape] if has_gate else []),
         interpret=interpret, name="forgetting_attention_dq")(*args)
 
-    args, in_specs = _optional([(q, sp.full), (k, sp.kv_blk), (v, sp.kv_blk), (a, sp.row_full),
-                                (seg, sp.seg_full), (do, sp.full), (lse, sp.row_full),
-                                (delta, sp.row_full)])
+    args, in_specs = optional_operands([(q, sp.full), (k, sp.kv_blk), (v, sp.kv_blk), (a, sp.row_full),
+                                        (seg, sp.seg_full), (do, sp.full), (lse, sp.row_full),
+                                        (delta, sp.row_full)])
     per_head = jax.ShapeDtypeStruct(q.shape, _F32)  # dk, dv per query head, summed over the group below
     dkv_out = pl.pallas_call(
         functools.partial(dkv_kernel, n=tp // c, **flags), grid=(b, h, tp // c), in_specs=in_specs,
@@ -85,25 +85,27 @@ def _backward(q, k, v, a, seg, o, lse, do, scale, c, interpret):
         out_shape=[per_head, per_head] + ([row_shape] if has_gate else []),
         interpret=interpret, name="forgetting_attention_dkv")(*args)
 
-    def group_sum(x, like):
+    def group_sum(x: jax.Array, like: jax.Array) -> jax.Array:
         return x.reshape(b, tp, hkv, h // hkv, d).sum(axis=3).astype(like.dtype)
 
     seg_rows = None if seg is None else seg[:, None, :]
-    da = _gates.segmented_reverse_cumsum(dq_out[1] - dkv_out[2], seg_rows) if has_gate else None
+    da = segmented_reverse_cumsum(dq_out[1] - dkv_out[2], seg_rows) if has_gate else None
     return dq_out[0], group_sum(dkv_out[0], k), group_sum(dkv_out[1], v), da
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _attention(q, k, v, a, seg, scale, c, interpret):
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, scale: float,
+               c: int, interpret: bool) -> jax.Array:
     return _forward(q, k, v, a, seg, scale, c, interpret)[0]
 
 
-def _attention_fwd(q, k, v, a, seg, scale, c, interpret):
+def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None,
+                   scale: float, c: int, interpret: bool) -> tuple[jax.Array, tuple]:
     o, lse = _forward(q, k, v, a, seg, scale, c, interpret)
     return o, (q, k, v, a, seg, o, lse)
 
 
-def _attention_bwd(scale, c, interpret, res, do):
+def _attention_bwd(scale: float, c: int, interpret: bool, res: tuple, do: jax.Array) -> tuple:
     q, k, v, a, seg, o, lse = res
     dq, dk, dv, da = _backward(q, k, v, a, seg, o, lse, do, scale, c, interpret)
     return dq, dk, dv, da, None
@@ -112,8 +114,9 @@ def _attention_bwd(scale, c, interpret, res, do):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None,
-                         block_size=DEFAULT_BLOCK_SIZE, interpret=None):
+def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,
+                         scale: float | None = None, segment_ids: jax.Array | None = None,
+                         block_size: int = DEFAULT_BLOCK_SIZE, interpret: bool | None = None) -> jax.Array:
     """Pallas forgetting attention (inputs assumed validated by `api`).
 
     q [B, T, H, D]; k, v [B, T, Hkv, D]; log_fgate [B, T, H] or None (plain causal attention);
@@ -124,11 +127,10 @@ def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None,
     scale = d**-0.5 if scale is None else float(scale)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    c = max(1, min(block_size, t))
-    tp = -(-t // c) * c
+    c, tp = block_length(t, block_size)
 
-    def pad(x):
-        return jnp.pad(x, [(0, 0), (0, tp - t)] + [(0, 0)] * (x.ndim - 2))
+    def pad(x: jax.Array) -> jax.Array:
+        return pad_time(x, tp - t)
 
     a = None if log_fgate is None else jnp.swapaxes(pad(log_fgate.astype(_F32)), 1, 2)
     seg = None if segment_ids is None else pad(segment_ids.astype(jnp.int32))

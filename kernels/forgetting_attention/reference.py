@@ -2,29 +2,24 @@
 
 o_i = Σ_j softmax_j(s_ij) v_j with s_ij = scale·q_i·k_j + Σ_{l=j+1..i} log f_l for j ≤ i (same segment),
 −∞ otherwise. The pairwise gate sums are taken as masked-cumsum segment sums over the full [T, T] grid
-(`_gates.segment_sums`), not as Λ_i − Λ_j of a global float32 cumsum: the latter is off by about
+(`gate_sums.segment_sums`), not as Λ_i − Λ_j of a global float32 cumsum: the latter is off by about
 |Λ_T|·6e-8 (1e-3 at T = 4096 with strong gates, specs/mixers-01 A.4), which would make the oracle less
 accurate than the blocked paths it checks. Gradients come from JAX autodiff.
 """
 
+from __future__ import annotations
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.forgetting_attention import _gates
-
-_HI = lax.Precision.HIGHEST
-
-
-def attention_mask(t, segment_ids):
-    """Causal (and same-segment) mask. segment_ids [B, T] or None -> bool [B or 1, 1, T, T]."""
-    causal = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None]
-    if segment_ids is None:
-        return causal
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    return causal & same[:, None]
+from kernels._common import gate_sums
+from kernels._common.masks import attention_mask
+from kernels._common.precision import HIGHEST
 
 
-def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None):
+def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,
+                         scale: float | None = None, segment_ids: jax.Array | None = None) -> jax.Array:
     """Forgetting attention by materializing the logits.
 
     q [B, T, H, D]; k, v [B, T, Hkv, D]; log_fgate [B, T, H] (≤ 0) or None (plain causal attention);
@@ -36,13 +31,13 @@ def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None):
     # GQA: query head h reads key/value head h // groups.
     kf = jnp.repeat(k.astype(jnp.float32), groups, axis=2)
     vf = jnp.repeat(v.astype(jnp.float32), groups, axis=2)
-    s = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), kf, precision=_HI) * scale
+    s = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), kf, precision=HIGHEST) * scale
     if log_fgate is not None:
         a = jnp.transpose(log_fgate.astype(jnp.float32), (0, 2, 1))  # [B, H, T]
-        s = s + _gates.segment_sums(a)
+        s = s + gate_sums.segment_sums(a)
     # Mask before the exponential: masked logits are −inf, the diagonal keeps every row non-empty.
     s = jnp.where(attention_mask(t, segment_ids), s, -jnp.inf)
     p = jnp.exp(s - lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
     p = p / jnp.sum(p, axis=-1, keepdims=True)
-    o = jnp.einsum("bhts,bshd->bthd", p, vf, precision=_HI)
+    o = jnp.einsum("bhts,bshd->bthd", p, vf, precision=HIGHEST)
     return o.astype(q.dtype)

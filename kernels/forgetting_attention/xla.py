@@ -3,7 +3,7 @@
 Never materializes [T, T]. The forward walks, for each query block I (a `lax.scan`), the diagonal block
 first and then the key blocks I−1, …, 0 (a `lax.fori_loop` with a data-dependent trip count, so no
 masked-out upper-triangle work), keeping the running max m, denominator l and accumulator. Walking
-backwards from the diagonal makes gap(J, I) a running sum of block totals (see `_gates`). A
+backwards from the diagonal makes gap(J, I) a running sum of block totals (see `kernels._common.gate_sums`). A
 `jax.custom_vjp` stores only o and the logsumexp; the backward recomputes each block pair once (scan over
 key blocks, loop over query blocks I ≥ J), accumulating dk/dv locally and dq into a carried buffer, so
 peak memory is linear in T.
@@ -15,35 +15,48 @@ Internal layout: the block index comes first, q [N, B, Hkv, G, C, D], k/v [N, B,
 gates [N, B, Hkv, G, C] float32, segment ids [N, B, C].
 """
 
+from __future__ import annotations
+
 import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.forgetting_attention import _gates
+from kernels._common import gate_sums
+from kernels._common.attention_tiles import softmax_start, softmax_step
+from kernels._common.blocks import (
+    block_length,
+    blocked_reverse_cumsum,
+    from_blocks,
+    gate_blocks,
+    kv_blocks,
+    padded_blocks,
+    pick,
+    segment_blocks,
+)
+from kernels._common.precision import einsum_f32
 
 DEFAULT_BLOCK_SIZE = 128
-_HI = lax.Precision.HIGHEST
 _F32 = jnp.float32
 
 
-def _qk(qb, kb, scale):
+def _qk(qb: jax.Array, kb: jax.Array, scale: float) -> jax.Array:
     """qb [B,Hk,G,Cq,D], kb [B,Hk,Ck,D] -> scaled logits [B,Hk,G,Cq,Ck] float32."""
-    s = jnp.einsum("bhgqd,bhkd->bhgqk", qb, kb, precision=_HI, preferred_element_type=_F32)
-    return s * scale
+    return einsum_f32("bhgqd,bhkd->bhgqk", qb, kb) * scale
 
 
-def _seg_mask(seg_q, seg_k):
+def _seg_mask(seg_q: jax.Array, seg_k: jax.Array) -> jax.Array:
     """seg_q [B,Cq], seg_k [B,Ck] -> same-segment mask [B,1,1,Cq,Ck]."""
     return (seg_q[:, :, None] == seg_k[:, None, :])[:, None, None]
 
 
-def _diag_logits(qb, kb, a_blk, seg_blk, scale):
+def _diag_logits(qb: jax.Array, kb: jax.Array, a_blk: jax.Array | None, seg_blk: jax.Array | None,
+                 scale: float) -> jax.Array:
     """Masked logits of a diagonal block pair (causal inside the block, segment sums as bias)."""
     s = _qk(qb, kb, scale)
     if a_blk is not None:
-        s = s + _gates.segment_sums(a_blk)
+        s = s + gate_sums.segment_sums(a_blk)
     c = s.shape[-1]
     mask = (lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1))
     if seg_blk is not None:
@@ -51,7 +64,8 @@ def _diag_logits(qb, kb, a_blk, seg_blk, scale):
     return jnp.where(mask, s, -jnp.inf)
 
 
-def _off_logits(qb, kb, lam_q, gap, rho_k, seg_q, seg_k, scale):
+def _off_logits(qb: jax.Array, kb: jax.Array, lam_q: jax.Array | None, gap: jax.Array, rho_k: jax.Array | None,
+                seg_q: jax.Array | None, seg_k: jax.Array | None, scale: float) -> jax.Array:
     """Masked logits of a key block strictly before the query block: bias λ_i + gap + ρ_j (all ≤ 0)."""
     s = _qk(qb, kb, scale)
     if lam_q is not None:
@@ -61,43 +75,31 @@ def _off_logits(qb, kb, lam_q, gap, rho_k, seg_q, seg_k, scale):
     return s
 
 
-def _block_gates(a):
+def _block_gates(a: jax.Array | None) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None]:
     """a [N,B,Hk,G,C] -> (λ, ρ, totals [N,B,Hk,G]); None when there is no gate."""
     if a is None:
         return None, None, None
-    return _gates.prefix_sums(a), _gates.suffix_sums(a), jnp.sum(a, axis=-1)
+    return gate_sums.prefix_sums(a), gate_sums.suffix_sums(a), jnp.sum(a, axis=-1)
 
 
-def _pick(x, i):
-    return None if x is None else x[i]
-
-
-def _forward(q, k, v, a, seg, scale):
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None,
+             scale: float) -> tuple[jax.Array, jax.Array]:
     """Blocked forward. Returns o [N,B,Hk,G,C,D] (q.dtype) and lse [N,B,Hk,G,C] float32."""
     lam, rho, tot = _block_gates(a)
     gap0 = jnp.zeros(q.shape[1:4], _F32)
 
-    def query_block(_, i):
-        qb, seg_q = q[i], _pick(seg, i)
-        # The diagonal block goes first: it always holds j = i, so m is finite from here on and
-        # exp(s − m) of a masked (−inf) logit is exactly 0 — no −inf − (−inf).
-        s = _diag_logits(qb, k[i], _pick(a, i), seg_q, scale)
-        m = jnp.max(s, axis=-1)
-        p = jnp.exp(s - m[..., None])
-        l_sum = jnp.sum(p, axis=-1)
-        acc = jnp.einsum("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[i], precision=_HI,
-                         preferred_element_type=_F32)
+    def query_block(_: None, i: jax.Array) -> tuple[None, tuple[jax.Array, jax.Array]]:
+        qb, seg_q = q[i], pick(seg, i)
+        # The diagonal block goes first (see `softmax_start`).
+        m, p, l_sum = softmax_start(_diag_logits(qb, k[i], pick(a, i), seg_q, scale))
+        acc = einsum_f32("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[i])
 
-        def key_block(t, carry):
+        def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             m, l_sum, acc, gap = carry
             j = i - 1 - t
-            s = _off_logits(qb, k[j], _pick(lam, i), gap, _pick(rho, j), seg_q, _pick(seg, j), scale)
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            alpha = jnp.exp(m - m_new)
-            p = jnp.exp(s - m_new[..., None])
-            l_sum = alpha * l_sum + jnp.sum(p, axis=-1)
-            pv = jnp.einsum("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[j], precision=_HI,
-                            preferred_element_type=_F32)
+            s = _off_logits(qb, k[j], pick(lam, i), gap, pick(rho, j), seg_q, pick(seg, j), scale)
+            m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
+            pv = einsum_f32("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[j])
             gap = gap if tot is None else gap + tot[j]
             return m_new, l_sum, alpha[..., None] * acc + pv, gap
 
@@ -108,41 +110,40 @@ def _forward(q, k, v, a, seg, scale):
     return o, lse
 
 
-def _pair_grads(s, qb, kb, vb, dob, lse_b, delta_b, scale):
+def _pair_grads(s: jax.Array, qb: jax.Array, kb: jax.Array, vb: jax.Array, dob: jax.Array, lse_b: jax.Array,
+                delta_b: jax.Array, scale: float) -> tuple[jax.Array, ...]:
     """Gradients of one block pair from its masked logits s [B,Hk,G,Cq,Ck].
 
     Returns dq [B,Hk,G,Cq,D], dk/dv [B,Hk,Ck,D] (summed over the query-head group), dS row sums
     [B,Hk,G,Cq] and column sums [B,Hk,G,Ck], all float32.
     """
     p = jnp.exp(s - lse_b[..., None])  # masked logits are −inf and lse is finite: p = 0 there
-    dp = jnp.einsum("bhgqd,bhkd->bhgqk", dob, vb, precision=_HI, preferred_element_type=_F32)
+    dp = einsum_f32("bhgqd,bhkd->bhgqk", dob, vb)
     ds = p * (dp - delta_b[..., None])
-    dv = jnp.einsum("bhgqk,bhgqd->bhkd", p.astype(dob.dtype), dob, precision=_HI,
-                    preferred_element_type=_F32)
-    dk = jnp.einsum("bhgqk,bhgqd->bhkd", ds.astype(qb.dtype), qb, precision=_HI,
-                    preferred_element_type=_F32) * scale
-    dq = jnp.einsum("bhgqk,bhkd->bhgqd", ds.astype(kb.dtype), kb, precision=_HI,
-                    preferred_element_type=_F32) * scale
+    dv = einsum_f32("bhgqk,bhgqd->bhkd", p.astype(dob.dtype), dob)
+    dk = einsum_f32("bhgqk,bhgqd->bhkd", ds.astype(qb.dtype), qb) * scale
+    dq = einsum_f32("bhgqk,bhkd->bhgqd", ds.astype(kb.dtype), kb) * scale
     return dq, dk, dv, jnp.sum(ds, axis=-1), jnp.sum(ds, axis=-2)
 
 
-def _backward(q, k, v, a, seg, o, lse, do, scale):
+def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, o: jax.Array,
+              lse: jax.Array, do: jax.Array, scale: float) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
     """Blocked backward: one recompute per block pair. Returns dq, dk, dv and dΛ-blocks (or None)."""
     n = q.shape[0]
     lam, rho, tot = _block_gates(a)
     delta = jnp.sum(do.astype(_F32) * o.astype(_F32), axis=-1)  # δ_i = dO_i·O_i = Σ_j P_ij dP_ij
 
-    def key_block(carry, j):
+    def key_block(carry: tuple[jax.Array, jax.Array], j: jax.Array) -> tuple[tuple, tuple]:
         dq_all, rows_all = carry
-        kb, vb, seg_k = k[j], v[j], _pick(seg, j)
-        s = _diag_logits(q[j], kb, _pick(a, j), seg_k, scale)
+        kb, vb, seg_k = k[j], v[j], pick(seg, j)
+        s = _diag_logits(q[j], kb, pick(a, j), seg_k, scale)
         dq, dk, dv, rows, cols = _pair_grads(s, q[j], kb, vb, do[j], lse[j], delta[j], scale)
         dq_all = dq_all.at[j].add(dq)
         rows_all = rows_all.at[j].add(rows)
 
-        def query_block(i, inner):
+        def query_block(i: jax.Array, inner: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             dq_all, rows_all, dk, dv, cols, gap = inner
-            s = _off_logits(q[i], kb, _pick(lam, i), gap, _pick(rho, j), _pick(seg, i), seg_k, scale)
+            s = _off_logits(q[i], kb, pick(lam, i), gap, pick(rho, j), pick(seg, i), seg_k, scale)
             dq_i, dk_i, dv_i, rows_i, cols_i = _pair_grads(s, q[i], kb, vb, do[i], lse[i], delta[i], scale)
             dq_all = lax.dynamic_update_index_in_dim(dq_all, dq_all[i] + dq_i, i, 0)
             rows_all = lax.dynamic_update_index_in_dim(rows_all, rows_all[i] + rows_i, i, 0)
@@ -161,53 +162,31 @@ def _backward(q, k, v, a, seg, o, lse, do, scale):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _blocked(q, k, v, a, seg, scale):
+def _blocked(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None,
+             scale: float) -> jax.Array:
     return _forward(q, k, v, a, seg, scale)[0]
 
 
-def _blocked_fwd(q, k, v, a, seg, scale):
+def _blocked_fwd(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None,
+                 scale: float) -> tuple[jax.Array, tuple]:
     o, lse = _forward(q, k, v, a, seg, scale)
     return o, (q, k, v, a, seg, o, lse)
 
 
-def _blocked_bwd(scale, res, do):
+def _blocked_bwd(scale: float, res: tuple, do: jax.Array) -> tuple:
     q, k, v, a, seg, o, lse = res
     dq, dk, dv, d_lambda = _backward(q, k, v, a, seg, o, lse, do, scale)
-    da = None
-    if d_lambda is not None:
-        # d log f_t = Σ_{i ≥ t} dΛ_i over t's own segment of the (padded) sequence, in time order.
-        n, c = d_lambda.shape[0], d_lambda.shape[-1]
-        flat = jnp.moveaxis(d_lambda, 0, -2).reshape(*d_lambda.shape[1:-1], n * c)
-        seg_flat = None if seg is None else jnp.moveaxis(seg, 0, 1).reshape(seg.shape[1], 1, 1, n * c)
-        summed = _gates.segmented_reverse_cumsum(flat, seg_flat)
-        da = jnp.moveaxis(summed.reshape(*d_lambda.shape[1:-1], n, c), -2, 0)
+    # d log f_t = Σ_{i ≥ t} dΛ_i over t's own segment of the (padded) sequence, in time order.
+    da = None if d_lambda is None else blocked_reverse_cumsum(d_lambda, seg)
     return dq, dk, dv, da, None
 
 
 _blocked.defvjp(_blocked_fwd, _blocked_bwd)
 
 
-def _to_blocks(x, c, hkv):
-    """[B, Tp, H, *F] -> [N, B, Hkv, G, C, *F] (Tp = N·C)."""
-    b, tp, h = x.shape[:3]
-    x = x.reshape(b, tp // c, c, hkv, h // hkv, *x.shape[3:])
-    return jnp.moveaxis(x, (1, 3, 4), (0, 2, 3))
-
-
-def _from_blocks(x):
-    """[N, B, Hkv, G, C, D] -> [B, N·C, Hkv·G, D]."""
-    n, b, hkv, g, c, d = x.shape
-    return jnp.moveaxis(x, (0, 2, 3), (1, 3, 4)).reshape(b, n * c, hkv * g, d)
-
-
-def _pad_time(x, tp):
-    pad = [(0, 0)] * x.ndim
-    pad[1] = (0, tp - x.shape[1])
-    return jnp.pad(x, pad)
-
-
-def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None,
-                         block_size=DEFAULT_BLOCK_SIZE):
+def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,
+                         scale: float | None = None, segment_ids: jax.Array | None = None,
+                         block_size: int = DEFAULT_BLOCK_SIZE) -> jax.Array:
     """Blocked forgetting attention (inputs assumed validated by `api`).
 
     q [B, T, H, D]; k, v [B, T, Hkv, D]; log_fgate [B, T, H] or None (plain causal attention: the gate
@@ -218,16 +197,9 @@ def forgetting_attention(q, k, v, log_fgate, *, scale=None, segment_ids=None,
     _, t, h, d = q.shape
     hkv = k.shape[2]
     scale = d**-0.5 if scale is None else float(scale)
-    c = max(1, min(block_size, t))
-    tp = -(-t // c) * c
-    qb = _to_blocks(_pad_time(q, tp), c, hkv)
-    kb = _to_blocks(_pad_time(k, tp), c, hkv)[:, :, :, 0]
-    vb = _to_blocks(_pad_time(v, tp), c, hkv)[:, :, :, 0]
-    a = None
-    if log_fgate is not None:
-        a = _to_blocks(_pad_time(log_fgate.astype(_F32), tp)[..., None], c, hkv)[..., 0]
-    seg = None
-    if segment_ids is not None:
-        seg = _pad_time(segment_ids.astype(jnp.int32), tp).reshape(-1, tp // c, c).swapaxes(0, 1)
-    o = _blocked(qb, kb, vb, a, seg, scale)
-    return _from_blocks(o)[:, :t]
+    c, tp = block_length(t, block_size)
+    qb = padded_blocks(q, c, tp, hkv)
+    kb, vb = kv_blocks(k, c, tp), kv_blocks(v, c, tp)
+    a = gate_blocks(log_fgate, c, tp, hkv)
+    o = _blocked(qb, kb, vb, a, segment_blocks(segment_ids, c, tp), scale)
+    return from_blocks(o)[:, :t]

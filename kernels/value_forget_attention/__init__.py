@@ -4,5 +4,15 @@ A reconstruction from the FiX paper's abstract (specs/mixers-01 Part B); the aut
 """
 
 from kernels.value_forget_attention.api import value_forget_attention
+from kernels.value_forget_attention.decode import (
+    ValueForgetAttentionState,
+    init_value_forget_attention_state,
+    value_forget_attention_step,
+)
 
-__all__ = ["value_forget_attention"]
+__all__ = [
+    "ValueForgetAttentionState",
+    "init_value_forget_attention_state",
+    "value_forget_attention",
+    "value_forget_attention_step",
+]

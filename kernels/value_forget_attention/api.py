@@ -25,12 +25,12 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
 _DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
-def _bad(name, x, expected):
+def _bad(name: str, x: jax.Array, expected: str) -> ValueError:
     return ValueError(f"value_forget_attention: `{name}` has shape {tuple(x.shape)} (dtype {x.dtype}); "
                       f"expected {expected}")
 
 
-def _check_log_gate(name, gate, shape):
+def _check_log_gate(name: str, gate: jax.Array, shape: tuple[int, ...]) -> None:
     """A log gate: the given shape, floating, and ≤ 0 wherever its values are known (not traced)."""
     if gate.shape != shape or not jnp.issubdtype(gate.dtype, jnp.floating):
         dims = "[B, T, H, Dv]" if len(shape) == 4 else "[B, T, H]"
@@ -41,7 +41,8 @@ def _check_log_gate(name, gate, shape):
                          f"forget gate); max is {float(np.max(np.asarray(gate)))}")
 
 
-def _check_inputs(q, k, v, log_vgate, log_fgate, segment_ids, block_size):
+def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, log_fgate: jax.Array | None,
+                  segment_ids: jax.Array | None, block_size: int | None) -> None:
     """Raise ValueError naming the argument, its shape or value and what was expected."""
     if q.ndim != 4 or q.shape[1] < 1:
         raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
@@ -67,8 +68,10 @@ def _check_inputs(q, k, v, log_vgate, log_fgate, segment_ids, block_size):
         raise ValueError(f"value_forget_attention: `block_size` is {block_size!r}; expected None or an int ≥ 1")
 
 
-def value_forget_attention(q, k, v, log_vgate, *, log_fgate=None, scale=None, segment_ids=None,
-                           block_size=None, causal=True, implementation: None | str | Sequence[str] = None):
+def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, *,
+                           log_fgate: jax.Array | None = None, scale: float | None = None,
+                           segment_ids: jax.Array | None = None, block_size: int | None = None, causal: bool = True,
+                           implementation: None | str | Sequence[str] = None) -> jax.Array:
     """Value-forget attention (FiX): causal softmax attention with per-channel forget gates on the values.
 
     P_ij = softmax_{j ≤ i, same segment}(scale·q_i·k_j + Λ^f_i − Λ^f_j) and

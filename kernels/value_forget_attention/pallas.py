@@ -12,13 +12,18 @@ come from two kernels, and the gate gradients are segmented reverse cumsums (in 
     dΛ^v_i = du_i ⊙ u_i − v_i ⊙ dv_i           (dv_i: the gradient of v_i for this query head)
 """
 
+from __future__ import annotations
+
 import functools
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels.forgetting_attention import _gates
+from kernels._common.attention_tiles import optional_operands, row_specs
+from kernels._common.blocks import block_length
+from kernels._common.gate_sums import segmented_reverse_cumsum
+from kernels._common.layout import pad_time
 from kernels.value_forget_attention.pallas_bwd import dkv_kernel, dq_kernel
 from kernels.value_forget_attention.pallas_fwd import fwd_kernel
 
@@ -29,8 +34,8 @@ _F32 = jnp.float32
 class _Specs:
     """BlockSpecs over the grid (batch, query head, block) for padded length tp, block c and GQA groups."""
 
-    def __init__(self, tp, c, d, dv, groups):
-        def tile(rows, width, kv):
+    def __init__(self, tp: int, c: int, d: int, dv: int, groups: int):
+        def tile(rows: int, width: int, kv: bool) -> pl.BlockSpec:
             head = (lambda h: h // groups) if kv else (lambda h: h)
             if rows == c:
                 return pl.BlockSpec((None, c, None, width), lambda b, h, i: (b, i, head(h), 0))
@@ -41,28 +46,21 @@ class _Specs:
         self.v_blk, self.v_full = tile(c, dv, True), tile(tp, dv, True)
         # Per query head, Dv wide: the value gate, u, du and the per-head dv.
         self.hv_blk, self.hv_full = tile(c, dv, False), tile(tp, dv, False)
-        self.row_full = pl.BlockSpec((None, None, tp), lambda b, h, i: (b, h, 0))
-        self.row_blk = pl.BlockSpec((None, None, c), lambda b, h, i: (b, h, i))
-        self.seg_full = pl.BlockSpec((None, tp), lambda b, h, i: (b, 0))
+        self.row_full, self.row_blk, self.seg_full = row_specs(tp, c)
 
 
-def _optional(arrays_specs):
-    """Drop the (array, spec) pairs whose array is None (no scalar gate / no segments)."""
-    kept = [(x, s) for x, s in arrays_specs if x is not None]
-    return [x for x, _ in kept], [s for _, s in kept]
-
-
-def _specs(q, k, v, c):
+def _specs(q: jax.Array, k: jax.Array, v: jax.Array, c: int) -> _Specs:
     return _Specs(q.shape[1], c, q.shape[3], v.shape[3], q.shape[2] // k.shape[2])
 
 
-def _forward(q, k, v, av, af, seg, scale, c, interpret):
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Array | None, seg: jax.Array | None,
+             scale: float, c: int, interpret: bool) -> list[jax.Array]:
     """q [B,Tp,H,D], k [B,Tp,Hkv,D], v [B,Tp,Hkv,Dv], av [B,Tp,H,Dv] f32, af [B,H,Tp] f32 | None,
     seg [B,Tp] | None -> u [B,Tp,H,Dv] f32, lse [B,H,Tp] f32."""
     b, tp, h, _ = q.shape
     sp = _specs(q, k, v, c)
-    args, in_specs = _optional([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
-                                (af, sp.row_full), (seg, sp.seg_full)])
+    args, in_specs = optional_operands([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
+                                        (af, sp.row_full), (seg, sp.seg_full)])
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_fgate=af is not None, has_seg=seg is not None)
     return pl.pallas_call(
         kernel, grid=(b, h, tp // c), in_specs=in_specs, out_specs=[sp.hv_blk, sp.row_blk],
@@ -70,7 +68,8 @@ def _forward(q, k, v, av, af, seg, scale, c, interpret):
         interpret=interpret, name="value_forget_attention_fwd")(*args)
 
 
-def _backward(q, k, v, av, af, seg, u, lse, du, scale, c, interpret):
+def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Array | None, seg: jax.Array | None,
+              u: jax.Array, lse: jax.Array, du: jax.Array, scale: float, c: int, interpret: bool) -> tuple:
     """dq, dk, dv (input dtypes), d log_vgate [B,Tp,H,Dv] f32 and d log_fgate [B,H,Tp] f32 (or None)."""
     b, tp, h, d = q.shape
     hkv = k.shape[2]
@@ -81,18 +80,18 @@ def _backward(q, k, v, av, af, seg, u, lse, du, scale, c, interpret):
     flags = dict(c=c, scale=scale, has_fgate=has_fgate, has_seg=has_seg)
     row_shape = jax.ShapeDtypeStruct((b, h, tp), _F32)
 
-    args, in_specs = _optional([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
-                                (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_blk), (lse, sp.row_blk),
-                                (delta, sp.row_blk)])
+    args, in_specs = optional_operands([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
+                                        (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_blk), (lse, sp.row_blk),
+                                        (delta, sp.row_blk)])
     dq_out = pl.pallas_call(
         functools.partial(dq_kernel, **flags), grid=(b, h, tp // c), in_specs=in_specs,
         out_specs=[sp.q_blk] + ([sp.row_blk] if has_fgate else []),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)] + ([row_shape] if has_fgate else []),
         interpret=interpret, name="value_forget_attention_dq")(*args)
 
-    args, in_specs = _optional([(q, sp.q_full), (k, sp.k_blk), (v, sp.v_blk), (av, sp.hv_full),
-                                (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_full), (lse, sp.row_full),
-                                (delta, sp.row_full)])
+    args, in_specs = optional_operands([(q, sp.q_full), (k, sp.k_blk), (v, sp.v_blk), (av, sp.hv_full),
+                                        (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_full), (lse, sp.row_full),
+                                        (delta, sp.row_full)])
     # dk and dv per query head, summed over the GQA group below; dv per head also feeds dΛ^v.
     dkv_out = pl.pallas_call(
         functools.partial(dkv_kernel, n=tp // c, **flags), grid=(b, h, tp // c), in_specs=in_specs,
@@ -101,30 +100,32 @@ def _backward(q, k, v, av, af, seg, u, lse, du, scale, c, interpret):
         + ([row_shape] if has_fgate else []),
         interpret=interpret, name="value_forget_attention_dkv")(*args)
 
-    def group_sum(x, like):
+    def group_sum(x: jax.Array, like: jax.Array) -> jax.Array:
         return x.reshape(b, tp, hkv, h // hkv, x.shape[3]).sum(axis=3).astype(like.dtype)
 
     dv_per_head = dkv_out[1]
     v_per_head = jnp.repeat(v.astype(_F32), h // hkv, axis=2)
     dlam_v = jnp.transpose(du * u - v_per_head * dv_per_head, (0, 2, 3, 1))  # [B,H,Dv,Tp]
-    dav = _gates.segmented_reverse_cumsum(dlam_v, None if seg is None else seg[:, None, None, :])
+    dav = segmented_reverse_cumsum(dlam_v, None if seg is None else seg[:, None, None, :])
     daf = None
     if has_fgate:
-        daf = _gates.segmented_reverse_cumsum(dq_out[1] - dkv_out[2], None if seg is None else seg[:, None, :])
+        daf = segmented_reverse_cumsum(dq_out[1] - dkv_out[2], None if seg is None else seg[:, None, :])
     return dq_out[0], group_sum(dkv_out[0], k), group_sum(dv_per_head, v), jnp.transpose(dav, (0, 3, 1, 2)), daf
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
-def _attention(q, k, v, av, af, seg, scale, c, interpret):
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Array | None, seg: jax.Array | None,
+               scale: float, c: int, interpret: bool) -> jax.Array:
     return _forward(q, k, v, av, af, seg, scale, c, interpret)[0]
 
 
-def _attention_fwd(q, k, v, av, af, seg, scale, c, interpret):
+def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Array | None,
+                   seg: jax.Array | None, scale: float, c: int, interpret: bool) -> tuple[jax.Array, tuple]:
     u, lse = _forward(q, k, v, av, af, seg, scale, c, interpret)
     return u, (q, k, v, av, af, seg, u, lse)
 
 
-def _attention_bwd(scale, c, interpret, res, du):
+def _attention_bwd(scale: float, c: int, interpret: bool, res: tuple, du: jax.Array) -> tuple:
     q, k, v, av, af, seg, u, lse = res
     dq, dk, dv, dav, daf = _backward(q, k, v, av, af, seg, u, lse, du, scale, c, interpret)
     return dq, dk, dv, dav, daf, None
@@ -133,8 +134,10 @@ def _attention_bwd(scale, c, interpret, res, du):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def value_forget_attention(q, k, v, log_vgate, *, log_fgate=None, scale=None, segment_ids=None, block_size=None,
-                           interpret=None):
+def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, *,
+                           log_fgate: jax.Array | None = None, scale: float | None = None,
+                           segment_ids: jax.Array | None = None, block_size: int | None = None,
+                           interpret: bool | None = None) -> jax.Array:
     """Pallas FiX attention (inputs assumed validated by `api`).
 
     q [B, T, H, D]; k [B, T, Hkv, D]; v [B, T, Hkv, Dv]; log_vgate [B, T, H, Dv] (≤ 0);
@@ -146,11 +149,10 @@ def value_forget_attention(q, k, v, log_vgate, *, log_fgate=None, scale=None, se
     scale = d**-0.5 if scale is None else float(scale)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    c = max(1, min(DEFAULT_BLOCK_SIZE if block_size is None else block_size, t))
-    tp = -(-t // c) * c
+    c, tp = block_length(t, DEFAULT_BLOCK_SIZE if block_size is None else block_size)
 
-    def pad(x):
-        return jnp.pad(x, [(0, 0), (0, tp - t)] + [(0, 0)] * (x.ndim - 2))
+    def pad(x: jax.Array) -> jax.Array:
+        return pad_time(x, tp - t)
 
     av = pad(log_vgate.astype(_F32))
     af = None if log_fgate is None else jnp.swapaxes(pad(log_fgate.astype(_F32)), 1, 2)

@@ -16,26 +16,35 @@ The gate gradients (row − column sums of dS for log_fgate, du ⊙ u − v ⊙ 
 reverse cumsums) are formed outside the kernels.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.forgetting_attention import _gates
-from kernels.forgetting_attention.pallas_fwd import (
+from kernels._common.attention_tiles import (
     block_slice,
     diag_logits,
     dot_nn,
     dot_nt,
     dot_tn,
+    key_gate_terms,
     off_logits,
+    optional_slice,
+    query_gate_terms,
     unpack_refs,
 )
+from kernels._common.gate_sums import prefix_sums, suffix_sums
 from kernels.value_forget_attention.pallas_fwd import channel_segment_decays, channel_suffix_sums, decayed_values
 
 _F32 = jnp.float32
 
 
-def _diag_pair(s, du, v, av, lse, delta):
+def _diag_pair(s: jax.Array, du: jax.Array, v: jax.Array, av: jax.Array, lse: jax.Array,
+               delta: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Diagonal block: p, dS [C,C] and this block's dv [C,Dv] from s [C,C], du/v/av [C,Dv], lse/delta [C]."""
     p = jnp.exp(s - lse[:, None])
     decay = channel_segment_decays(av)
@@ -44,14 +53,15 @@ def _diag_pair(s, du, v, av, lse, delta):
     return p, p * (dp - delta[:, None]), dv
 
 
-def _off_pair(s, du_decayed, v_decayed, lse, delta, dtype):
+def _off_pair(s: jax.Array, du_decayed: jax.Array, v_decayed: jax.Array, lse: jax.Array, delta: jax.Array,
+              dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
     """Off-diagonal pair: p, dS [Cq,Ck] from du ⊙ exp(λ + gap) [Cq,Dv] and V' = exp(ρ) ⊙ V [Ck,Dv]."""
     p = jnp.exp(s - lse[:, None])
     dp = dot_nt(du_decayed.astype(dtype), v_decayed.astype(dtype))
     return p, p * (dp - delta[:, None])
 
 
-def dq_kernel(*refs, c, scale, has_fgate, has_seg):
+def dq_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool) -> None:
     """refs: q [C,D], k [Tp,D], v [Tp,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]), du [C,Dv], lse [C], delta [C]
     -> dq [C,D], (rows [C])."""
     r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
@@ -61,28 +71,23 @@ def dq_kernel(*refs, c, scale, has_fgate, has_seg):
     q, lse, delta = r["q"][...], r["lse"][...], r["delta"][...]
     du = r["du"][...].astype(_F32)
     av_q = block_slice(r["av"], i, c)
-    af_q = block_slice(r["af"], i, c) if has_fgate else None
-    seg_q = block_slice(r["seg"], i, c) if has_seg else None
+    af_q = optional_slice(r["af"], i, c)
+    seg_q = optional_slice(r["seg"], i, c)
     k_i = block_slice(r["k"], i, c)
     s = diag_logits(q, k_i, af_q, seg_q, scale)
     _, ds, _ = _diag_pair(s, du, block_slice(r["v"], i, c), av_q, lse, delta)
-    lam_f = _gates.prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
+    lam_f = prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
     lam_v = jnp.cumsum(av_q, axis=0)
     carry = (dot_nn(ds.astype(k_i.dtype), k_i), jnp.sum(ds, axis=1), jnp.zeros(lam_v.shape[1:], _F32),
              jnp.zeros((), _F32))
 
-    def key_block(t, carry):
+    def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dq, rows, gap_v, gap_f = carry
         j = i - 1 - t
-        rho_f, lam_gap_f = None, None
-        if has_fgate:
-            af_k = block_slice(r["af"], j, c)
-            rho_f, lam_gap_f = _gates.suffix_sums(af_k), lam_f + gap_f
-            gap_f = gap_f + jnp.sum(af_k)
-        seg_k = block_slice(r["seg"], j, c) if has_seg else None
+        rho_f, lam_gap_f, gap_f = key_gate_terms(r["af"], j, c, lam_f, gap_f)
         k_j, v_j = block_slice(r["k"], j, c), block_slice(r["v"], j, c)
         av_k = block_slice(r["av"], j, c)
-        s = off_logits(q, k_j, lam_gap_f, rho_f, seg_q, seg_k, scale)
+        s = off_logits(q, k_j, lam_gap_f, rho_f, seg_q, optional_slice(r["seg"], j, c), scale)
         du_decayed = du * jnp.exp(lam_v + gap_v[None, :])
         _, ds = _off_pair(s, du_decayed, decayed_values(av_k, v_j), lse, delta, v_j.dtype)
         gap_v = gap_v + jnp.sum(av_k, axis=0)
@@ -94,7 +99,7 @@ def dq_kernel(*refs, c, scale, has_fgate, has_seg):
         r["rows"][...] = rows
 
 
-def dkv_kernel(*refs, c, n, scale, has_fgate, has_seg):
+def dkv_kernel(*refs: Any, c: int, n: int, scale: float, has_fgate: bool, has_seg: bool) -> None:
     """refs: q [Tp,D], k [C,D], v [C,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]), du [Tp,Dv], lse [Tp],
     delta [Tp] -> dk [C,D], dv [C,Dv] (this query head's share, f32), (cols [C])."""
     r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
@@ -103,9 +108,9 @@ def dkv_kernel(*refs, c, n, scale, has_fgate, has_seg):
     j = pl.program_id(2)
     k, v = r["k"][...], r["v"][...]
     av_k = block_slice(r["av"], j, c)
-    af_k = block_slice(r["af"], j, c) if has_fgate else None
-    seg_k = block_slice(r["seg"], j, c) if has_seg else None
-    rho_f = _gates.suffix_sums(af_k) if has_fgate else None
+    af_k = optional_slice(r["af"], j, c)
+    seg_k = optional_slice(r["seg"], j, c)
+    rho_f = suffix_sums(af_k) if has_fgate else None
     rho_v = jnp.exp(channel_suffix_sums(av_k))
     v_decayed = rho_v * v.astype(_F32)
 
@@ -115,16 +120,11 @@ def dkv_kernel(*refs, c, n, scale, has_fgate, has_seg):
     carry = (dot_tn(ds.astype(q_j.dtype), q_j), jnp.zeros(dv_diag.shape, _F32), jnp.sum(ds, axis=0),
              jnp.zeros(dv_diag.shape[1:], _F32), jnp.zeros((), _F32))
 
-    def query_block(i, carry):
+    def query_block(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dk, dv, cols, gap_v, gap_f = carry
-        lam_gap_f = None
-        if has_fgate:
-            af_q = block_slice(r["af"], i, c)
-            lam_gap_f = _gates.prefix_sums(af_q) + gap_f
-            gap_f = gap_f + jnp.sum(af_q)  # gap(j, i+1) = gap(j, i) + tot_i
-        seg_q = block_slice(r["seg"], i, c) if has_seg else None
+        lam_gap_f, gap_f = query_gate_terms(r["af"], i, c, gap_f)
         q_i, av_q = block_slice(r["q"], i, c), block_slice(r["av"], i, c)
-        s = off_logits(q_i, k, lam_gap_f, rho_f, seg_q, seg_k, scale)
+        s = off_logits(q_i, k, lam_gap_f, rho_f, optional_slice(r["seg"], i, c), seg_k, scale)
         du_decayed = block_slice(r["du"], i, c).astype(_F32) * jnp.exp(jnp.cumsum(av_q, axis=0) + gap_v[None, :])
         p, ds = _off_pair(s, du_decayed, v_decayed, block_slice(r["lse"], i, c), block_slice(r["delta"], i, c),
                           v.dtype)

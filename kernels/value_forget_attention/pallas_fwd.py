@@ -5,8 +5,8 @@ FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not 
 Grid (B, H, N): one program per batch row, query head and query block I of C rows starting at b_I. The
 program sees K, V, both gate rows and the segment ids of the whole (padded) sequence. It does the diagonal
 block first and then walks key blocks J = I−1, …, 0 with an online softmax (spec B.3, efficient variant).
-Each per-channel decay exp(Λ_i − Λ_j) is a product of local sums (all ≤ 0, see _gates of
-forgetting_attention for the scalar version):
+Each per-channel decay exp(Λ_i − Λ_j) is a product of local sums (all ≤ 0, see `kernels._common.gate_sums`
+for the scalar version):
 
     Λ_i − Λ_j = λ_i + gap(J, I) + ρ_j      (J < I)
     λ_i = Σ_{l=b_I..i} a_l   prefix inside the query block, applied once to the off-diagonal sum at the end
@@ -17,24 +17,39 @@ and inside the diagonal block the masked-cumsum segment sums Σ_{l=j+1..i} a_l, 
 [C, C, Dv] tensor. The FoX scalar gate enters the logits exactly as in the FoX kernel.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.forgetting_attention import _gates
-from kernels.forgetting_attention.pallas_fwd import block_slice, diag_logits, dot_nn, off_logits, unpack_refs
+from kernels._common import gate_sums
+from kernels._common.attention_tiles import (
+    block_slice,
+    diag_logits,
+    dot_nn,
+    key_gate_terms,
+    off_logits,
+    optional_slice,
+    softmax_start,
+    softmax_step,
+    unpack_refs,
+)
 
 _F32 = jnp.float32
 
 
-def channel_suffix_sums(a):
+def channel_suffix_sums(a: jax.Array) -> jax.Array:
     """ρ[j, c] = Σ_{l>j} a[l, c] inside one block (a masked reduction). a [C, Dv] f32 -> [C, Dv]."""
     c = a.shape[0]
     later = lax.broadcasted_iota(jnp.int32, (c, c), 1) > lax.broadcasted_iota(jnp.int32, (c, c), 0)
     return jnp.sum(jnp.where(later[:, :, None], a[None, :, :], 0.0), axis=1)
 
 
-def channel_segment_decays(a):
+def channel_segment_decays(a: jax.Array) -> jax.Array:
     """E[i, j, c] = exp(Σ_{j<l≤i} a[l, c]) for j ≤ i, 1 above the diagonal. a [C, Dv] -> [C, C, Dv].
 
     The sums are a cumsum over l of M[l, j, c] = a[l, c]·[l > j] (the stable segsum, per channel). Above
@@ -46,47 +61,37 @@ def channel_segment_decays(a):
     return jnp.exp(jnp.cumsum(jnp.where((row > col)[:, :, None], a[:, None, :], 0.0), axis=0))
 
 
-def decayed_values(a, v):
+def decayed_values(a: jax.Array, v: jax.Array) -> jax.Array:
     """V' = exp(ρ) ⊙ V for one key block: the part of the decay that depends on the key only (≤ 1)."""
     return jnp.exp(channel_suffix_sums(a)) * v.astype(_F32)
 
 
-def fwd_kernel(*refs, c, scale, has_fgate, has_seg):
+def fwd_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool) -> None:
     """refs: q [C,D], k [Tp,D], v [Tp,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]) -> u [C,Dv] f32, lse [C]."""
     r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
                            ("seg", has_seg), ("u", True), ("lse", True)])
     i = pl.program_id(2)
     q = r["q"][...]
     av_q = block_slice(r["av"], i, c)
-    af_q = block_slice(r["af"], i, c) if has_fgate else None
-    seg_q = block_slice(r["seg"], i, c) if has_seg else None
-    s = diag_logits(q, block_slice(r["k"], i, c), af_q, seg_q, scale)
-    m_diag = jnp.max(s, axis=1)
-    p = jnp.exp(s - m_diag[:, None])
+    af_q = optional_slice(r["af"], i, c)
+    seg_q = optional_slice(r["seg"], i, c)
+    m_diag, p, l_sum = softmax_start(diag_logits(q, block_slice(r["k"], i, c), af_q, seg_q, scale))
     v_i = block_slice(r["v"], i, c).astype(_F32)
     diag = jnp.sum(p[:, :, None] * channel_segment_decays(av_q) * v_i[None, :, :], axis=1)
-    lam_f = _gates.prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
-    carry = (m_diag, jnp.sum(p, axis=1), jnp.zeros(diag.shape, _F32), jnp.zeros(diag.shape[1:], _F32),
-             jnp.zeros((), _F32))
+    lam_f = gate_sums.prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
+    carry = (m_diag, l_sum, jnp.zeros(diag.shape, _F32), jnp.zeros(diag.shape[1:], _F32), jnp.zeros((), _F32))
 
-    def key_block(t, carry):
+    def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, l_sum, acc, gap_v, gap_f = carry
         j = i - 1 - t
-        rho_f, lam_gap_f = None, None
-        if has_fgate:
-            af_k = block_slice(r["af"], j, c)
-            rho_f, lam_gap_f = _gates.suffix_sums(af_k), lam_f + gap_f
-            gap_f = gap_f + jnp.sum(af_k)
-        seg_k = block_slice(r["seg"], j, c) if has_seg else None
-        s = off_logits(q, block_slice(r["k"], j, c), lam_gap_f, rho_f, seg_q, seg_k, scale)
-        m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
+        rho_f, lam_gap_f, gap_f = key_gate_terms(r["af"], j, c, lam_f, gap_f)
+        s = off_logits(q, block_slice(r["k"], j, c), lam_gap_f, rho_f, seg_q, optional_slice(r["seg"], j, c), scale)
+        m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
         av_k = block_slice(r["av"], j, c)
         v_j = block_slice(r["v"], j, c)
         pv = dot_nn(p.astype(v_j.dtype), decayed_values(av_k, v_j).astype(v_j.dtype))
         acc = alpha[:, None] * acc + pv * jnp.exp(gap_v)[None, :]
-        return m_new, alpha * l_sum + jnp.sum(p, axis=1), acc, gap_v + jnp.sum(av_k, axis=0), gap_f
+        return m_new, l_sum, acc, gap_v + jnp.sum(av_k, axis=0), gap_f
 
     m, l_sum, acc, _, _ = lax.fori_loop(0, i, key_block, carry)
     lam_v = jnp.cumsum(av_q, axis=0)

@@ -47,8 +47,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.value_forget_attention import decode as vfa_decode
-from kernels.value_forget_attention import value_forget_attention
+from kernels.value_forget_attention import (
+    ValueForgetAttentionState,
+    init_value_forget_attention_state,
+    value_forget_attention,
+    value_forget_attention_step,
+)
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers import projections
 from zoo.layers.norms import HeadRMSNorm
@@ -169,7 +173,10 @@ class FineGrainedForgettingAttention(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Appends T' ≥ 1 tokens to the op's decode cache and attends their queries: u [B, T', H, Dv]."""
         prune_eps = self.options.prune_eps if self.options.cache == "pruned" else None
-        return vfa_decode.decode_step(cache, q, k, v, log_vgate, log_fgate, prune_eps=prune_eps)
+        u, state = value_forget_attention_step(
+            q, k, v, log_vgate, log_fgate, state=ValueForgetAttentionState(**cache), prune_eps=prune_eps
+        )
+        return u, state._asdict()
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
@@ -187,6 +194,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         """Empty decode cache (the op's, see the module docstring): cache_capacity slots with cache="pruned"
         when given, else max_len. Keys in dtype, decayed values and gate sums in float32. Reads no parameters."""
         capacity = self.options.cache_capacity or max_len
-        return vfa_decode.init_cache(
+        state = init_value_forget_attention_state(
             batch_size, capacity, self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim, dtype
         )
+        return state._asdict()

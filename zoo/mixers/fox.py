@@ -29,7 +29,7 @@ baseline differ only in what FoX adds; the FoX-specific projections (gate, shift
 spec's N(0, 0.02).
 
 Decode cache: k, v [B, S, Hkv, Dh] (compute dtype), the float32 log-gates [B, S, H] of every cached token
-(not their prefix sums: the decode bias is a suffix sum over the cache, see fox_parts.suffix_gate_sums),
+(not their prefix sums: the decode bias is a suffix sum over the cache, see kernels.forgetting_attention.decode),
 the write index and, with token_shift, the last pre-shift k and v projections [B, Hkv, Dh].
 """
 
@@ -42,13 +42,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.forgetting_attention import forgetting_attention
+from kernels.forgetting_attention import ForgettingAttentionState, forgetting_attention, forgetting_attention_step
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers import projections
 from zoo.layers.norms import HeadRMSNorm
 from zoo.mixers.base import check_call
 from zoo.mixers.fox_parts import (
-    cached_forgetting_attention,
     decay_bias,
     parse_options,
     token_shift,
@@ -178,19 +177,11 @@ class ForgettingAttention(nnx.Module):
         self, q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, cache: dict[str, jax.Array]
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Writes k, v [B, T', Hkv, Dh] and log f [B, T', H] at the cache index; attends q to slots ≤ its own."""
-        index = cache["index"]
-        zero = jnp.zeros((), jnp.int32)
-
-        def write(buffer: jax.Array, new: jax.Array) -> jax.Array:
-            start = (zero, index) + (zero,) * (buffer.ndim - 2)
-            return jax.lax.dynamic_update_slice(buffer, new.astype(buffer.dtype), start)
-
-        keys, values = write(cache["k"], k), write(cache["v"], v)
-        new_cache = {"k": keys, "v": values, "index": index + jnp.asarray(q.shape[1], jnp.int32)}
-        log_gates = None
-        if log_fgate is not None:
-            log_gates = new_cache["log_fgate"] = write(cache["log_fgate"], log_fgate)
-        out = cached_forgetting_attention(q, keys, values, log_gates, index)
+        state = ForgettingAttentionState(cache["k"], cache["v"], cache.get("log_fgate"), cache["index"])
+        out, state = forgetting_attention_step(q, k, v, log_fgate, state=state)
+        new_cache = {"k": state.k, "v": state.v, "index": state.index}
+        if state.log_fgate is not None:
+            new_cache["log_fgate"] = state.log_fgate
         return out.astype(self.dtype), new_cache
 
     def _cache_shapes(self, batch_size: int, max_len: int) -> dict[str, tuple[int, ...]]:

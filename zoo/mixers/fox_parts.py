@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# Re-exported: the decode maths lives with the op (tests/zoo/test_fox.py imports it from here).
+from kernels.forgetting_attention.decode import cached_forgetting_attention  # noqa: F401
 from zoo.layers.options import check_choice, check_implementation
 from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
@@ -20,7 +22,6 @@ from zoo.models.config import ModelConfig
 GATES = ("full", "bias_only", "fixed", "none")
 PRO_FLAGS = ("qk_norm", "token_shift", "output_norm", "output_gate")
 IMPLEMENTATIONS = ("reference", "xla", "pallas")
-_HI = jax.lax.Precision.HIGHEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,51 +104,3 @@ def token_shift(
     a = alpha[..., None]
     mixed = a * before.astype(jnp.float32) + (1.0 - a) * h.astype(jnp.float32)
     return mixed.astype(h.dtype)
-
-
-def suffix_gate_sums(log_gates: jax.Array, query_slots: jax.Array) -> jax.Array:
-    """Σ_{j<l≤p} log f_l for every key slot j and query slot p: the decode bias Λ_p − Λ_j.
-
-    log_gates: [..., S] float32 (the cached log-gates of slots 0..S−1); query_slots: [T'] int.
-    Returns [..., T', S] float32; entries with j ≥ p are 0 (they are masked by the caller anyway).
-    Built as a reverse cumsum of the gates masked to l ≤ p, shifted by one slot: each entry is a sum of
-    exactly its own (non-positive) terms, accumulated from the query backwards. The difference of two
-    stored prefix sums would carry the rounding of |Λ_p| into every logit (8.7e-4 at T = 4096 with
-    log f ~ U(−20, 0), spec A.4 Numerics; 1e-7 this way).
-    """
-    slots = jnp.arange(log_gates.shape[-1], dtype=jnp.int32)
-    upto = slots[None, :] <= query_slots[:, None]  # [T', S]: l ≤ p
-    masked = jnp.where(upto, log_gates[..., None, :], 0.0)
-    tail = jax.lax.cumsum(masked, axis=masked.ndim - 1, reverse=True)  # Σ_{l ≥ j, l ≤ p}
-    return jnp.concatenate([tail[..., 1:], jnp.zeros_like(tail[..., :1])], axis=-1)  # Σ_{l > j}
-
-
-def cached_forgetting_attention(
-    q: jax.Array, keys: jax.Array, values: jax.Array, log_gates: jax.Array | None, index: jax.Array
-) -> jax.Array:
-    """Forgetting attention of T' new queries against a KV cache (decode and chunked prefill).
-
-    q: [B, T', H, D], the queries at slots index .. index+T'−1; keys/values: [B, S, Hkv, D], already
-    holding those T' tokens; log_gates: [B, S, H] float32 cached log forget gates, or None (plain causal
-    attention); index: int32 scalar. Query i reads slots ≤ index + i with logits
-    q·k/√D + Σ_{j<l≤index+i} log f_l. Logits and softmax in float32. Returns [B, T', H, D] in q.dtype.
-    """
-    batch, num_new, heads, dim = q.shape
-    num_slots, kv_heads = keys.shape[1], keys.shape[2]
-    groups = heads // kv_heads
-    qg = q.astype(keys.dtype).reshape(batch, num_new, kv_heads, groups, dim)
-    logits = jnp.einsum("bqhgd,bshd->bhgqs", qg, keys, precision=_HI, preferred_element_type=jnp.float32)
-    logits = logits * dim**-0.5
-    query_slots = index + jnp.arange(num_new, dtype=jnp.int32)
-    if log_gates is not None:
-        # [B, S, H] -> [B, Hkv, G, S]: query head h = kv_head·G + g reads its own gate (GQA layout).
-        gates = jnp.moveaxis(log_gates.reshape(batch, num_slots, kv_heads, groups), 1, -1)
-        logits = logits + suffix_gate_sums(gates, query_slots)
-    visible = jnp.arange(num_slots, dtype=jnp.int32)[None, :] <= query_slots[:, None]  # [T', S]
-    logits = jnp.where(visible, logits, -jnp.inf)  # mask before exp: the diagonal keeps rows non-empty
-    weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-    weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.einsum(
-        "bhgqs,bshd->bqhgd", weights.astype(values.dtype), values, precision=_HI, preferred_element_type=jnp.float32
-    )
-    return out.reshape(batch, num_new, heads, dim).astype(q.dtype)
