@@ -1,117 +1,133 @@
-"""Parity, numerics and validation tests of kernels.forgetting_attention (all implementations).
+"""Parity, numerics, decode and validation tests of kernels.forgetting_attention (all implementations).
 
-Error measure: max|actual − expected| / max(1, max|expected|) (max-normalized, as the spec's numerics
-notes). Tolerances per dtype (DESIGN: one table per dtype):
-- float32 forward 1e-5: the blocked paths only reorder float32 sums (online-softmax rescaling, block
-  order); observed ≤ 3e-7 at T ≤ 257 with gates U(−3, 0). A path that differences a global float32
-  cumsum is 5.6e-5 off the float64 oracle at T = 257 with gates U(−20, 0), so 1e-5 catches it.
-- float32 gradients 1e-5: dk, dv and the dΛ row/column sums accumulate up to T block contributions and
-  d log_fgate is a reverse cumsum over T of them, so rounding grows with T; observed ≤ 8e-7 at T = 257.
-  Both stay well inside PERFORMANCE.md C0 (1e-4).
-- bfloat16 forward 2e-2: inputs are rounded to bf16 (2⁻⁸ relative) and P is cast to bf16 for P·V.
+Parity, packing and decode run through the shared harness (`tests/kernels/harness.py`) with the
+"forgetting_attention" entries of the tolerance table: max|actual − expected| / max(1, max|expected|) ≤ 1e-5
+in float32 for the forward and every gradient (the blocked paths only reorder float32 sums; observed
+≤ 3e-7 forward and ≤ 8e-7 on gradients at T ≤ 257 with gates U(−3, 0)), 2e-2 for bfloat16 inputs. A path
+that differences a global float32 cumsum is 5.6e-5 off the float64 oracle at T = 257 with gates U(−20, 0),
+so 1e-5 catches it.
 """
 
+from __future__ import annotations
+
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_cases import check_packed_grads_equal_loop
+from harness import (
+    LENGTHS,
+    OpCase,
+    assert_close,
+    check_decode_equals_forward,
+    check_forward_and_grads,
+    check_packed_equals_loop,
+    forward_and_grads,
+    make_case_inputs,
+    random_cotangents,
+)
+from tolerances import tolerance
 
 from kernels import forgetting_attention
-from kernels.forgetting_attention import api, pallas, reference, xla
+from kernels.forgetting_attention import (
+    ForgettingAttentionState,
+    api,
+    forgetting_attention_step,
+    init_forgetting_attention_state,
+    pallas,
+    reference,
+    xla,
+)
 
-TOL = {
-    jnp.float32: {"fwd": 1e-5, "grad": 1e-5},
-    jnp.bfloat16: {"fwd": 2e-2, "grad": None},
-}
+TOL = tolerance("forgetting_attention")
 BLOCK = 16  # small blocks so that T = 63, 100, 257 span several blocks plus a padded tail
-FAST = {
-    "xla": lambda *a, **kw: xla.forgetting_attention(*a, block_size=BLOCK, **kw),
-    "xla64": lambda *a, **kw: xla.forgetting_attention(*a, block_size=64, **kw),
-    "pallas": lambda *a, **kw: pallas.forgetting_attention(*a, block_size=BLOCK, **kw),
-    "api": forgetting_attention,  # default dispatch (xla with its default block on CPU)
-}
+H, HKV, D = 4, 2, 16
+INPUTS = ("q", "k", "v", "log_fgate")
 
 
-def _inputs(t, *, b=2, h=4, hkv=2, d=16, gate=(-3.0, 0.0), seed=0, dtype=jnp.float32):
-    rng = np.random.default_rng(seed + t)
-    q = jnp.asarray(rng.normal(size=(b, t, h, d)), dtype)
-    k = jnp.asarray(rng.normal(size=(b, t, hkv, d)), dtype)
-    v = jnp.asarray(rng.normal(size=(b, t, hkv, d)), dtype)
-    a = jnp.asarray(rng.uniform(*gate, size=(b, t, h)), jnp.float32)
-    ct = jnp.asarray(rng.normal(size=(b, t, h, d)), jnp.float32)  # random cotangent, not .sum()
-    return q, k, v, a, ct
+def _make(rng: np.random.Generator, batch: int, length: int, *, gate: tuple[float, float] = (-3.0, 0.0),
+          dtype: jnp.dtype = jnp.float32) -> dict[str, jax.Array]:
+    """q [B, T, H, D], k and v [B, T, Hkv, D] ~ N(0, 1) (GQA: two query heads per kv head), log_fgate [B, T, H]."""
+    return {
+        "q": jnp.asarray(rng.normal(size=(batch, length, H, D)), dtype),
+        "k": jnp.asarray(rng.normal(size=(batch, length, HKV, D)), dtype),
+        "v": jnp.asarray(rng.normal(size=(batch, length, HKV, D)), dtype),
+        "log_fgate": jnp.asarray(rng.uniform(*gate, size=(batch, length, H)), jnp.float32),
+    }
 
 
-def _packed_ids(t, b=2, seed=0):
-    """Sorted random segment ids [B, T] with a length-1 segment at the start of row 0."""
-    rng = np.random.default_rng(seed)
-    ids = np.sort(rng.integers(1, 4, size=(b, t)), axis=1)
-    ids[0, 0] = 0
-    return jnp.asarray(ids, jnp.int32)
+def _one_token_step(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array, *,
+                    state: ForgettingAttentionState) -> tuple[jax.Array, ForgettingAttentionState]:
+    """The decode step on one token ([B, H, D] inputs, as the harness slices them)."""
+    o, state = forgetting_attention_step(q[:, None], k[:, None], v[:, None], log_fgate[:, None], state=state)
+    return o[:, 0], state
 
 
-@functools.cache
-def _jitted_vjp(fn):
-    """One jitted (q, k, v, a, ct, seg) -> (o, grads) per function, so equal shapes compile once."""
-
-    def run(q, k, v, a, ct, segment_ids):
-        o, vjp = jax.vjp(lambda *x: fn(*x, segment_ids=segment_ids).astype(jnp.float32), q, k, v, a)
-        return o, vjp(ct)
-
-    return jax.jit(run)
-
-
-def _value_and_grads(fn, segment_ids=None):
-    """(q, k, v, a, ct) -> (o, (dq, dk, dv, d log_fgate)) through the VJP with the random cotangent ct."""
-    return lambda q, k, v, a, ct: _jitted_vjp(fn)(q, k, v, a, ct, segment_ids)
-
-
-def _err(actual, expected):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    return np.max(np.abs(actual - expected)) / max(1.0, np.max(np.abs(expected)))
-
-
-def _assert_close(actual, expected, tol, what):
-    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
-    err = _err(actual, expected)
-    assert np.all(np.isfinite(np.asarray(actual, np.float32))), f"{what}: non-finite values"
-    assert err <= tol, f"{what}: error {err:.2e} > {tol:.0e}"
-
-
-_REF_CACHE = {}
-
-
-def _reference_result(t, packed):
-    if (t, packed) not in _REF_CACHE:
-        seg = _packed_ids(t) if packed else None
-        _REF_CACHE[(t, packed)] = _value_and_grads(reference.forgetting_attention, seg)(*_inputs(t))
-    return _REF_CACHE[(t, packed)]
+CASE = OpCase(
+    name="forgetting_attention",
+    make_inputs=_make,
+    reference=reference.forgetting_attention,
+    fast={"xla": xla.forgetting_attention, "pallas": pallas.forgetting_attention},
+    differentiable=INPUTS,
+    time_inputs=INPUTS,
+    state_input=None,
+    returns_state=False,
+    chunk_arg="block_size",
+    step=_one_token_step,
+    init_state=lambda inputs: init_forgetting_attention_state(*inputs["q"].shape[:2], H, HKV, D, jnp.float32),
+)
+# Every path by name for the op-specific tests below: the reference and the fast paths at BLOCK.
+PATHS = {"reference": reference.forgetting_attention,
+         **{name: functools.partial(fn, block_size=BLOCK) for name, fn in CASE.fast.items()}}
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["gqa", "packed"])
-@pytest.mark.parametrize("t", [1, 63, 100, 257])
+@pytest.mark.parametrize("length", LENGTHS)
+def test_parity_forward_and_all_gradients(length, packed):
+    check_forward_and_grads(CASE, length, chunk_size=BLOCK, packed=packed)
+
+
+def test_parity_other_block_sizes():
+    """Block 64 (xla) and the api's default dispatch (xla with its default block on CPU), packed, T = 257."""
+    check_forward_and_grads(CASE, 257, chunk_size=64, packed=True, impls=["xla"])
+    check_forward_and_grads(dataclasses.replace(CASE, fast={"api": forgetting_attention}), 257, packed=True)
+
+
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
-def test_parity_forward_and_all_gradients(impl, t, packed):
-    seg = _packed_ids(t) if packed else None
-    o, grads = _value_and_grads(FAST[impl], seg)(*_inputs(t))
-    o_ref, grads_ref = _reference_result(t, packed)
-    _assert_close(o, o_ref, TOL[jnp.float32]["fwd"], "o")
-    for name, g, g_ref in zip(["dq", "dk", "dv", "dlog_fgate"], grads, grads_ref, strict=True):
-        _assert_close(g, g_ref, TOL[jnp.float32]["grad"], name)
+def test_packed_equals_loop_over_segments(impl):
+    """Forward and every gradient of packed rows equal each segment run alone (lengths 16, 1, 31 / 31, 1, 16)."""
+    bounds = [[0, 16, 17, 48], [0, 31, 32, 48]]
+    check_packed_equals_loop(CASE, bounds, impl=impl, chunk_size=BLOCK)
+    check_packed_grads_equal_loop(CASE, impl, make_case_inputs(CASE, 0, bounds=bounds), bounds, BLOCK)
 
 
-@pytest.mark.parametrize("impl", ["xla64", "api"])
-def test_parity_other_block_sizes(impl):
-    o, grads = _value_and_grads(FAST[impl], _packed_ids(257))(*_inputs(257))
-    o_ref, grads_ref = _reference_result(257, True)
-    _assert_close(o, o_ref, TOL[jnp.float32]["fwd"], "o")
-    for name, g, g_ref in zip(["dq", "dk", "dv", "dlog_fgate"], grads, grads_ref, strict=True):
-        _assert_close(g, g_ref, TOL[jnp.float32]["grad"], name)
+@pytest.mark.parametrize("length", [1, 63])
+def test_decode_equals_forward(length):
+    """One token at a time through `forgetting_attention_step` equals the reference forward."""
+    check_decode_equals_forward(CASE, length)
 
 
-def _float64_oracle(q, k, v, a):
+def test_chunked_prefill_equals_forward():
+    """Chunks of 1, 5, 1, 20 and 36 tokens, with and without the gate, equal the reference forward."""
+    x = make_case_inputs(CASE, 63)
+    step = jax.jit(forgetting_attention_step)
+    for gated in (True, False):
+        args = (x["q"], x["k"], x["v"], x["log_fgate"] if gated else None)
+        state = init_forgetting_attention_state(2, 63, H, HKV, D, jnp.float32, gated=gated)
+        outputs, start = [], 0
+        for size in (1, 5, 1, 20, 36):
+            o, state = step(*[None if a is None else a[:, start:start + size] for a in args], state=state)
+            outputs.append(o)
+            start += size
+        expected = reference.forgetting_attention(*args)
+        assert_close(jnp.concatenate(outputs, axis=1), expected, TOL, what=f"chunked prefill, gated={gated}")
+        assert int(state.index) == 63
+
+
+def _float64_oracle(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array) -> np.ndarray:
     """Direct float64 numpy FoX: logits from float64 prefix sums (exact enough to judge float32 paths)."""
     q, k, v, a = (np.asarray(x, np.float64) for x in (q, k, v, a))
     groups = q.shape[2] // k.shape[2]
@@ -125,105 +141,92 @@ def _float64_oracle(q, k, v, a):
     return np.einsum("bhts,bshd->bthd", p / p.sum(-1, keepdims=True), v)
 
 
-@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+@pytest.mark.parametrize("impl", list(PATHS))
 def test_strong_gates_match_float64(impl):
     """Gates U(−20, 0) at T = 257: |Λ_T| ≈ 2.6e3; a global float32 cumsum is 5.6e-5 off here (measured)."""
-    q, k, v, a, _ = _inputs(257, gate=(-20.0, 0.0))
-    fn = reference.forgetting_attention if impl == "reference" else FAST[impl]
-    _assert_close(jax.jit(fn)(q, k, v, a), _float64_oracle(q, k, v, a), TOL[jnp.float32]["fwd"], "o")
+    x = _make(np.random.default_rng(257), 2, 257, gate=(-20.0, 0.0))
+    args = [x[n] for n in INPUTS]
+    assert_close(jax.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
 
 
-@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+@pytest.mark.parametrize("impl", list(PATHS))
 def test_zero_gate_is_causal_dot_product_attention(impl):
-    q, k, v, _, _ = _inputs(100)
+    x = _make(np.random.default_rng(100), 2, 100)
+    q, k, v = x["q"], x["k"], x["v"]
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    fn = reference.forgetting_attention if impl == "reference" else FAST[impl]
     zeros = jnp.zeros(q.shape[:3], jnp.float32)
-    _assert_close(jax.jit(fn)(q, k, v, zeros), expected, TOL[jnp.float32]["fwd"], "zeros gate")
-    _assert_close(jax.jit(fn)(q, k, v, None), expected, TOL[jnp.float32]["fwd"], "no gate")
+    assert_close(jax.jit(PATHS[impl])(q, k, v, zeros), expected, TOL, what="zeros gate")
+    assert_close(jax.jit(PATHS[impl])(q, k, v, None), expected, TOL, what="no gate")
 
 
-@pytest.mark.parametrize("t", [1, 63])
-@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
-def test_very_strong_gates_are_finite_and_local(impl, t):
+@pytest.mark.parametrize("length", [1, 63])
+@pytest.mark.parametrize("impl", list(PATHS))
+def test_very_strong_gates_are_finite_and_local(impl, length):
     """log f = −1e4: every query sees only itself, o_i = v_i of its kv head; all gradients finite."""
-    q, k, v, _, ct = _inputs(t)
-    a = jnp.full(q.shape[:3], -1e4, jnp.float32)
-    fn = reference.forgetting_attention if impl == "reference" else FAST[impl]
-    o, grads = _value_and_grads(fn)(q, k, v, a, ct)
-    _assert_close(o, jnp.repeat(v, 2, axis=2), TOL[jnp.float32]["fwd"], "o")
-    for g in grads:
+    inputs = make_case_inputs(CASE, length)
+    inputs["log_fgate"] = jnp.full(inputs["q"].shape[:3], -1e4, jnp.float32)
+    cotangent = random_cotangents(np.random.default_rng(1), jax.ShapeDtypeStruct(inputs["q"].shape, jnp.float32))
+    o, grads = forward_and_grads(CASE, impl, inputs, cotangent, None if impl == "reference" else BLOCK)
+    assert_close(o, jnp.repeat(inputs["v"], 2, axis=2), TOL, what="o")
+    for g in grads.values():
         assert np.all(np.isfinite(np.asarray(g)))
     # Only the diagonal survives: P_ii = 1 so dS = 0 everywhere and no gradient reaches q, k or the gate.
-    _assert_close(grads[0], jnp.zeros_like(q), TOL[jnp.float32]["grad"], "dq")
-    _assert_close(grads[3], jnp.zeros_like(a), TOL[jnp.float32]["grad"], "dlog_fgate")
+    assert_close(grads["q"], jnp.zeros_like(inputs["q"]), TOL, kind="grad", what="dq")
+    assert_close(grads["log_fgate"], jnp.zeros_like(inputs["log_fgate"]), TOL, kind="grad", what="dlog_fgate")
 
 
-@pytest.mark.parametrize("impl", ["xla", "pallas"])
-def test_packed_equals_loop_over_segments(impl):
-    bounds = [[0, 16, 17, 48], [0, 31, 32, 48]]  # lengths 16, 1, 31 and 31, 1, 16: three compiles
-    q, k, v, a, ct = _inputs(48)
-    seg = jnp.asarray([np.repeat(np.arange(3), np.diff(bd)) for bd in bounds], jnp.int32)
-    o, grads = _value_and_grads(FAST[impl], seg)(q, k, v, a, ct)
-    for row, bd in enumerate(bounds):
-        for lo, hi in zip(bd[:-1], bd[1:], strict=True):
-            piece = [x[row:row + 1, lo:hi] for x in (q, k, v, a, ct)]
-            o_s, grads_s = _value_and_grads(FAST[impl])(*piece)
-            _assert_close(o[row:row + 1, lo:hi], o_s, TOL[jnp.float32]["fwd"], f"o[{row},{lo}:{hi}]")
-            for g, g_s in zip(grads, grads_s, strict=True):
-                _assert_close(g[row:row + 1, lo:hi], g_s, TOL[jnp.float32]["grad"], f"grad[{row},{lo}:{hi}]")
-
-
-@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+@pytest.mark.parametrize("impl", list(PATHS))
 def test_no_gradient_crosses_a_segment_boundary(impl):
     """A loss on the second segment's outputs gives exactly zero gradient to every first-segment input."""
-    q, k, v, a, _ = _inputs(40)
+    x = _make(np.random.default_rng(40), 2, 40)
     seg = jnp.asarray(np.repeat([[1] * 17 + [2] * 23], 2, axis=0), jnp.int32)
     mask = (seg == 2).astype(jnp.float32)[..., None, None]
-    weights = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32) * mask
-
-    fn = reference.forgetting_attention if impl == "reference" else FAST[impl]
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=x["q"].shape), jnp.float32) * mask
 
     def loss(q, k, v, a):
-        return jnp.sum(fn(q, k, v, a, segment_ids=seg).astype(jnp.float32) * weights)
+        return jnp.sum(PATHS[impl](q, k, v, a, segment_ids=seg).astype(jnp.float32) * weights)
 
-    for name, grad in zip("qkva", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, a), strict=True):
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*[x[n] for n in INPUTS])
+    for name, grad in zip(INPUTS, grads, strict=True):
         np.testing.assert_array_equal(np.asarray(grad[:, :17]), 0.0, err_msg=f"d{name} leaked across segments")
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_bfloat16_forward(impl):
-    q, k, v, a, _ = _inputs(63, dtype=jnp.bfloat16)
-    o = jax.jit(FAST[impl])(q, k, v, a)
+    x = _make(np.random.default_rng(63), 2, 63, dtype=jnp.bfloat16)
+    args = [x[n] for n in INPUTS]
+    o = jax.jit(PATHS[impl])(*args)
     assert o.dtype == jnp.bfloat16
-    _assert_close(o, reference.forgetting_attention(q, k, v, a), TOL[jnp.bfloat16]["fwd"], "o bf16")
+    assert_close(o, reference.forgetting_attention(*args), tolerance("forgetting_attention", jnp.bfloat16),
+                 what="o bf16")
 
 
 def test_implementation_dispatch(monkeypatch):
-    q, k, v, a, _ = _inputs(8)
-    expected = reference.forgetting_attention(q, k, v, a)
+    args = [_make(np.random.default_rng(8), 2, 8)[n] for n in INPUTS]
+    expected = reference.forgetting_attention(*args)
     for impl in [None, "reference", "xla", "pallas", ("pallas", "xla")]:
         fn = jax.jit(functools.partial(forgetting_attention, implementation=impl))
-        _assert_close(fn(q, k, v, a), expected, 1e-5, str(impl))
+        assert_close(fn(*args), expected, TOL, what=str(impl))
     with pytest.raises(ValueError, match="unknown"):
-        forgetting_attention(q, k, v, a, implementation="cuda")
+        forgetting_attention(*args, implementation="cuda")
     monkeypatch.setattr(api.jax, "default_backend", lambda: "tpu")
-    with pytest.raises(NotImplementedError, match="pallas"):
-        forgetting_attention(q, k, v, a, implementation="pallas")
+    with pytest.raises(RuntimeError, match="pallas"):
+        forgetting_attention(*args, implementation="pallas")
     # A sequence is tried in order: on TPU "pallas" cannot run, "xla" can.
-    _assert_close(forgetting_attention(q, k, v, a, implementation=["pallas", "xla"]), expected, 1e-5, "seq")
+    assert_close(forgetting_attention(*args, implementation=["pallas", "xla"]), expected, TOL, what="seq")
 
 
-def _bad_cases():
-    q, k, v, a, _ = _inputs(8)
+def _bad_cases() -> dict[str, tuple[dict, str]]:
+    x = _make(np.random.default_rng(8), 2, 8)
+    k, v, a = x["k"], x["v"], x["log_fgate"]
     seg = jnp.zeros((2, 8), jnp.int32)
     return {
-        "q rank": (dict(q=q[0]), "q has shape"),
+        "q rank": (dict(q=x["q"][0]), "q has shape"),
         "k length": (dict(k=k[:, :4]), "k has shape"),
         "heads": (dict(k=jnp.zeros((2, 8, 3, 16)), v=jnp.zeros((2, 8, 3, 16))), "divides H = 4"),
         "v shape": (dict(v=v[..., :8]), "v has shape"),
         "dtype": (dict(k=k.astype(jnp.bfloat16)), "share one floating dtype"),
-        "int q": (dict(q=q.astype(jnp.int32)), "share one floating dtype"),
+        "int q": (dict(q=x["q"].astype(jnp.int32)), "share one floating dtype"),
         "gate shape": (dict(log_fgate=a[:, :, :2]), r"log_fgate has shape \(2, 8, 2\)"),
         "positive gate": (dict(log_fgate=a.at[0, 3, 1].set(0.5)), "must be ≤ 0"),
         "segment shape": (dict(segment_ids=seg[:, :5]), r"segment_ids has shape \(2, 5\)"),
@@ -234,9 +237,24 @@ def _bad_cases():
 
 @pytest.mark.parametrize("case", list(_bad_cases()))
 def test_bad_inputs_raise(case):
-    q, k, v, a, _ = _inputs(8)
-    args = dict(q=q, k=k, v=v, log_fgate=a)
+    args = _make(np.random.default_rng(8), 2, 8)
     change, message = _bad_cases()[case]
     args.update(change)
     with pytest.raises(ValueError, match=message):
         forgetting_attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("log_fgate"), **args)
+
+
+def test_bad_decode_inputs_raise():
+    x = _make(np.random.default_rng(3), 2, 3)
+    q, k, v, a = (x[n] for n in INPUTS)
+    state = init_forgetting_attention_state(2, 4, H, HKV, D, jnp.float32)
+    with pytest.raises(ValueError, match=r"`q` has shape \(2, 3, 16\)"):
+        forgetting_attention_step(q[:, :, 0], k, v, a, state=state)
+    with pytest.raises(ValueError, match="`v` has shape"):
+        forgetting_attention_step(q, k, v[..., :4], a, state=state)
+    with pytest.raises(ValueError, match="`log_fgate` is None"):
+        forgetting_attention_step(q, k, v, None, state=state)
+    with pytest.raises(ValueError, match="`state` must be the ForgettingAttentionState"):
+        forgetting_attention_step(q, k, v, a, state={"k": state.k})
+    with pytest.raises(ValueError, match="`num_kv_heads` = 3"):
+        init_forgetting_attention_state(2, 4, H, 3, D, jnp.float32)

@@ -1,13 +1,11 @@
 """Parity, invariant, decode and validation tests of kernels.value_forget_attention (reference and xla).
 
-FiX is a reconstruction (specs/mixers-01 Part B). Error measure: max|actual − expected| / max(1, max|expected|)
-(max-normalized, as the spec's numerics notes). Tolerances (float32), tighter than PERFORMANCE.md C0 (1e-4):
-- forward 1e-5: the blocked path only reorders float32 sums (online softmax, block order, the decay split
-  into λ_i + gap and ρ_j factors); observed ≤ 2e-7 at T ≤ 257 with gates U(−3, 0). A path that differences
-  a global float32 cumsum is 5.9e-5 off the float64 oracle at T = 257 with gates U(−20, 0) (measured).
-- gradients 1e-5: dk, dv and the gate gradients accumulate up to T block contributions and d log_vgate,
-  d log_fgate are reverse cumsums over T of them; observed ≤ 1.1e-6 at T ≤ 257.
-- decode 1e-5: the float32 value cache is multiplied once per step (one rounding per step).
+FiX is a reconstruction (specs/mixers-01 Part B). Parity, packing and decode run through the shared harness
+(`tests/kernels/harness.py`) with the "value_forget_attention" entries of the tolerance table: max|actual −
+expected| / max(1, max|expected|) ≤ 1e-5 in float32 for the forward and every gradient (the blocked path only
+reorders float32 sums; observed ≤ 2e-7 forward and ≤ 1.1e-6 on gradients at T ≤ 257 with gates U(−3, 0); a
+path that differences a global float32 cumsum is 5.9e-5 off the float64 oracle at T = 257 with gates
+U(−20, 0)). Decode at the same 1e-5: the float32 value cache is multiplied once per step.
 RMSNorm below is per head over Dv, as the FiX mixer applies it: the softmax denominator is a per-(row, head)
 scalar, so only a per-head norm removes it.
 
@@ -15,82 +13,62 @@ Compiles dominate the runtime, so the parity cases are a covering set (every T, 
 without packing, with and without the scalar gate) and later tests reuse their compiled functions.
 """
 
+from __future__ import annotations
+
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from attention_cases import (
+    FIX_CASE,
+    check_packed_grads_equal_loop,
+    fix_case,
+    fix_float64_oracle,
+    make_fix_inputs,
+)
+from harness import (
+    assert_close,
+    check_decode_equals_forward,
+    check_forward_and_grads,
+    check_packed_equals_loop,
+    forward_and_grads,
+    max_normalized_error,
+    random_cotangents,
+)
+from tolerances import tolerance
 
 from kernels import value_forget_attention
 from kernels._dispatch import select_implementation
 from kernels.forgetting_attention import reference as fox_reference
 from kernels.value_forget_attention import api, decode, reference, xla
 
-TOL = {"fwd": 1e-5, "grad": 1e-5}
-GRAD_NAMES = ["dq", "dk", "dv", "dlog_vgate", "dlog_fgate"]
+TOL = tolerance("value_forget_attention")
+INPUTS = FIX_CASE.time_inputs
 # (T, packed, scalar gate, block size, Dv): each T, each flag value and both block sizes at least once.
 CASES = [(1, False, True, 16, 8), (63, False, False, 16, 16), (100, True, True, 16, 8),
          (257, True, True, 16, 8), (257, False, True, 64, 8), (100, True, False, 64, 8)]
 
 
-def _inputs(t, *, b=2, h=4, hkv=2, d=16, dv=8, gate=(-3.0, 0.0), seed=0, dtype=jnp.float32):
-    """q, k, v, log_vgate [B,T,H,Dv], log_fgate [B,T,H] and a random cotangent [B,T,H,Dv]."""
-    rng = np.random.default_rng(seed + t)
-    q = jnp.asarray(rng.normal(size=(b, t, h, d)), dtype)
-    k = jnp.asarray(rng.normal(size=(b, t, hkv, d)), dtype)
-    v = jnp.asarray(rng.normal(size=(b, t, hkv, dv)), dtype)
-    log_vgate = jnp.asarray(rng.uniform(*gate, size=(b, t, h, dv)), jnp.float32)
-    log_fgate = jnp.asarray(rng.uniform(*gate, size=(b, t, h)), jnp.float32)
-    ct = jnp.asarray(rng.normal(size=(b, t, h, dv)), jnp.float32)  # random cotangent, not .sum()
-    return q, k, v, log_vgate, log_fgate, ct
+def _inputs(length: int, *, seed: int = 0, **kwargs) -> dict[str, jax.Array]:
+    """The case's inputs at T = length (B = 2), seeded per length."""
+    return make_fix_inputs(np.random.default_rng(seed + length), 2, length, **kwargs)
 
 
-def _packed_ids(t, b=2, seed=0):
-    """Sorted random segment ids [B, T] with a length-1 segment at the start of row 0."""
-    ids = np.sort(np.random.default_rng(seed).integers(1, 4, size=(b, t)), axis=1)
-    ids[0, 0] = 0
-    return jnp.asarray(ids, jnp.int32)
+def _cotangent(inputs: dict[str, jax.Array]) -> jax.Array:
+    """A random cotangent [B, T, H, Dv] for the op's output (not .sum())."""
+    shape = jax.ShapeDtypeStruct(inputs["q"].shape[:3] + inputs["v"].shape[-1:], jnp.float32)
+    return random_cotangents(np.random.default_rng(1), shape)
 
 
 @functools.cache
-def _xla(block):
-    """One function object per block size, so that `_jitted_vjp` compiles each shape once."""
+def _xla(block: int) -> functools.partial:
+    """One function object per block size, so that the harness compiles each shape once."""
     return functools.partial(xla.value_forget_attention, block_size=block)
 
 
-@functools.cache
-def _jitted_vjp(fn, with_fgate):
-    """One jitted (q, k, v, log_vgate, log_fgate, ct, seg) -> (u, grads) per function and gate flag."""
-
-    def run(q, k, v, av, af, ct, segment_ids):
-        if with_fgate:
-            u, vjp = jax.vjp(lambda *x: fn(*x[:4], log_fgate=x[4], segment_ids=segment_ids), q, k, v, av, af)
-        else:
-            u, vjp = jax.vjp(lambda *x: fn(*x, segment_ids=segment_ids), q, k, v, av)
-        return u.astype(jnp.float32), vjp(ct)
-
-    return jax.jit(run)
-
-
-def _run(fn, inputs, seg=None, with_fgate=True):
-    """(u, grads) of fn on inputs = (q, k, v, log_vgate, log_fgate, ct) through the VJP with cotangent ct."""
-    return _jitted_vjp(fn, with_fgate)(*inputs, seg)
-
-
-def _err(actual, expected):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    return np.max(np.abs(actual - expected)) / max(1.0, np.max(np.abs(expected)))
-
-
-def _assert_close(actual, expected, tol, what):
-    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
-    assert np.all(np.isfinite(np.asarray(actual, np.float32))), f"{what}: non-finite values"
-    err = _err(actual, expected)
-    assert err <= tol, f"{what}: error {err:.2e} > {tol:.0e}"
-
-
-def _rms_norm(x):
+def _rms_norm(x: jax.Array) -> np.ndarray:
     """Per-head RMSNorm over Dv with ε → 0 (B.5 (3)): exactly invariant to a positive per-row scalar.
 
     The mixer's ε = 1e-6 is not negligible for strongly decayed u: with mean(u²) ≈ 1e-4 it moves the
@@ -100,27 +78,7 @@ def _rms_norm(x):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True))
 
 
-def _float64_oracle(q, k, v, av, af=None, seg=None):
-    """Direct float64 numpy FiX: (u, the unnormalized numerator Σ_j exp(s_ij) D_ij ⊙ v_j), each [B,T,H,Dv]."""
-    q, k, v, av = (np.asarray(x, np.float64) for x in (q, k, v, av))
-    t, groups = q.shape[1], q.shape[2] // k.shape[2]
-    k, v = np.repeat(k, groups, axis=2), np.repeat(v, groups, axis=2)
-    mask = np.tril(np.ones((t, t), bool))[None]
-    if seg is not None:
-        mask = mask & (np.asarray(seg)[:, :, None] == np.asarray(seg)[:, None, :])
-    s = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(q.shape[-1])
-    if af is not None:
-        lam_f = np.cumsum(np.asarray(af, np.float64), axis=1).transpose(0, 2, 1)  # [B, H, T]
-        s = s + lam_f[..., :, None] - lam_f[..., None, :]
-    weights = np.exp(np.where(mask[:, None], s, -np.inf))  # [B, H, i, j]
-    lam_v = np.cumsum(av, axis=1)
-    log_decay = lam_v[:, :, None] - lam_v[:, None, :]  # [B, i, j, H, Dv]
-    decay = np.exp(np.where(mask[..., None, None], log_decay, -np.inf))
-    numerator = np.einsum("bhij,bijhc,bjhc->bihc", weights, decay, v)
-    return numerator / np.sum(weights, axis=-1).transpose(0, 2, 1)[..., None], numerator
-
-
-def _loop_oracle(q, k, v, av, af):
+def _loop_oracle(q, k, v, av, af) -> np.ndarray:
     """The same maths as explicit loops over (b, h, i, j), for one tiny case."""
     q, k, v, av, af = (np.asarray(x, np.float64) for x in (q, k, v, av, af))
     b_size, t, h_size, d = q.shape
@@ -138,76 +96,56 @@ def _loop_oracle(q, k, v, av, af):
 
 
 def test_reference_equals_float64_loops():
-    q, k, v, av, af, _ = _inputs(11, h=4, hkv=2, d=8, dv=6)
+    x = make_fix_inputs(np.random.default_rng(11), 2, 11, dv=6)
+    q, k, v, av, af = (x[n][..., :8] if n in ("q", "k") else x[n] for n in INPUTS)
     u = reference.value_forget_attention(q, k, v, av, log_fgate=af)
-    _assert_close(u, _loop_oracle(q, k, v, av, af), TOL["fwd"], "u")
-    seg = _packed_ids(11)
-    _assert_close(reference.value_forget_attention(q, k, v, av, log_fgate=af, segment_ids=seg),
-                  _float64_oracle(q, k, v, av, af, seg)[0], TOL["fwd"], "u packed")
+    assert_close(u, _loop_oracle(q, k, v, av, af), TOL, what="u")
+    seg = jnp.asarray([[0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3], [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]], jnp.int32)
+    assert_close(reference.value_forget_attention(q, k, v, av, log_fgate=af, segment_ids=seg),
+                 fix_float64_oracle(q, k, v, av, af, seg)[0], TOL, what="u packed")
 
 
-_REF_CACHE = {}
-
-
-def _case(t, packed, with_fgate, block, dv):
-    """Inputs, segment ids, and the reference's (u, grads) of one parity case (computed once)."""
-    inputs, seg = _inputs(t, dv=dv), (_packed_ids(t) if packed else None)
-    key = (t, packed, with_fgate, dv)
-    if key not in _REF_CACHE:
-        _REF_CACHE[key] = _run(reference.value_forget_attention, inputs, seg, with_fgate)
-    return inputs, seg, _REF_CACHE[key]
-
-
-@pytest.mark.parametrize("t, packed, with_fgate, block, dv", CASES)
-def test_xla_matches_reference_forward_and_all_gradients(t, packed, with_fgate, block, dv):
-    inputs, seg, (u_ref, grads_ref) = _case(t, packed, with_fgate, block, dv)
-    u, grads = _run(_xla(block), inputs, seg, with_fgate)
-    _assert_close(u, u_ref, TOL["fwd"], "u")
-    for name, g, g_ref in zip(GRAD_NAMES[:len(grads)], grads, grads_ref, strict=True):
-        _assert_close(g, g_ref, TOL["grad"], name)
+@pytest.mark.parametrize("length, packed, with_fgate, block, dv", CASES)
+def test_xla_matches_reference_forward_and_all_gradients(length, packed, with_fgate, block, dv):
+    check_forward_and_grads(fix_case(with_fgate, dv), length, chunk_size=block, packed=packed)
 
 
 def test_packed_equals_loop_over_segments_and_no_gradient_crosses():
-    """Two segments of 50 tokens per row (not block-aligned with block 16) against each segment alone.
-
-    The packed call has the shapes of a parity case and both rows' k-th segments run as one batch, so this
-    test compiles one new function.
-    """
+    """Two segments of 50 tokens per row (not block-aligned with block 16, ids 0, 1 and 5, 9) against each
+    segment alone, outputs and every gradient; then a loss on the later segments only."""
+    bounds = [[0, 50, 100], [0, 50, 100]]
+    check_packed_equals_loop(FIX_CASE, bounds, impl="xla", chunk_size=16)
     inputs = _inputs(100)
     seg = jnp.asarray([np.repeat([0, 1], 50), np.repeat([5, 9], 50)], jnp.int32)
-    u, grads = _run(_xla(16), inputs, seg)
-    for lo in (0, 50):
-        u_s, grads_s = _run(_xla(16), tuple(x[:, lo:lo + 50] for x in inputs))
-        _assert_close(u[:, lo:lo + 50], u_s, TOL["fwd"], f"u[:, {lo}:]")
-        for name, g, g_s in zip(GRAD_NAMES, grads, grads_s, strict=True):
-            _assert_close(g[:, lo:lo + 50], g_s, TOL["grad"], f"{name}[:, {lo}:]")
+    check_packed_grads_equal_loop(FIX_CASE, "xla", inputs | {"segment_ids": seg}, bounds, 16)
     # A loss on the later segments only: exactly zero gradient for every first-segment input.
-    later_only = inputs[:5] + (inputs[5] * (seg != seg[:, :1]).astype(jnp.float32)[..., None, None],)
-    for name, fn in (("xla", _xla(16)), ("reference", reference.value_forget_attention)):
-        _, grads = _run(fn, later_only, seg)
-        for grad_name, grad in zip(GRAD_NAMES, grads, strict=True):
-            np.testing.assert_array_equal(np.asarray(grad[:, :50]), 0.0, err_msg=f"{name} {grad_name} leaked")
-            assert np.any(np.asarray(grad[:, 50:]) != 0.0), f"{name} {grad_name}: no gradient at all"
+    later_only = _cotangent(inputs) * (seg != seg[:, :1]).astype(jnp.float32)[..., None, None]
+    for impl in ("xla", "reference"):
+        _, grads = forward_and_grads(FIX_CASE, impl, inputs | {"segment_ids": seg}, later_only,
+                                     None if impl == "reference" else 16)
+        for name, grad in grads.items():
+            np.testing.assert_array_equal(np.asarray(grad[:, :50]), 0.0, err_msg=f"{impl} d{name} leaked")
+            assert np.any(np.asarray(grad[:, 50:]) != 0.0), f"{impl} d{name}: no gradient at all"
 
 
 def test_strong_gates_match_float64():
     """Gates U(−20, 0) at T = 257 (|Λ_T| ≈ 2.6e3): only local gate sums keep float32 at 1e-5 here."""
-    q, k, v, av, af, ct = _inputs(257, gate=(-20.0, 0.0))
-    expected = _float64_oracle(q, k, v, av, af)[0]
-    u_ref, _ = _run(reference.value_forget_attention, (q, k, v, av, af, ct))
-    u_xla, _ = _run(_xla(64), (q, k, v, av, af, ct))
-    _assert_close(u_ref, expected, TOL["fwd"], "reference")
-    _assert_close(u_xla, expected, TOL["fwd"], "xla")
+    x = _inputs(257, gate=(-20.0, 0.0))
+    args = [x[n] for n in INPUTS]
+    expected = fix_float64_oracle(*args)[0]
+    assert_close(jax.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4]), expected, TOL,
+                 what="reference")
+    assert_close(jax.jit(_xla(64))(*args[:4], log_fgate=args[4]), expected, TOL, what="xla")
 
 
 def test_zero_gates_are_causal_dot_product_attention():
     """B.5 (4): log_vgate ≡ 0 without a scalar gate is plain causal softmax attention."""
-    q, k, v, _, af, ct = _inputs(63, dv=16)
+    x = _inputs(63, dv=16)
+    q, k, v = x["q"], x["k"], x["v"]
     zeros = jnp.zeros(q.shape[:3] + (16,), jnp.float32)
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     for name, fn in (("xla", _xla(16)), ("reference", reference.value_forget_attention)):
-        u, _ = _run(fn, (q, k, v, zeros, af, ct), with_fgate=False)
-        _assert_close(u, expected, TOL["fwd"], name)
+        assert_close(jax.jit(fn)(q, k, v, zeros), expected, TOL, what=name)
 
 
 def test_uniform_gates_equal_fox_only_after_rms_norm():
@@ -216,20 +154,22 @@ def test_uniform_gates_equal_fox_only_after_rms_norm():
     FiX normalizes by Σ_j exp(s_ij) while FoX normalizes by Σ_j exp(s_ij)·f-decay_ij, so the per-head
     RMSNorm of both agree while the raw outputs differ.
     """
-    q, k, v, _, af, ct = _inputs(63, dv=16, gate=(-0.5, 0.0))
+    x = _inputs(63, dv=16, gate=(-0.5, 0.0))
+    q, k, v, af = x["q"], x["k"], x["v"], x["log_fgate"]
     uniform = jnp.broadcast_to(af[..., None], q.shape[:3] + (16,))
-    u_fix, _ = _run(_xla(16), (q, k, v, uniform, af, ct), with_fgate=False)
+    u_fix = jax.jit(_xla(16))(q, k, v, uniform)
     o_fox = fox_reference.forgetting_attention(q, k, v, af)
-    _assert_close(_rms_norm(u_fix), _rms_norm(o_fox), TOL["fwd"], "RMSNorm(FiX) vs RMSNorm(FoX)")
-    assert _err(u_fix, o_fox) > 0.05, "raw FiX u must differ from FoX (FoX renormalizes the decayed weights)"
+    assert_close(_rms_norm(u_fix), _rms_norm(o_fox), TOL, what="RMSNorm(FiX) vs RMSNorm(FoX)")
+    assert max_normalized_error(u_fix, o_fox) > 0.05, "raw FiX u must differ from FoX (FoX renormalizes)"
 
 
 def test_denominator_is_redundant_under_rms_norm():
     """B.5 (3): RMSNorm(Σ_j exp(s_ij) D_ij ⊙ v_j) = RMSNorm(u), with packed segments and a scalar gate."""
-    inputs, seg, _ = _case(100, True, True, 16, 8)
-    u, _ = _run(_xla(16), inputs, seg)
-    numerator = _float64_oracle(*inputs[:5], seg)[1]
-    _assert_close(_rms_norm(u), _rms_norm(numerator), TOL["fwd"], "RMSNorm")
+    x = _inputs(100)
+    seg = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, size=(2, 100)), axis=1), jnp.int32)
+    u = jax.jit(_xla(16))(*[x[n] for n in INPUTS[:4]], log_fgate=x["log_fgate"], segment_ids=seg)
+    numerator = fix_float64_oracle(*[x[n] for n in INPUTS], seg)[1]
+    assert_close(_rms_norm(u), _rms_norm(numerator), TOL, what="RMSNorm")
 
 
 def test_long_sequence_bf16_strong_gates_stay_finite():
@@ -244,64 +184,75 @@ def test_long_sequence_bf16_strong_gates_stay_finite():
     u = jax.jit(_xla(128))(q, k, v, av, log_fgate=af)
     assert u.dtype == jnp.bfloat16
     assert np.all(np.isfinite(np.asarray(u, np.float32)))
-    _assert_close(_rms_norm(u), _rms_norm(v), 2e-2, "RMSNorm(u) ≈ RMSNorm(v)")
+    assert_close(_rms_norm(u), _rms_norm(v), tolerance("value_forget_attention", jnp.bfloat16),
+                 what="RMSNorm(u) ≈ RMSNorm(v)")
 
 
-@pytest.mark.parametrize("t", [1, 100])
-def test_very_strong_gates_are_finite_and_local(t):
+@pytest.mark.parametrize("length", [1, 100])
+def test_very_strong_gates_are_finite_and_local(length):
     """log f = −1e4 in both gates: each query sees only itself, u_i = v_i; all gradients finite, gates' zero."""
-    inputs, seg, _ = _case(t, t > 1, True, 16, 8)
-    q, k, v, _, _, ct = inputs
-    strong = (q, k, v, jnp.full(q.shape[:3] + (8,), -1e4, jnp.float32), jnp.full(q.shape[:3], -1e4, jnp.float32), ct)
-    for name, fn in (("xla", _xla(16)), ("reference", reference.value_forget_attention)):
-        u, grads = _run(fn, strong, seg)
-        _assert_close(u, jnp.repeat(v, 2, axis=2), TOL["fwd"], f"{name} u")
-        for grad_name, g in zip(GRAD_NAMES, grads, strict=True):
-            assert np.all(np.isfinite(np.asarray(g))), f"{name} {grad_name} not finite"
-        for grad_name, g in zip(GRAD_NAMES, grads, strict=True):
-            if grad_name != "dv":
-                _assert_close(g, jnp.zeros_like(g), TOL["grad"], f"{name} {grad_name}")
+    inputs = _inputs(length)
+    inputs["log_vgate"] = jnp.full(inputs["log_vgate"].shape, -1e4, jnp.float32)
+    inputs["log_fgate"] = jnp.full(inputs["log_fgate"].shape, -1e4, jnp.float32)
+    if length > 1:
+        inputs["segment_ids"] = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, (2, length)), 1),
+                                            jnp.int32)
+    for impl in ("xla", "reference"):
+        u, grads = forward_and_grads(FIX_CASE, impl, inputs, _cotangent(inputs), None if impl == "reference" else 16)
+        assert_close(u, jnp.repeat(inputs["v"], 2, axis=2), TOL, what=f"{impl} u")
+        for name, g in grads.items():
+            assert np.all(np.isfinite(np.asarray(g))), f"{impl} d{name} not finite"
+            if name != "v":
+                assert_close(g, jnp.zeros_like(g), TOL, kind="grad", what=f"{impl} d{name}")
+
+
+@pytest.mark.parametrize("with_fgate", [True, False])
+def test_decode_one_token_at_a_time_equals_forward(with_fgate):
+    """The harness's decode check: `value_forget_attention_step` per token against the reference forward."""
+    check_decode_equals_forward(fix_case(with_fgate), 63)
 
 
 @functools.cache
-def _decode_step(prune_eps, prefill_block):
-    return jax.jit(functools.partial(decode.decode_step, prune_eps=prune_eps, prefill_block=prefill_block))
+def _decode_step(prune_eps: float | None, prefill_block: int):
+    return jax.jit(functools.partial(decode.value_forget_attention_step, prune_eps=prune_eps,
+                                     prefill_block=prefill_block))
 
 
 def _decode_all(inputs, chunks, capacity, *, with_fgate=True, prune_eps=None, prefill_block=64):
-    """Feed (q, k, v, log_vgate, log_fgate) through decode_step in chunks; returns (u [B,T,H,Dv], cache)."""
+    """Feed (q, k, v, log_vgate, log_fgate) through the decode step in chunks; returns (u [B,T,H,Dv], state)."""
     q, k, v, av, af = inputs
     b, t, h, d = q.shape
-    cache = decode.init_cache(b, capacity, h, k.shape[2], d, v.shape[-1], q.dtype)
+    state = decode.init_value_forget_attention_state(b, capacity, h, k.shape[2], d, v.shape[-1], q.dtype)
     outputs, start = [], 0
     for size in chunks:
         piece = [None if x is None else x[:, start:start + size] for x in (q, k, v, av, af)]
-        u, cache = _decode_step(prune_eps, prefill_block)(cache, *piece[:4], piece[4] if with_fgate else None)
+        u, state = _decode_step(prune_eps, prefill_block)(*piece[:4], piece[4] if with_fgate else None, state=state)
         outputs.append(u)
         start += size
     assert start == t
-    return jnp.concatenate(outputs, axis=1), cache
+    return jnp.concatenate(outputs, axis=1), state
 
 
 @pytest.mark.parametrize("with_fgate", [True, False])
 def test_decode_equals_full_forward_at_every_position(with_fgate):
     """B.5 (7), cache (a): single tokens and chunked prefill (chunks of 5) equal the full forward."""
-    q, k, v, av, af, _ = _inputs(30)
-    u, cache = _decode_all((q, k, v, av, af), [1, 5, 1, 5, 5, 1, 5, 1, 5, 1], capacity=32, with_fgate=with_fgate)
-    expected = _float64_oracle(q, k, v, av, af if with_fgate else None)[0]
-    _assert_close(u, expected, TOL["fwd"], "decode")
-    assert cache["v"].dtype == jnp.float32
-    np.testing.assert_array_equal(cache["length"], [30, 30])
-    np.testing.assert_array_equal(cache["evicted"], [0, 0])
-    assert int(cache["valid"].sum()) == 2 * 30
+    x = _inputs(30)
+    args = [x[n] for n in INPUTS]
+    u, state = _decode_all(args, [1, 5, 1, 5, 5, 1, 5, 1, 5, 1], capacity=32, with_fgate=with_fgate)
+    expected = fix_float64_oracle(*args[:4], args[4] if with_fgate else None)[0]
+    assert_close(u, expected, TOL, what="decode")
+    assert state.v.dtype == jnp.float32
+    np.testing.assert_array_equal(state.length, [30, 30])
+    np.testing.assert_array_equal(state.evicted, [0, 0])
+    assert int(state.valid.sum()) == 2 * 30
 
 
 def test_long_prefill_runs_in_pieces():
     """A 30-token prompt in one call with prefill_block 8: a scan over 3 pieces plus a remainder of 6."""
-    q, k, v, av, af, _ = _inputs(30)
-    u, cache = _decode_all((q, k, v, av, af), [30], capacity=32, prefill_block=8)
-    _assert_close(u, _float64_oracle(q, k, v, av, af)[0], TOL["fwd"], "prefill")
-    np.testing.assert_array_equal(cache["length"], [30, 30])
+    args = [_inputs(30)[n] for n in INPUTS]
+    u, state = _decode_all(args, [30], capacity=32, prefill_block=8)
+    assert_close(u, fix_float64_oracle(*args)[0], TOL, what="prefill")
+    np.testing.assert_array_equal(state.length, [30, 30])
 
 
 def test_pruned_decode_with_small_capacity_matches_forward_after_rms_norm():
@@ -311,40 +262,42 @@ def test_pruned_decode_with_small_capacity_matches_forward_after_rms_norm():
     the per-head RMSNorm of u matches the full forward (up to the dropped terms, ≤ 1e-6 each) while the raw
     u may not.
     """
-    q, k, v, _, _, _ = _inputs(40)
-    av = jnp.asarray(np.random.default_rng(3).uniform(-6.0, -3.0, size=q.shape[:3] + (8,)), jnp.float32)
-    q = q * 0.3  # logits O(1): a dropped term's weight e^{s_ij} stays within a few e of the kept ones
-    u, cache = _decode_all((q, k, v, av, None), [1] * 40, capacity=8, with_fgate=False, prune_eps=1e-6)
-    _assert_close(_rms_norm(u), _rms_norm(_float64_oracle(q, k, v, av)[0]), 1e-5, "RMSNorm(u)")
-    np.testing.assert_array_equal(cache["evicted"], [0, 0])
-    assert int(cache["valid"].sum(axis=1).max()) <= 6  # e^-3 per step: gone below 1e-6 after at most 5 steps
+    x = _inputs(40)
+    k, v = x["k"], x["v"]
+    av = jnp.asarray(np.random.default_rng(3).uniform(-6.0, -3.0, size=x["q"].shape[:3] + (8,)), jnp.float32)
+    q = x["q"] * 0.3  # logits O(1): a dropped term's weight e^{s_ij} stays within a few e of the kept ones
+    expected = _rms_norm(fix_float64_oracle(q, k, v, av)[0])
+    u, state = _decode_all((q, k, v, av, None), [1] * 40, capacity=8, with_fgate=False, prune_eps=1e-6)
+    assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u)")
+    np.testing.assert_array_equal(state.evicted, [0, 0])
+    assert int(state.valid.sum(axis=1).max()) <= 6  # e^-3 per step: gone below 1e-6 after at most 5 steps
     # The whole prompt in one call, T = 40 > capacity: pieces of 8 tokens, each freed by the next piece's decay.
-    u, cache = _decode_all((q, k, v, av, None), [40], capacity=8, with_fgate=False, prune_eps=1e-6)
-    _assert_close(_rms_norm(u), _rms_norm(_float64_oracle(q, k, v, av)[0]), 1e-5, "RMSNorm(u), one call")
-    np.testing.assert_array_equal(cache["evicted"], [0, 0])
+    u, state = _decode_all((q, k, v, av, None), [40], capacity=8, with_fgate=False, prune_eps=1e-6)
+    assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u), one call")
+    np.testing.assert_array_equal(state.evicted, [0, 0])
 
 
 def test_full_cache_evicts_the_most_forgotten_slot_and_counts_it():
     """Capacity 4 without pruning and gates constant in time: the oldest slot is evicted at every step, so a
     query sees the 4 cached tokens plus itself (a sliding window of 5), and `evicted` counts T − 4."""
-    q, k, v, _, _, _ = _inputs(12)
+    x = _inputs(12)
+    q, k, v = x["q"], x["k"], x["v"]
     rates = np.random.default_rng(4).uniform(-0.5, -0.05, size=(1, 1, 4, 8))
     av = jnp.asarray(np.broadcast_to(rates, q.shape[:3] + (8,)), jnp.float32)
-    u, cache = _decode_all((q, k, v, av, None), [1] * 12, capacity=4, with_fgate=False)
+    u, state = _decode_all((q, k, v, av, None), [1] * 12, capacity=4, with_fgate=False)
     for i in range(12):
         lo = max(0, i - 4)
-        window = _float64_oracle(*(x[:, lo:i + 1] for x in (q, k, v, av)))[0]
-        _assert_close(u[:, i], window[:, -1], TOL["fwd"], f"u[{i}]")
-    np.testing.assert_array_equal(cache["evicted"], [8, 8])
+        window = fix_float64_oracle(*(y[:, lo:i + 1] for y in (q, k, v, av)))[0]
+        assert_close(u[:, i], window[:, -1], TOL, what=f"u[{i}]")
+    np.testing.assert_array_equal(state.evicted, [8, 8])
 
 
 def test_fwd_bwd_memory_is_linear_in_length():
     """Compiled temp memory of forward + backward, T = 2048 over T = 1024: ≤ 2.3 (quadratic would be 4)."""
 
     def temp_bytes(t):
-        shapes = [((1, t, 2, 16), jnp.float32), ((1, t, 1, 16), jnp.float32), ((1, t, 1, 16), jnp.float32),
-                  ((1, t, 2, 16), jnp.float32)]
-        args = [jax.ShapeDtypeStruct(*s) for s in shapes]
+        shapes = [(1, t, 2, 16), (1, t, 1, 16), (1, t, 1, 16), (1, t, 2, 16)]
+        args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
 
         def loss(q, k, v, av):
             return jnp.sum(xla.value_forget_attention(q, k, v, av, block_size=64))
@@ -365,13 +318,14 @@ def test_implementation_dispatch():
     assert pick(("xla", "reference")) is xla.value_forget_attention
     with pytest.raises(ValueError, match="unknown"):
         pick("cuda")
-    q, k, v, av, af, _ = _inputs(8)
-    u = jax.jit(functools.partial(value_forget_attention, block_size=4))(q, k, v, av, log_fgate=af)
-    _assert_close(u, reference.value_forget_attention(q, k, v, av, log_fgate=af), TOL["fwd"], "default path")
+    args = [_inputs(8)[n] for n in INPUTS]
+    u = jax.jit(functools.partial(value_forget_attention, block_size=4))(*args[:4], log_fgate=args[4])
+    assert_close(u, reference.value_forget_attention(*args[:4], log_fgate=args[4]), TOL, what="default path")
 
 
-def _bad_cases():
-    q, k, v, av, af, _ = _inputs(8)
+def _bad_cases() -> dict[str, tuple[dict, str]]:
+    x = _inputs(8)
+    q, k, v, av, af = (x[n] for n in INPUTS)
     seg = jnp.zeros((2, 8), jnp.int32)
     return {
         "q rank": (dict(q=q[0]), "`q` has shape"),
@@ -393,8 +347,7 @@ def _bad_cases():
 
 @pytest.mark.parametrize("case", list(_bad_cases()))
 def test_bad_inputs_raise(case):
-    q, k, v, av, af, _ = _inputs(8)
-    args = dict(q=q, k=k, v=v, log_vgate=av, log_fgate=af)
+    args = dict(_inputs(8))
     change, message = _bad_cases()[case]
     args.update(change)
     with pytest.raises(ValueError, match=message):
@@ -402,19 +355,20 @@ def test_bad_inputs_raise(case):
 
 
 def test_bad_decode_inputs_raise():
-    q, k, v, av, af, _ = _inputs(3)
-    cache = decode.init_cache(2, 2, 4, 2, 16, 8, jnp.float32)
+    q, k, v, av, af = (_inputs(3)[n] for n in INPUTS)
+    state = decode.init_value_forget_attention_state(2, 2, 4, 2, 16, 8, jnp.float32)
+    step = decode.value_forget_attention_step
     with pytest.raises(ValueError, match=r"`q` has shape \(2, 3, 16\)"):
-        decode.decode_step(cache, q[:, :, 0], k, v, av)
+        step(q[:, :, 0], k, v, av, state=state)
     with pytest.raises(ValueError, match="`prefill_block` is 0"):
-        decode.decode_step(cache, q, k, v, av, prefill_block=0)
+        step(q, k, v, av, state=state, prefill_block=0)
     with pytest.raises(ValueError, match="`v` has shape"):
-        decode.decode_step(cache, q, k, v[..., :4], av)
+        step(q, k, v[..., :4], av, state=state)
     with pytest.raises(ValueError, match="`log_vgate` must be ≤ 0"):
-        decode.decode_step(cache, q, k, v, -av)
+        step(q, k, v, -av, state=state)
     with pytest.raises(ValueError, match="`prune_eps` is 2.0"):
-        decode.decode_step(cache, q, k, v, av, af, prune_eps=2.0)
-    with pytest.raises(ValueError, match="`cache` must be the dict"):
-        decode.decode_step({"k": cache["k"]}, q, k, v, av)
+        step(q, k, v, av, af, state=state, prune_eps=2.0)
+    with pytest.raises(ValueError, match="`state` must be the ValueForgetAttentionState"):
+        step(q, k, v, av, state={"k": state.k})
     with pytest.raises(ValueError, match="`num_kv_heads` = 3"):
-        decode.init_cache(2, 4, 4, 3, 16, 8, jnp.float32)
+        decode.init_value_forget_attention_state(2, 4, 4, 3, 16, 8, jnp.float32)
