@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from harness import (
+    FAST_COMPILE,
     OpCase,
     assert_close,
     check_decode_equals_forward,
@@ -31,9 +32,6 @@ VARIANTS = ("deltanet", "gdn", "kda")
 TOL = tolerance("delta_rule")
 TOL_BF16 = tolerance("delta_rule", jnp.bfloat16)
 
-# Compile-bound suite: LLVM's optimization level is lowered for the op-specific checks below (same HLO, same
-# IEEE float semantics: XLA:CPU fast-math is off), which halves their compile time on a 2-core machine.
-_FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def _make(variant: str, rng: np.random.Generator, batch: int, length: int, h: int = H, dk: int = K,
@@ -67,7 +65,7 @@ CASES = {variant: _case(variant) for variant in VARIANTS}
 
 def _run(x: dict[str, jax.Array], **kw: object) -> tuple[jax.Array, jax.Array]:
     """gated_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: gated_delta_rule(**x, **kw), compiler_options=_FAST_COMPILE)(x)
+    return jax.jit(lambda x: gated_delta_rule(**x, **kw), compiler_options=FAST_COMPILE)(x)
 
 
 def _inputs(variant: str, length: int, *, seed: int, packed: bool, batch: int = B, **dims: int) -> dict:
@@ -164,7 +162,7 @@ def test_state_passing_equals_one_pass() -> None:
     o, s = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n not in ("initial_state", "segment_ids") else x[n])
                for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda h: gated_delta_rule(**h, chunk_size=32), compiler_options=_FAST_COMPILE)
+    run_half = jax.jit(lambda h: gated_delta_rule(**h, chunk_size=32), compiler_options=FAST_COMPILE)
     o1, s1 = run_half(halves[0])
     o2, s2 = run_half({**halves[1], "initial_state": s1})
     assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
@@ -195,7 +193,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype, variant: str) -> None:
         (o, s), vjp = jax.vjp(f, x["q"], x["g"])
         return o, s, vjp((do, jnp.ones_like(s)))
 
-    o, s, (dq, dg) = jax.jit(run, compiler_options=_FAST_COMPILE)(x)
+    o, s, (dq, dg) = jax.jit(run, compiler_options=FAST_COMPILE)(x)
     for a in (o, s, dq, dg):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from harness import (
+    FAST_COMPILE,
     OpCase,
     assert_close,
     assert_trees_close,
@@ -33,10 +34,6 @@ SEQ = ("q", "k", "v", "p", "g", "log_mu", "beta", "eta")  # per-step inputs
 STRONG = (-5.0, 0.0)  # g, log_mu: a chunk of 64 sums to ~-160, overflow if a mask came after exp
 TOL = tolerance("momentum_delta_rule")
 TOL_BF16 = tolerance("momentum_delta_rule", jnp.bfloat16)
-
-# Compile-bound suite: LLVM's optimization level is lowered for the op-specific checks below (same HLO, same
-# IEEE float semantics: XLA:CPU fast-math is off), which halves their compile time on a 2-core machine.
-_FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def make_inputs(rng: np.random.Generator, batch: int, length: int, *, h: int = H, dk: int = K, dv: int = V,
@@ -82,7 +79,7 @@ def _inputs(length: int, *, seed: int, packed: bool, batch: int = B, **kw: objec
 
 def _run(x: dict, **kw: object) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """momentum_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: momentum_delta_rule(**x, **kw), compiler_options=_FAST_COMPILE)(x)
+    return jax.jit(lambda x: momentum_delta_rule(**x, **kw), compiler_options=FAST_COMPILE)(x)
 
 
 # Every T meets one chunk size; across the T values both 16 and 64 occur, and both plain and packed rows.
@@ -157,7 +154,7 @@ def test_reduces_to_gated_delta_rule(impl: str) -> None:
                initial_state=x["initial_state"][0], segment_ids=x["segment_ids"])
     # mu = 0 drops M0 entirely: the first step's M is eta k e^T whatever M0 was.
     o_gdn, s_gdn = jax.jit(lambda d: gated_delta_rule(**d, implementation="reference"),
-                           compiler_options=_FAST_COMPILE)(gdn)
+                           compiler_options=FAST_COMPILE)(gdn)
     assert_close(o, o_gdn, TOL, what="o")
     assert_close(s, s_gdn, TOL, what="final S")
 
@@ -171,7 +168,7 @@ def test_state_passing_equals_one_pass() -> None:
     x = _inputs(128, seed=9, packed=False)
     o, state = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n in SEQ else x[n]) for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=32), compiler_options=_FAST_COMPILE)
+    run_half = jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=32), compiler_options=FAST_COMPILE)
     o1, state1 = run_half(halves[0])
     o2, state2 = run_half({**halves[1], "initial_state": state1})
     assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
@@ -201,7 +198,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype) -> None:
         (o, (s, m)), vjp = jax.vjp(f, x["q"], x["g"], x["log_mu"])
         return o, s, m, vjp((do, (jnp.ones_like(s), jnp.ones_like(m))))
 
-    o, s, m, grads = jax.jit(run, compiler_options=_FAST_COMPILE)(x)
+    o, s, m, grads = jax.jit(run, compiler_options=FAST_COMPILE)(x)
     for a in (o, s, m, *grads):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0
