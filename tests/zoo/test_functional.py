@@ -106,6 +106,9 @@ def test_mixer_init_apply_jit_grad_vmap(mixer: str):
 
 def test_static_config_jit_and_decode_cache():
     params, tokens = functional.init(CFG, jax.random.key(0)), _inputs(CFG)
+    # Compiled sampling may round the last bit differently from the eager ops.
+    chex.assert_trees_all_close(jax.jit(functional.init, static_argnums=0)(CFG, jax.random.key(0)), params,
+                                rtol=1e-6, atol=1e-7)
     apply = jax.jit(functional.apply, static_argnums=0)
     full = apply(CFG, params, tokens)
     chex.assert_shape(full, (BATCH, LENGTH, CFG.vocab_size))
