@@ -23,18 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common import gate_sums
+from kernels._common import blocks, gate_sums
 from kernels._common.attention_tiles import softmax_start, softmax_step
-from kernels._common.blocks import (
-    block_length,
-    blocked_reverse_cumsum,
-    from_blocks,
-    gate_blocks,
-    kv_blocks,
-    padded_blocks,
-    pick,
-    segment_blocks,
-)
 from kernels._common.precision import einsum_f32
 
 DEFAULT_BLOCK_SIZE = 128
@@ -89,15 +79,15 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg:
     gap0 = jnp.zeros(q.shape[1:4], _F32)
 
     def query_block(_: None, i: jax.Array) -> tuple[None, tuple[jax.Array, jax.Array]]:
-        qb, seg_q = q[i], pick(seg, i)
+        qb, seg_q = q[i], blocks.pick(seg, i)
         # The diagonal block goes first (see `softmax_start`).
-        m, p, l_sum = softmax_start(_diag_logits(qb, k[i], pick(a, i), seg_q, scale))
+        m, p, l_sum = softmax_start(_diag_logits(qb, k[i], blocks.pick(a, i), seg_q, scale))
         acc = einsum_f32("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[i])
 
         def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             m, l_sum, acc, gap = carry
             j = i - 1 - t
-            s = _off_logits(qb, k[j], pick(lam, i), gap, pick(rho, j), seg_q, pick(seg, j), scale)
+            s = _off_logits(qb, k[j], blocks.pick(lam, i), gap, blocks.pick(rho, j), seg_q, blocks.pick(seg, j), scale)
             m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
             pv = einsum_f32("bhgqk,bhkd->bhgqd", p.astype(v.dtype), v[j])
             gap = gap if tot is None else gap + tot[j]
@@ -135,15 +125,15 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg
 
     def key_block(carry: tuple[jax.Array, jax.Array], j: jax.Array) -> tuple[tuple, tuple]:
         dq_all, rows_all = carry
-        kb, vb, seg_k = k[j], v[j], pick(seg, j)
-        s = _diag_logits(q[j], kb, pick(a, j), seg_k, scale)
+        kb, vb, seg_k = k[j], v[j], blocks.pick(seg, j)
+        s = _diag_logits(q[j], kb, blocks.pick(a, j), seg_k, scale)
         dq, dk, dv, rows, cols = _pair_grads(s, q[j], kb, vb, do[j], lse[j], delta[j], scale)
         dq_all = dq_all.at[j].add(dq)
         rows_all = rows_all.at[j].add(rows)
 
         def query_block(i: jax.Array, inner: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
             dq_all, rows_all, dk, dv, cols, gap = inner
-            s = _off_logits(q[i], kb, pick(lam, i), gap, pick(rho, j), pick(seg, i), seg_k, scale)
+            s = _off_logits(q[i], kb, blocks.pick(lam, i), gap, blocks.pick(rho, j), blocks.pick(seg, i), seg_k, scale)
             dq_i, dk_i, dv_i, rows_i, cols_i = _pair_grads(s, q[i], kb, vb, do[i], lse[i], delta[i], scale)
             dq_all = lax.dynamic_update_index_in_dim(dq_all, dq_all[i] + dq_i, i, 0)
             rows_all = lax.dynamic_update_index_in_dim(rows_all, rows_all[i] + rows_i, i, 0)
@@ -177,7 +167,7 @@ def _blocked_bwd(scale: float, res: tuple, do: jax.Array) -> tuple:
     q, k, v, a, seg, o, lse = res
     dq, dk, dv, d_lambda = _backward(q, k, v, a, seg, o, lse, do, scale)
     # d log f_t = Σ_{i ≥ t} dΛ_i over t's own segment of the (padded) sequence, in time order.
-    da = None if d_lambda is None else blocked_reverse_cumsum(d_lambda, seg)
+    da = None if d_lambda is None else blocks.blocked_reverse_cumsum(d_lambda, seg)
     return dq, dk, dv, da, None
 
 
@@ -197,9 +187,9 @@ def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: ja
     _, t, h, d = q.shape
     hkv = k.shape[2]
     scale = d**-0.5 if scale is None else float(scale)
-    c, tp = block_length(t, block_size)
-    qb = padded_blocks(q, c, tp, hkv)
-    kb, vb = kv_blocks(k, c, tp), kv_blocks(v, c, tp)
-    a = gate_blocks(log_fgate, c, tp, hkv)
-    o = _blocked(qb, kb, vb, a, segment_blocks(segment_ids, c, tp), scale)
-    return from_blocks(o)[:, :t]
+    c, tp = blocks.block_length(t, block_size)
+    qb = blocks.padded_blocks(q, c, tp, hkv)
+    kb, vb = blocks.kv_blocks(k, c, tp), blocks.kv_blocks(v, c, tp)
+    a = blocks.gate_blocks(log_fgate, c, tp, hkv)
+    o = _blocked(qb, kb, vb, a, blocks.segment_blocks(segment_ids, c, tp), scale)
+    return blocks.from_blocks(o)[:, :t]

@@ -37,18 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels._common import gate_sums
+from kernels._common import blocks, gate_sums
 from kernels._common.attention_tiles import softmax_start, softmax_step
-from kernels._common.blocks import (
-    block_length,
-    blocked_reverse_cumsum,
-    from_blocks,
-    gate_blocks,
-    kv_blocks,
-    padded_blocks,
-    pick,
-    segment_blocks,
-)
 from kernels._common.precision import einsum_f32
 
 DEFAULT_BLOCK_SIZE = 64
@@ -266,15 +256,15 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Ar
     gap_f0 = None if af is None else jnp.zeros(af.shape[1:4], _F32)
 
     def query_block(_: None, i: jax.Array) -> tuple[None, tuple[jax.Array, jax.Array]]:
-        qb, seg_q = q[i], pick(seg, i)
+        qb, seg_q = q[i], blocks.pick(seg, i)
         # The diagonal block goes first (see `softmax_start`).
-        m_diag, p, l_sum = softmax_start(_diag_logits(qb, k[i], pick(af, i), seg_q, scale))
+        m_diag, p, l_sum = softmax_start(_diag_logits(qb, k[i], blocks.pick(af, i), seg_q, scale))
         acc_diag = _diag_values(p, v[i].astype(_F32), _diag_gates(av_t[i], sub))
 
         def key_block(t: jax.Array, carry: Carry) -> Carry:
             m, l_sum, acc, gap_v, gap_f = carry
             j = i - 1 - t
-            s = _off_logits(qb, k[j], _f_terms(lam_f, rho_f, gap_f, i, j), seg_q, pick(seg, j), scale)
+            s = _off_logits(qb, k[j], _f_terms(lam_f, rho_f, gap_f, i, j), seg_q, blocks.pick(seg, j), scale)
             m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
             # F_i is common to every key block, so only the gap vector scales this tile.
             pv = _mm("bhgqk,bhgkc->bhgqc", p, v_decayed[j], v.dtype)
@@ -320,8 +310,8 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.A
 
     def key_block(carry: tuple[jax.Array, jax.Array], j: jax.Array) -> tuple[tuple, tuple]:
         dq_all, rows_all = carry
-        kb, vb, seg_k = k[j], v[j].astype(_F32), pick(seg, j)
-        s = _diag_logits(q[j], kb, pick(af, j), seg_k, scale)
+        kb, vb, seg_k = k[j], v[j].astype(_F32), blocks.pick(seg, j)
+        s = _diag_logits(q[j], kb, blocks.pick(af, j), seg_k, scale)
         dg = _diag_gates(av_t[j], sub)
         p, dq, dk, rows, cols = _pair_grads(s, q[j], kb, _diag_dp(du[j], vb, dg), lse[j], delta[j], scale)
         dvt = _diag_dvt(p, du[j], dg)
@@ -330,7 +320,7 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.A
 
         def query_block(i: jax.Array, inner: Carry) -> Carry:
             dq_all, rows_all, dk, dvt_in, cols, gap_v, gap_f = inner
-            s = _off_logits(q[i], kb, _f_terms(lam_f, rho_f, gap_f, i, j), pick(seg, i), seg_k, scale)
+            s = _off_logits(q[i], kb, _f_terms(lam_f, rho_f, gap_f, i, j), blocks.pick(seg, i), seg_k, scale)
             du_out = du_decayed[i] * jnp.exp(gap_v)[..., None, :]  # F_i ⊙ exp(gap) ⊙ du_i
             dp = _mm("bhgqc,bhgkc->bhgqk", du_out, v_decayed[j], v.dtype)
             p, dq_i, dk_i, rows_i, cols_i = _pair_grads(s, q[i], kb, dp, lse[i], delta[i], scale)
@@ -371,8 +361,8 @@ def _blocked_bwd(scale: float, res: tuple, du: jax.Array) -> tuple:
     dq, dk, dvt, d_lambda_f = _backward(q, k, v, av, af, seg, u, lse, du, scale)
     # dΛ^v_i = du_i ⊙ u_i − v_i ⊙ dṽ_i per query head, channel-major like av.
     d_lambda_v = jnp.swapaxes(du * u - v[:, :, :, None].astype(_F32) * dvt, -1, -2)
-    dav = blocked_reverse_cumsum(d_lambda_v, seg)
-    daf = None if af is None else blocked_reverse_cumsum(d_lambda_f, seg)
+    dav = blocks.blocked_reverse_cumsum(d_lambda_v, seg)
+    daf = None if af is None else blocks.blocked_reverse_cumsum(d_lambda_f, seg)
     dv = jnp.sum(dvt, axis=3)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dav, daf, None
 
@@ -393,10 +383,10 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
     _, t, h, d = q.shape
     hkv = k.shape[2]
     scale = d**-0.5 if scale is None else float(scale)
-    c, tp = block_length(t, block_size)
-    qb = padded_blocks(q, c, tp, hkv)
-    kb, vb = kv_blocks(k, c, tp), kv_blocks(v, c, tp)
-    av = jnp.swapaxes(padded_blocks(log_vgate.astype(_F32), c, tp, hkv), -1, -2)
-    af = gate_blocks(log_fgate, c, tp, hkv)
-    u = _blocked(qb, kb, vb, av, af, segment_blocks(segment_ids, c, tp), scale)
-    return from_blocks(u)[:, :t]
+    c, tp = blocks.block_length(t, block_size)
+    qb = blocks.padded_blocks(q, c, tp, hkv)
+    kb, vb = blocks.kv_blocks(k, c, tp), blocks.kv_blocks(v, c, tp)
+    av = jnp.swapaxes(blocks.padded_blocks(log_vgate.astype(_F32), c, tp, hkv), -1, -2)
+    af = blocks.gate_blocks(log_fgate, c, tp, hkv)
+    u = _blocked(qb, kb, vb, av, af, blocks.segment_blocks(segment_ids, c, tp), scale)
+    return blocks.from_blocks(u)[:, :t]
