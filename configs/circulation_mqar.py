@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide circulation attention (logits M_sym + α·M_skew, specs/mixers-08)
+"""A 2-layer, 64-wide circulation attention (logits M_sym + α·M_skew, arXiv 2605.27476)
 on multi-query associative recall (MQAR).
 
 The same data and schedule as fox_mqar with the "circulation" mixer;

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide circulation attention (logits M_sym + α·M_skew, specs/mixers-08)
+"""A 2-layer, 64-wide circulation attention (logits M_sym + α·M_skew, arXiv 2605.27476)
 on the built-in byte corpus.
 
 The same shape and schedule as fox_tiny with the "circulation" mixer;

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide DeltaNet (Yang et al. 2024, specs/mixers-02 §1) on the built-in byte corpus.
+"""A 2-layer, 64-wide DeltaNet (Yang et al. 2024, arXiv 2406.06484) on the built-in byte corpus.
 
 The same shape and schedule as llama_tiny with the "deltanet" mixer: 4 value heads sharing 2 query/key heads
 (num_kv_heads), short conv width 4. Options: `(('allow_neg_eigval', True),)` lets β reach 2.

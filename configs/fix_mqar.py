@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide FiX (specs/mixers-01 Part B, a reconstruction) on multi-query associative recall.
+"""A 2-layer, 64-wide FiX (ICML 2026, a reconstruction) on multi-query associative recall.
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes the trainer's own MQAR tests use; the
 vocabulary (64) covers padding + keys + values (33). Without the FoX scalar gate:

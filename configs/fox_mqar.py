@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide FoX (specs/mixers-01 Part A) on multi-query associative recall (MQAR).
+"""A 2-layer, 64-wide FoX (arXiv 2503.02130) on multi-query associative recall (MQAR).
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes the trainer's own MQAR tests use; the
 vocabulary (64) covers padding + keys + values (33). The Pro block: `model.mixer_options="(('pro', True),)"`.

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide FoX (Forgetting Transformer, specs/mixers-01 Part A) on the built-in byte corpus.
+"""A 2-layer, 64-wide FoX (Forgetting Transformer, arXiv 2503.02130) on the built-in byte corpus.
 
 The same shape and schedule as llama_tiny with the "fox" mixer (data-dependent forget gate, no RoPE).
 The Pro block: `model.mixer_options="(('pro', True),)"`; other gates: `(('gate', 'bias_only'),)` etc.

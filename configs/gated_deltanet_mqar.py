@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide Gated DeltaNet (specs/mixers-02 §1) on multi-query associative recall (MQAR).
+"""A 2-layer, 64-wide Gated DeltaNet (arXiv 2412.06464) on multi-query associative recall (MQAR).
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes the trainer's own MQAR tests use; the
 vocabulary (64) covers padding + keys + values (33). Options: `(('allow_neg_eigval', True),)` lets β reach 2.

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide GOAT (learned attention prior folded into q/k channels, specs/mixers-04)
+"""A 2-layer, 64-wide GOAT (learned attention prior folded into q/k channels, arXiv 2601.15380)
 on multi-query associative recall (MQAR).
 
 The same data and schedule as fox_mqar with the "goat" mixer;

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide GOAT (learned attention prior folded into q/k channels, specs/mixers-04)
+"""A 2-layer, 64-wide GOAT (learned attention prior folded into q/k channels, arXiv 2601.15380)
 on the built-in byte corpus.
 
 The same shape and schedule as fox_tiny with the "goat" mixer;

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide Hyena (order 2, specs/mixers-06 §C) on multi-query associative recall (MQAR).
+"""A 2-layer, 64-wide Hyena (order 2, arXiv 2302.10866) on multi-query associative recall (MQAR).
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes of fox_mqar. The implicit filter
 covers model.max_seq_len (64) ≥ the 32-token rows. Order 3 (one more gate and long conv):

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide Mamba2 (SSD, specs/mixers-03 §4) on multi-query associative recall (MQAR).
+"""A 2-layer, 64-wide Mamba2 (SSD, arXiv 2405.21060) on multi-query associative recall (MQAR).
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes of fox_mqar (vocabulary 64 covers
 padding + keys + values = 33). Recall lives in the fixed-size state, so the state size matters here:

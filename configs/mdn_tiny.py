@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide Momentum DeltaNet (specs/mixers-02 §1, §1.1) on the built-in byte corpus.
+"""A 2-layer, 64-wide Momentum DeltaNet (arXiv 2605.05838) on the built-in byte corpus.
 
 The same shape and schedule as gated_deltanet_tiny with the "mdn" mixer: 4 value heads sharing 2 query/key heads
 (num_kv_heads), short conv width 4, log μ floored at −2 and τ = √d_model (the 400M settings). Options:

@@ -1,4 +1,4 @@
-"""A 2-layer, 64-wide ProtoT (prototype mixer, specs/mixers-05 — a reconstruction) on multi-query associative
+"""A 2-layer, 64-wide ProtoT (prototype mixer, arXiv 2602.11852 — a reconstruction) on multi-query associative
 recall (MQAR).
 
 16 keys, 16 values and 4 pairs per example in 32 tokens, the sizes of fox_mqar. A key's value has to be

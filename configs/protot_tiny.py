@@ -1,7 +1,7 @@
-"""A 2-layer, 64-wide ProtoT (prototype mixer, specs/mixers-05 — a reconstruction) on the built-in byte corpus.
+"""A 2-layer, 64-wide ProtoT (prototype mixer, arXiv 2602.11852 — a reconstruction) on the built-in byte corpus.
 
 The same shape and schedule as llama_tiny with the "protot" mixer: K₀ = 16 prototypes per layer, each
-replicated at S = 4 fixed time scales λ = 1 − 2^(−e), e ∈ {1, 4, 7, 10} (K = 64 channels, spec option (B)),
+replicated at S = 4 fixed time scales λ = 1 − 2^(−e), e ∈ {1, 4, 7, 10} (K = 64 channels, fixed scales),
 d_p = 32, d_v = d_model = 64, normalized ("avg") memories, one head. Learned time scales (option (A)):
 `model.mixer_options="(('decay', 'learned'), ('num_prototypes', 16))"`.
 """

@@ -166,7 +166,7 @@ class TrainConfig:
     sample_length: int = 200
     sample_temperature: float = 0.8
     sample_top_k: int = 40
-    # Run the Adam loss-spike monitor (spec train-07) every this many steps; 0 disables it. It needs an
+    # Run the Adam loss-spike monitor (Bai et al., arXiv 2506.04805) every this many steps; 0 disables it. It needs an
     # Adam-family optimizer and costs about one extra forward-backward plus ~10 Hessian-vector products.
     spike_monitor_every: int = 0
     # Initialize jax.distributed (multi-host); None means "when JAX's cluster environment is detected".

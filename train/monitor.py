@@ -1,4 +1,4 @@
-"""The Adam loss-spike monitor (spec train-07) as a train-loop hook.
+"""The Adam loss-spike monitor (Bai et al., arXiv 2506.04805) as a train-loop hook.
 
 Every `spike_monitor_every` steps, before the optimizer update, the loop runs `spike_metrics(state,
 batch)`: it recomputes the gradient of the step about to be taken and reads the optimizer's Adam moments

@@ -4,7 +4,7 @@ Every `<mixer>_tiny.py` preset is a 2-layer, 64-wide LM on the built-in byte cor
 `<mixer>_mqar.py` preset the same model on multi-query associative recall, so runs of different mixers
 differ only in the mixer. `classify_tiny.py` trains the same model as a sequence classifier.
 
-The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (specs/mixers-06): Llama, Mamba
+The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (ICML 2026, docs/papers.md): Llama, Mamba
 and Hyena backbones with matched parameter counts per size, on the synthetic nucleotide dataset or the
 byte corpus, all with one recipe (scripts/eden_compare.py trains the grid at an equal token budget).
 """
@@ -94,7 +94,7 @@ EDEN_MIXER_OPTIONS: dict[str, Options] = {
     "hyena": (("order", 2), ("filter_order", 64), ("emb_dim", 5), ("short_filter_order", 3)),
 }
 # (d_model, num_layers) per size and architecture, widths tuned so the total parameter counts (embedding
-# included) match Llama's within 6% (tests/train/test_eden.py prints them). As in EDEN (spec 06 §B), a
+# included) match Llama's within 6% (tests/train/test_eden.py prints them). As in EDEN, a
 # Mamba block is the mixer alone (no MLP, `mlp_dim=0`) and Mamba gets twice the layers; Llama and Hyena
 # blocks keep the zoo's SwiGLU MLP. A Hyena layer (4·D² plus a ~9k-parameter filter FFN) costs more than
 # attention (4·D²), so Hyena gets a narrower residual stream.
@@ -107,7 +107,7 @@ EDEN_DATASETS = ("nucleotide", "pystdlib")
 
 
 def eden_model(arch: str, size: str, *, max_seq_len: int) -> ModelConfig:
-    """The `arch` backbone at `size` (specs/mixers-06): Llama (MHA, RoPE, head_dim 16), Mamba1 or Hyena."""
+    """The `arch` backbone at `size` (EDEN): Llama (MHA, RoPE, head_dim 16), Mamba1 or Hyena."""
     if arch not in EDEN_ARCHS:
         raise ValueError(f"arch must be one of {list(EDEN_ARCHS)}, got {arch!r}")
     if size not in EDEN_SHAPES:

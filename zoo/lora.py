@@ -1,7 +1,7 @@
 """LoRA adapters on any zoo model's linear layers: add, filter, train-only-LoRA, merge back.
 
-Spec `specs/train-06-muon-lora.md` (Hu et al. 2021 as used by "Can Muon Fine-tune Adam-Pretrained
-Models?", ICML 2026). Flax layout x @ W with W `[in, out]`:
+LoRA (Hu et al. 2021, arXiv 2106.09685) as used by "Can Muon Fine-tune Adam-Pretrained Models?" (ICML 2026,
+arXiv 2605.10468). Flax layout x @ W with W `[in, out]`:
 
     y = x W₀ + (α/r) · (x A) B,   A `[in, r]` (Kaiming-uniform, flax's `nnx.LoRA` default), B `[r, out]` = 0
 
@@ -126,7 +126,7 @@ def add_lora(
     """`model` with every `nnx.Linear` whose name matches a pattern in `targets` wrapped in a LoRAAdapter.
 
     rank r ≥ 1 and alpha α > 0 set the factors A `[in, r]`, B `[r, out]` and the scale α/r (paper: r 32,
-    α 8 for Llama; α = 2r in the spec's sweeps). Patterns are `fnmatch` globs against the attribute name
+    α 8 for Llama; α = 2r in the paper's sweeps). Patterns are `fnmatch` globs against the attribute name
     or the dotted path; every pattern must match at least one linear layer. With copy (default) the input
     model is left untouched (the adapters wrap a clone); copy=False adapts it in place.
     Raises ValueError naming rank / alpha when they are not positive, or listing the linear layers when a

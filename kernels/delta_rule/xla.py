@@ -10,7 +10,7 @@ D(t, s) = prod_{l=s+1..t} exp(g_l) (scalar, or diagonal over K for KDA) and X_t 
 where E0_t = D(t, -1) (decay from the chunk start), Es_s = D(C-1, s) and EC = D(C-1, -1). Every
 intra-chunk decay is a *local* sum of log-gates (running sum from the chunk start, suffix sum to the chunk
 end, pairwise segment sums), masked to -inf *before* exp: never the difference of a cumsum, never
-exp(G_t) * exp(-G_s) (specs/mixers-02 §2.3 numerics, DESIGN numerics rules).
+exp(G_t) * exp(-G_s) (docs/numerics.md, rules 1-3).
 
 Scalar gates (DeltaNet, GDN) form the [C, C] decays by a masked cumsum and scale the K-contracted pair
 products with them. Per-channel gates (KDA) would need a [C, C, K] decay tensor; instead a binary tree over

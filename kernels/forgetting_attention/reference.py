@@ -3,7 +3,7 @@
 o_i = Σ_j softmax_j(s_ij) v_j with s_ij = scale·q_i·k_j + Σ_{l=j+1..i} log f_l for j ≤ i (same segment),
 −∞ otherwise. The pairwise gate sums are taken as masked-cumsum segment sums over the full [T, T] grid
 (`gate_sums.segment_sums`), not as Λ_i − Λ_j of a global float32 cumsum: the latter is off by about
-|Λ_T|·6e-8 (1e-3 at T = 4096 with strong gates, specs/mixers-01 A.4), which would make the oracle less
+|Λ_T|·6e-8 (1e-3 at T = 4096 with strong gates, docs/numerics.md), which would make the oracle less
 accurate than the blocked paths it checks. Gradients come from JAX autodiff.
 """
 

@@ -1,4 +1,4 @@
-"""Causal long convolution (Hyena, specs/mixers-06 §C): `causal_long_conv`, FFT path and direct reference."""
+"""Causal long convolution (Hyena, arXiv 2302.10866): `causal_long_conv`, FFT path and direct reference."""
 
 from kernels.long_conv.api import causal_long_conv
 from kernels.long_conv.decode import LongConvState, causal_long_conv_init, causal_long_conv_step

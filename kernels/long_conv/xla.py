@@ -1,4 +1,4 @@
-"""The causal long convolution by FFT (Hyena, specs/mixers-06 §C), and an exact blocked form for packed rows.
+"""The causal long convolution by FFT (Hyena, arXiv 2302.10866), and an exact blocked form for packed rows.
 
 Without segments: u and h are zero-padded to n ≥ 2T (the next power of two, for fast FFT sizes) before
 `rfft`, so the product of spectra is a *linear* convolution of length ≥ 2T − 1 and its first T entries are

@@ -97,7 +97,7 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
                         segment_ids: jax.Array | None = None, chunk_size: int = 64,
                         implementation: None | str | Sequence[str] = None,
                         ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """Momentum delta rule (Momentum DeltaNet, specs/mixers-02).
+    """Momentum delta rule (Momentum DeltaNet, MDN: Huang et al., ICML 2026, arXiv 2605.05838).
 
     Per step: e = S^T p - v; M <- exp(log_mu) M + (eta k) e^T; S <- exp(g) S - beta M; o = S^T (scale q).
     With p = exp(g) k and log_mu -> -inf it is the gated delta rule with beta * eta.

@@ -1,10 +1,10 @@
 """Pallas kernels for the chunked momentum delta rule: forward and hand-written backward, `jax.custom_vjp`.
 
-Split of work (specs/mixers-02 §2.4; the maths is `xla.py`'s chunked form):
+Split of work (the maths is `xla.py`'s chunked form):
 - XLA (`xla.prepare` and `xla.intra_chunk`, differentiated by plain autodiff): casting, padding,
   chunking, the masked decay factors, the factored coefficient matrix Gam = L_A diag(beta) L_U (a product
-  of two triangular factors with entries in [0, 1], never a difference of cumulants: the binding §2.4
-  numerics note) and the UT inverse (I + L)^{-1}. All of these are pure functions of one chunk and run
+  of two triangular factors with entries in [0, 1], never a difference of cumulants, see
+  docs/numerics.md) and the UT inverse (I + L)^{-1}. All of these are pure functions of one chunk and run
   for every chunk at once.
 - Pallas (`_fwd_kernel`, `_bwd_kernel`), one program per (batch, head) (`kernels._common.pallas.call`): the
   sequential part. Chunk by chunk, with (S, M) the states entering it,

@@ -1,6 +1,6 @@
 """Reference (oracle) momentum delta rule (MDN): the step-by-step recurrence as a float32 `lax.scan`.
 
-Per head, with states S, M [K, V] (key-major) and scale folded into q (specs/mixers-02 §1):
+Per head, with states S, M [K, V] (key-major) and scale folded into q (MDN, arXiv 2605.05838):
 
     e_t = S^T p_t - v_t                          (prediction error of the pre-update state)
     M  <- exp(log_mu_t) M + (eta_t k_t) e_t^T    (momentum buffer)

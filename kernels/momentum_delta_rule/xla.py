@@ -1,4 +1,4 @@
-"""Chunkwise-parallel momentum delta rule (specs/mixers-02 §2.4): the default, portable XLA path.
+"""Chunkwise-parallel momentum delta rule (MDN, arXiv 2605.05838): the default, portable XLA path.
 
 Inside a chunk of C steps (rows t = 0..C-1; S0, M0 the states entering it; k~ = eta * k; A, U the running
 sums of g and log_mu from the chunk start), unrolling the recurrence gives
@@ -13,7 +13,7 @@ b = L_A (beta o exp(U)). The residuals solve the unit lower-triangular (UT) syst
 
 where Gbar, Abar, bbar are Gam, exp(A), b one step earlier (the state *before* step t).
 
-Numerics (spec §2.4 note, binding): Gbar = L_A,prev diag(beta) L_U is the PRODUCT of two triangular
+Numerics (docs/numerics.md, binding): Gbar = L_A,prev diag(beta) L_U is the PRODUCT of two triangular
 factors whose entries are each a masked exp of a local, non-positive log-gate sum, so all lie in [0, 1];
 Gam = diag(beta) L_U + diag(alpha) Gbar adds non-negative terms. Neither is ever formed as a difference of
 cumulative sums (C_t - C_{j-1}), which loses all precision in float32 once log_mu spans (-2, 0). Every
@@ -130,7 +130,7 @@ class Intra(NamedTuple):
 
 
 def intra_chunk(ops: Chunked) -> Intra:
-    """The UT solve and every [C, C] product of spec §2.4, for all chunks at once."""
+    """The UT solve and every [C, C] product of the chunked form above, for all chunks at once."""
     f, dk, c = ops.fac, ops.k.shape[-1], ops.k.shape[-2]
     rows = lambda x: x[..., None]
     # [Gbar | bbar] = L_A,prev diag(beta) [L_U | exp(U)]: one matmul of factors in [0, 1]; Gbar strictly lower.

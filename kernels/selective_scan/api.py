@@ -78,7 +78,7 @@ def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C
                    D: jax.Array | None = None, initial_state: jax.Array | None = None,
                    segment_ids: jax.Array | None = None, chunk_size: int = 64,
                    implementation: None | str | Sequence[str] = None) -> tuple[jax.Array, jax.Array]:
-    """Mamba1's selective scan (spec 06 §B.5): a diagonal SSM with input-dependent Δ, B and C.
+    """Mamba1's selective scan (Gu & Dao, arXiv 2312.00752): a diagonal SSM with input-dependent Δ, B and C.
 
     Per step, per channel d and state n: h[d, n] <- exp(Δ_t[d] A[d, n]) h[d, n] + Δ_t[d] u_t[d] B_t[n];
     y_t[d] = Σ_n h[d, n] C_t[n] + D[d] u_t[d].

@@ -7,7 +7,7 @@ matmuls with an inner dimension of 1: all the memory of the masked form and none
 The linear recurrence h_t = a_t h_{t-1} + b_t is instead solved by `lax.associative_scan` over the pairs
 (a_t, b_t) with (a1, b1) ∘ (a2, b2) = (a1 a2, a2 b1 + b2): depth log Q, exact up to rounding.
 
-Numerics (DESIGN.md): each a_t = exp(Δ_t A) is exponentiated from its own step (≤ 1) and the scan only
+Numerics (docs/numerics.md): each a_t = exp(Δ_t A) is exponentiated from its own step (≤ 1) and the scan only
 multiplies factors ≤ 1, so no exponent is ever a difference of cumsums and nothing can overflow. A segment
 reset is a step whose log-decay is set to -inf *before* exp (a_t = 0 exactly; the gradient through the
 masked entry is zero, not NaN). Padding steps to a multiple of the chunk have Δ = 0 (a = 1, b = 0).

@@ -5,7 +5,7 @@ XLA scan). Decays are `[..., Q, Na]` with Na = 1 (scalar, Mamba2) or N (diagonal
 the N state channels. Segment ids enter as per-position segment *counts* k (number of resets so far), so
 "same segment" is `k_t == k_s` and works for any packed ids, monotone or not.
 
-Numerics (spec 03, binding): every exponent is masked to -inf *before* `exp`; every exponent is a sum of
+Numerics (docs/numerics.md, binding): every exponent is masked to -inf *before* `exp`; every exponent is a sum of
 same-signed steps over its own span, never a difference G_t - G_s of cumsums: pairwise decays inside a
 16-step sub-block are a stable segsum (masked cumsum of the repeated step vector); across sub-blocks they
 are a product of two factors <= 1 (end of block j -> t, and s -> end of its block), built from local

@@ -82,7 +82,7 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
 def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
         segment_ids: jax.Array | None = None, chunk_size: int = 64,
         implementation: None | str | Sequence[str]=None) -> tuple[jax.Array, jax.Array]:
-    """Structured state-space duality (Mamba2 SSD, spec 03), scalar or diagonal decay.
+    """Structured state-space duality (Mamba2 SSD, Dao & Gu, arXiv 2405.21060), scalar or diagonal decay.
 
     Per step, state S [P, N] per (batch, head): S <- S diag(exp(a_t)) + x_t b_t^T; y_t = S c_t.
 

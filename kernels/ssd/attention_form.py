@@ -1,6 +1,7 @@
 """The quadratic masked-attention ("dual", semiseparable) form of SSD, materialized [T, T] per head.
 
-Spec 03 §2: y = M x with M[t, s] = sum_n c_t[n] b_s[n] L[t, s, n], L[t, s, n] = exp(sum_{s<r<=t} a_r[n])
+The dual form (Dao & Gu, arXiv 2405.21060): y = M x with M[t, s] = sum_n c_t[n] b_s[n] L[t, s, n],
+L[t, s, n] = exp(sum_{s<r<=t} a_r[n])
 for s <= t in one segment, else 0 (scalar decay: Na = 1, one 1-SS mask shared by all n). The incoming state
 enters the first segment through exp(prefix sums); the final state is the last segment's suffix-weighted
 sum. O(T^2 Na) memory: a test oracle and a diagnostic (`kernel_matrix`), never a training path.
@@ -37,7 +38,7 @@ def _decay_matrix(a: jax.Array, counts: jax.Array) -> jax.Array:
 
 
 def kernel_matrix(a: jax.Array, b: jax.Array, c: jax.Array, *, segment_ids: jax.Array | None = None) -> jax.Array:
-    """The materialized SSD kernel M [B,H,T,T] (y = M x per head), for rank diagnostics (spec 03 §5.4)."""
+    """The materialized SSD kernel M [B,H,T,T] (y = M x per head), for rank diagnostics."""
     bsz, seqlen = b.shape[:2]
     _, a_h, b_h, c_h = _heads_first(b[..., :1], a, b, c)
     lmat = _decay_matrix(a_h, segment_counts(segment_ids, bsz, seqlen))

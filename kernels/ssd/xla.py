@@ -1,4 +1,5 @@
-"""Chunked SSD in plain XLA (the default path), following spec 03 §3 (the 4-step ssd_minimal algorithm).
+"""Chunked SSD in plain XLA (the default path), following the 4-step ssd_minimal algorithm of
+Mamba2 (Dao & Gu, arXiv 2405.21060).
 
 Within a chunk: the quadratic masked form with pairwise decays exp(sum_{s<r<=t} a_r) (stable segsum,
 masked before exp). Between chunks: the [P, N] state is passed by a `lax.scan` over chunks. T is padded

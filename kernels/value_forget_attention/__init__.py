@@ -1,6 +1,7 @@
 """Value-forget attention (FiX): causal softmax attention with per-channel forget gates on the values.
 
-A reconstruction from the FiX paper's abstract (specs/mixers-01 Part B); the authors' code is not available.
+A reconstruction from the abstract of "FiX: Introducing Fine-grained Forget Gate into Softmax Attention"
+(ICML 2026); the authors' code is not available (docs/papers.md).
 """
 
 from kernels.value_forget_attention.api import value_forget_attention

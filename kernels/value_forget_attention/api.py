@@ -1,6 +1,7 @@
 """Public entry point of value-forget attention (FiX): validation and `implementation=` dispatch.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+FiX is a RECONSTRUCTION from the abstract of "FiX: Introducing Fine-grained Forget Gate into Softmax Attention"
+(ICML 2026), not read from code.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
     Λ^f = cumsum(log_fgate). Every path builds these exponents as local sums of the log gates (never as
     differences of a global float32 cumsum). u is normalized by the softmax denominator; there is NO RMSNorm
     inside the op: the FiX mixer must apply the fp32 RMSNorm (eps 1e-6) that makes the denominator redundant.
-    FiX is a reconstruction from the paper's abstract (specs/mixers-01 Part B).
+    FiX is a reconstruction from the paper's abstract (docs/papers.md).
 
     Args:
       q: [B, T, H, D]. k: [B, T, Hkv, D]. v: [B, T, Hkv, Dv]; q, k, v share one floating dtype. GQA:

@@ -1,10 +1,10 @@
-"""Decoding state of value-forget attention (FiX): the decayed-value cache of spec B.4 (a), with (c) pruning.
+"""Decoding state of value-forget attention (FiX): the decayed-value cache, with optional pruning.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B). The state is a NamedTuple of
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md). The state is a NamedTuple of
 arrays (`ValueForgetAttentionState`) with S slots per row:
 
     k             [B, S, Hkv, D]  keys, in the dtype given to `init_value_forget_attention_state`
-    v             [B, S, H, Dv]   float32 decayed values ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head (spec B.4:
+    v             [B, S, H, Dv]   float32 decayed values ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head (why float32:
                                   in bf16, f·ṽ rounds back to ṽ when f > 1 − 2⁻⁹ and slow channels stop decaying)
     fgate_decay   [B, S, H]       float32 Λ^f_t − Λ^f_j of the FoX scalar gate (0 when no scalar gate is used)
     forget_bound  [B, S, H]       float32 upper bound of max_c (Λ_t − Λ_j)[c]: Σ_{l=j+1..t} max_c log_vgate_l[c]
@@ -19,11 +19,11 @@ new tokens and the other sums grow by the same local sums (every stored exponent
 `prefill_block` tokens (and at most the capacity). A piece's queries attend to every valid slot and,
 causally, to each other (the direct form, [B, H, Dv, P, P] decays); only then is the piece written into slots.
 
-Pruning (spec B.4 (c), `prune_eps` set): after the update, a slot with max_h forget_bound < log(prune_eps)
+Pruning (`prune_eps` set): after the update, a slot with max_h forget_bound < log(prune_eps)
 (every channel of every head decayed below prune_eps) is invalidated and reused. The bound adds the largest
 log gate of each step, so it never frees a slot that any channel still remembers above prune_eps. Dropping a
 token removes its term from the softmax denominator too, which rescales u_i by a positive per-(row, head)
-scalar: the mixer's mandatory per-head RMSNorm removes it (spec B.2), so RMSNorm(u) changes only by the
+scalar: the mixer's mandatory per-head RMSNorm removes it, so RMSNorm(u) changes only by the
 dropped numerator terms (each ≤ prune_eps·P_ij·|v_j| before renormalization).
 
 Full cache: a piece's P tokens take invalid slots first; when there are fewer than P of them, the valid slots

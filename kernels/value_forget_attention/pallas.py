@@ -1,6 +1,6 @@
 """Pallas value-forget attention (FiX): `pl.pallas_call` forward and backward kernels behind a `jax.custom_vjp`.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md), not read from code.
 
 The kernels are GPU style (Pallas Triton) and run with `interpret=True` off GPU; api.py registers this path
 for the CPU backend only, because the compiled lowering has not been checked on a device. The kernels live

@@ -1,7 +1,7 @@
 """Pallas backward kernels of value-forget attention (FiX): one for dq (and dS row sums), one for dk/dv
 (and dS column sums). Both recompute P = exp(S − lse) block by block from the stored logsumexp.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md), not read from code.
 
 With D_ij = exp(Λ^v_i − Λ^v_j) (per channel) and u_i = Σ_j P_ij D_ij ⊙ v_j:
 

@@ -1,10 +1,10 @@
 """Pallas forward kernel of value-forget attention (FiX; GPU style, runs with interpret=True on CPU).
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B), not read from code.
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md), not read from code.
 
 Grid (B, H, N): one program per batch row, query head and query block I of C rows starting at b_I. The
 program sees K, V, both gate rows and the segment ids of the whole (padded) sequence. It does the diagonal
-block first and then walks key blocks J = I−1, …, 0 with an online softmax (spec B.3, efficient variant).
+block first and then walks key blocks J = I−1, …, 0 with an online softmax.
 Each per-channel decay exp(Λ_i − Λ_j) is a product of local sums (all ≤ 0, see `kernels._common.gate_sums`
 for the scalar version):
 

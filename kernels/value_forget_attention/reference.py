@@ -1,6 +1,6 @@
 """Materialized value-forget attention (FiX): the readable oracle (float32, O(T²·Dv) memory, short T only).
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B); the authors' code is not
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md); the authors' code is not
 available. Per query head:
 
     P_ij = softmax_{j ≤ i, same segment}(scale·q_i·k_j + Σ_{l=j+1..i} log_fgate_l)
@@ -8,7 +8,7 @@ available. Per query head:
 
 Every exponent is a masked-cumsum segment sum over exactly the positions it spans (`gate_sums.segment_sums`),
 never Λ_i − Λ_j of a global float32 cumsum and never exp(Λ_i)·exp(−Λ_j) (the VO-factorized form overflows
-past |Λ| ≈ 88, spec B.3). Masked pairs get −∞ before the exponential. Gradients come from JAX autodiff.
+past |Λ| ≈ 88, docs/numerics.md). Masked pairs get −∞ before the exponential. Gradients come from JAX autodiff.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Blocked online-softmax value-forget attention (FiX) in plain XLA: the default path.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01 Part B). Never materializes [T, T]:
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md). Never materializes [T, T]:
 per block pair only [C, C] logits. For a key block J before the query block I the per-channel decay
 splits into factors that are all ≤ 1 and each a LOCAL sum of log gates (`kernels._common.gate_sums`):
 
@@ -11,7 +11,7 @@ while walking the key blocks) and ρ_j the exclusive suffix sum inside the key b
 computed once per block, so an off-diagonal block pair is an ordinary flash-attention step plus one
 Dv-vector scaling of its P·V' tile; F_i is applied once per query block after the key loop.
 
-The diagonal block uses GLA-style secondary chunking (spec B.3): it is split into sub-chunks of at most
+The diagonal block uses GLA-style secondary chunking: it is split into sub-chunks of at most
 `SUB_CHUNK` positions. Inside a sub-chunk the per-channel decay is the exact [c, c, Dv] product of masked
 segment sums; between sub-chunks r < s it factors through the sub-chunk boundaries exactly like the block
 pairs above (prefix inside s, totals strictly between, suffix inside r), so that part is batched matmuls.

@@ -1,6 +1,6 @@
 """Parity, invariant, decode and validation tests of kernels.value_forget_attention (reference and xla).
 
-FiX is a reconstruction (specs/mixers-01 Part B). Parity, packing and decode run through the shared harness
+FiX is a reconstruction (docs/papers.md). Parity, packing and decode run through the shared harness
 (`tests/kernels/harness.py`) with the "value_forget_attention" entries of the tolerance table: max|actual −
 expected| / max(1, max|expected|) ≤ 1e-5 in float32 for the forward and every gradient (the blocked path only
 reorders float32 sums; observed ≤ 2e-7 forward and ≤ 1.1e-6 on gradients at T ≤ 257 with gates U(−3, 0); a
@@ -72,7 +72,7 @@ def _rms_norm(x: jax.Array) -> np.ndarray:
     """Per-head RMSNorm over Dv with ε → 0 (B.5 (3)): exactly invariant to a positive per-row scalar.
 
     The mixer's ε = 1e-6 is not negligible for strongly decayed u: with mean(u²) ≈ 1e-4 it moves the
-    output by about 0.5% (the spec's RMSNorm-ε pitfall), which is why these invariants are stated at ε → 0.
+    output by about 0.5% (the RMSNorm-ε pitfall), which is why these invariants are stated at ε → 0.
     """
     x = np.asarray(x, np.float64)
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True))

@@ -65,7 +65,7 @@ def _conv_reference(x, w, segment_ids=None):
 
 
 def _layer_reference(mixer, x) -> np.ndarray:
-    """The whole layer in float64 NumPy, one sequence per row, written from the spec's recurrences."""
+    """The whole layer in float64 NumPy, one sequence per row, written from the papers' recurrences."""
     x = np.asarray(x, np.float64)
     h, hk, d = CFG.num_heads, CFG.num_kv_heads, CFG.resolved_head_dim
 
@@ -87,7 +87,7 @@ def _layer_reference(mixer, x) -> np.ndarray:
         f = (x @ _np(mixer.f_down.kernel) @ _np(mixer.f_up.kernel)).reshape(B, T, h, d) + _np(mixer.dt_bias)
         g += -np.exp(_np(mixer.A_log))[:, None] * softplus(f)
     state, o = np.zeros((B, h, d, d)), np.zeros((B, T, h, d))
-    for t in range(T):  # decay, then the delta update, then read out (spec §1, "Implementation order")
+    for t in range(T):  # decay, then the delta update, then read out (fla's implementation order)
         state = np.exp(g[:, t])[..., None] * state
         error = v[:, t] - np.einsum("bhkv,bhk->bhv", state, k[:, t])
         state = state + beta[:, t, :, None, None] * k[:, t, ..., None] * error[..., None, :]
@@ -182,7 +182,7 @@ def test_gated_deltanet_decay_lies_in_unit_interval():
 
 def test_kda_gates_and_safe_gate_bounds():
     plain, safe = _mixer("kda"), _mixer("kda", ("safe_gate", True))
-    np.testing.assert_array_equal(safe.A_log[...], jnp.zeros(CFG.num_heads))  # spec §1.2: A_log = 0
+    np.testing.assert_array_equal(safe.A_log[...], jnp.zeros(CFG.num_heads))  # fla's safe-gate init: A_log = 0
     assert bool(jnp.all(plain.A_log[...] >= 0))  # A ~ U(1, 16)
     for mixer in (plain, safe):  # pre-activations f + dt_bias ~ N(0, 1.6): both signs, no saturation
         mixer.f_down.kernel[...] = 0.1 * jax.random.normal(jax.random.key(8), mixer.f_down.kernel.shape)

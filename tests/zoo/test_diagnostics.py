@@ -1,4 +1,5 @@
-"""Spec 10 diagnostics: capture fidelity, D1/D4 statistics, interventions, and the norm-placement switch."""
+"""Massive-activation and attention-sink diagnostics (Sun et al., arXiv 2603.05498): capture fidelity, D1/D4
+statistics, interventions, and the norm-placement switch."""
 
 import dataclasses
 
@@ -120,7 +121,7 @@ def test_interventions():
     assert out["before"]["first_token_mass"].min() > 0 and np.all(out["after"]["first_token_mass"] == 0.0)
     assert out["after"]["sink_rate"] == 0.0 and len(out["heads"]) == 8
     assert not np.allclose(out["head_norm_before"], out["head_norm_after"])
-    # I3 with the same prompt as calibration set is a no-op (spec invariant 4).
+    # I3 with the same prompt as calibration set is a no-op.
     row = tokens[:1]
     out = implicit_parameter_test(model, row, jnp.concatenate([row, row]), layer=1, pos=0, i0=I0)
     assert out["delta_loss"] == 0.0

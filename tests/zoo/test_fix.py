@@ -1,4 +1,4 @@
-"""The FiX mixer (a reconstruction, specs/mixers-01 Part B): a float64 reference, reductions (unit value
+"""The FiX mixer (a reconstruction, docs/papers.md): a float64 reference, reductions (unit value
 gates = RMSNorm of softmax attention; scalar gate on = FoX with its output norm; uniform channel gates vs
 FoX, invariant 8), gate ranges and bounds, decode = forward for both caches, pruning below the length,
 options. The model-level checks run in tests/zoo/test_conformance.py for every CONFORMANCE_OPTIONS entry.
@@ -136,7 +136,8 @@ def test_matches_float64_reference_with_gqa_and_segments(options):
 
 @pytest.mark.parametrize("vgate, saturating_bias", [("low_rank", 1e4), ("mamba", -1e4)])
 def test_unit_value_gates_without_scalar_gate_are_rmsnorm_of_softmax_attention(vgate, saturating_bias):
-    """Invariant 4 of spec B.5: log f ≡ 0 exactly (log σ(1e4) = 0, softplus(−1e4) = 0) and no scalar gate."""
+    """Unit gates give RMSNorm of softmax attention: log f ≡ 0 exactly (log σ(1e4) = 0, softplus(−1e4) = 0),
+    no scalar gate."""
     mixer = _mixer(("vgate", vgate), ("scalar_gate", False), ("rope", True))
     _set_value_gate(mixer, saturating_bias)
     mixer.out_norm.scale[...] = jax.random.uniform(jax.random.key(2), (H, DH), minval=0.5, maxval=1.5)
@@ -173,7 +174,7 @@ def test_scalar_gate_with_unit_value_gates_equals_fox_with_output_norm():
 
 
 def test_uniform_channel_gates_differ_from_fox_in_the_op_but_not_after_the_norm():
-    """Invariant 8 of spec B.5 holds for the op: with one gate f per head for all channels, FiX's
+    """FiX is not FoX before the norm (docs/numerics.md), for the op: with one gate f per head for all channels, FiX's
     u_i = Σ_j P_ij f^{i−j} v_j is FoX's output times Z_i = Σ_j P_ij f^{i−j} < 1 (FoX renormalizes over the
     decayed weights), so u ≠ o. Z_i is one positive scalar per row and head, so the mandatory RMSNorm
     removes it: the mixers agree up to the norm's ε (made negligible here by large values)."""
@@ -261,7 +262,7 @@ def test_decode_in_chunks_equals_forward_under_strong_gates(cache):
     scalar gate. Value gates near log f ≈ −3: the pruned cache drops tokens after about 5 steps.
 
     A pruned token leaves the softmax denominator too, which rescales u_i by a positive scalar per row and
-    head; the output RMSNorm removes that only up to its ε (spec B.3's ε pitfall): with unit-scale values
+    head; the output RMSNorm removes that only up to its ε (the RMSNorm-ε pitfall): with unit-scale values
     and strongly decayed u the pruned outputs move by ~1.5e-4. Large values (×100) make ε negligible, so
     the test isolates the dropped numerator terms (each < prune_eps)."""
     mixer = _mixer(("cache", cache), ("rope", True))

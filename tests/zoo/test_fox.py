@@ -88,7 +88,8 @@ def test_full_gate_matches_float64_reference_with_gqa_and_segments():
 
 @pytest.mark.parametrize("rope", [False, True])
 def test_gate_none_equals_baseline_attention(rope):
-    """Invariant 1 of spec A.6. The baseline always applies RoPE; at position 0 RoPE is the identity."""
+    """FoX with all gates at 1 is softmax attention. The baseline always applies RoPE; at position 0 RoPE is
+    the identity."""
     fox = _mixer(("gate", "none"), ("rope", rope))
     attention = Attention(CFG, rngs=nnx.Rngs(1))
     for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
@@ -210,7 +211,7 @@ def test_token_shift_never_crosses_a_segment_boundary(gate_options):
 
 def test_decode_suffix_sums_match_float64_under_strong_gates():
     """The decode bias is a suffix sum of cached log-gates: accurate where Λ_p − Λ_j of a float32 prefix
-    sum is not (spec A.4: |Λ| ≈ 4e4 here, whose float32 spacing is 4e-3)."""
+    sum is not (docs/numerics.md rule 3: |Λ| ≈ 4e4 here, whose float32 spacing is 4e-3)."""
     length, num_new, h, d = 4096, 32, 2, 16
     keys = jax.random.split(jax.random.key(14), 4)
     q = 2.0 * jax.random.normal(keys[0], (1, num_new, h, d))

@@ -1,5 +1,6 @@
-"""LoRA adapters (spec train-06): exact identity at init, scanned and unrolled layers, merge, bad input,
-and the LoRA + Muon fine-tune of an AdamW-pretrained zoo LM on a shifted task."""
+"""LoRA adapters (as used by "Can Muon Fine-tune Adam-Pretrained Models?", arXiv 2605.10468): exact identity
+at init, scanned and unrolled layers, merge, bad input, and the LoRA + Muon fine-tune of an AdamW-pretrained
+zoo LM on a shifted task."""
 
 import time
 

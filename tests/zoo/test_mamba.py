@@ -45,7 +45,7 @@ def _p(value) -> np.ndarray:
 
 
 def _layer_reference(m: Mamba, x, segments) -> np.ndarray:
-    """The Mamba1 layer (spec 06 §B) as a plain float64 per-token loop, conv and state reset per segment."""
+    """The Mamba1 layer (`mamba_simple.py`) as a plain float64 per-token loop, conv and state reset per segment."""
     silu = lambda v: v / (1.0 + np.exp(-v))
     x = np.asarray(x, np.float64)
     di, n, r = m.d_inner, m.state_size, m.dt_rank

@@ -59,7 +59,7 @@ def _conv_reference(u, weight, bias, segments) -> np.ndarray:
 
 
 def _layer_reference(m: Mamba2, x, segments) -> np.ndarray:
-    """The Mamba2 layer as a plain float64 per-token recurrence (spec 03 §1 and §4), state reset per segment."""
+    """The Mamba2 layer as a plain float64 per-token recurrence (`mamba2_simple.py`), state reset per segment."""
     silu = lambda v: v / (1.0 + np.exp(-v))
     x = np.asarray(x, np.float64)
     h, p, n, g, di = m.num_heads, m.head_dim, m.state_size, m.num_groups, m.d_inner

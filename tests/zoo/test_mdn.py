@@ -66,7 +66,7 @@ def _sigmoid(z):
 
 
 def _reference_gates(mixer, x):
-    """float64 spec §1.1 gates with the literal θ = arctan(η·c): (α, μ, β, η) each [B, T, H]."""
+    """float64 MDN gates (the authors' code) with the literal θ = arctan(η·c): (α, μ, β, η) each [B, T, H]."""
     softplus = lambda z: np.logaddexp(0.0, z)  # noqa: E731
     pre = {name: x @ _np(getattr(mixer, name).kernel) for name in GATES}
     log_alpha_raw = -np.exp(_np(mixer.A_log)) * softplus(pre["a_proj"] + _np(mixer.dt_bias))
@@ -89,7 +89,7 @@ def _conv_reference(x, w):
 
 
 def _layer_reference(mixer, x) -> np.ndarray:
-    """The whole layer in float64 NumPy, written from spec 02 §1 (MDN recurrence, "as wired in the layer")."""
+    """The whole layer in float64 NumPy, written from the MDN recurrence as wired in the layer."""
     x = np.asarray(x, np.float64)
     length, h, hk, dk = x.shape[1], CFG.num_heads, CFG.num_kv_heads, CFG.resolved_head_dim
     dv = mixer.value_dim

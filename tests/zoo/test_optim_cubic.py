@@ -1,4 +1,4 @@
-"""Cubic-damped SGD / Adam (spec train-03): exact reductions, bounds, damping behaviour, hyperparameters."""
+"""Cubic-damped SGD / Adam (arXiv 2602.00334): exact reductions, bounds, damping behaviour, hyperparameters."""
 
 import jax
 import jax.numpy as jnp

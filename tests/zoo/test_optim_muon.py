@@ -1,4 +1,4 @@
-"""Muon fine-tuning recipe (spec train-06): routing, identity reduction to optax, update scale, metrics."""
+"""Muon fine-tuning recipe (arXiv 2605.10468): routing, identity reduction to optax, update scale, metrics."""
 
 import jax
 import jax.numpy as jnp
@@ -78,7 +78,7 @@ def test_update_rms_and_singular_values_match_the_paper_scaling():
     tx = mf.muon_finetune(lr)
     update, _ = jax.jit(tx.update)(grad, tx.init(grad), grad)
     rms = float(jnp.sqrt(jnp.mean(update["w"] ** 2)))
-    assert 0.17 * lr <= rms <= 0.2 * lr  # spec: measured 0.173 × lr for a 128×512 random gradient
+    assert 0.17 * lr <= rms <= 0.2 * lr  # measured 0.173 × lr for a 128×512 random gradient
     sigma = np.linalg.svd(np.asarray(update["w"]) / (lr * 0.2 * np.sqrt(max(shape))), compute_uv=False)
     assert sigma.min() >= 0.5 and sigma.max() <= 1.5
 

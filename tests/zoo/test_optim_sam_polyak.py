@@ -1,4 +1,4 @@
-"""SAM-Polyak (spec train-04): ρ = 0 reduction to optax SPS+, step bounds, convergence, two-pass cost."""
+"""SAM-Polyak (arXiv 2606.01827): ρ = 0 reduction to optax SPS+, step bounds, convergence, two-pass cost."""
 
 import jax
 import jax.numpy as jnp
@@ -123,7 +123,7 @@ def test_stochastic_usam_interpolates_least_squares_without_tuning():
 
 def test_stochastic_sam_reaches_the_rho_neighbourhood_then_the_clamp_stops_it():
     # Normalised SAM keeps ‖e − θ‖ = ρ, so near θ* the term ⟨g, e − θ⟩ exceeds f(e) and the clamp gives
-    # zero steps (the spec's pitfall): the iterate stalls within about ρ of the interpolating solution.
+    # zero steps (a known pitfall): the iterate stalls within about ρ of the interpolating solution.
     relative_loss, distance, metrics = _stochastic_run(normalize=True)
     assert distance < 2 * 0.05 and relative_loss < 1e-3
     assert float(metrics["step_size"]) == 0.0

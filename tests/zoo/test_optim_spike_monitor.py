@@ -1,4 +1,4 @@
-"""Adam loss-spike monitor (spec train-07): exact curvature cases, HVP, power iteration, a flagged spike."""
+"""Adam loss-spike monitor (arXiv 2506.04805): exact curvature cases, HVP, power iteration, a flagged spike."""
 
 import jax
 import jax.numpy as jnp

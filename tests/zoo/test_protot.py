@@ -1,6 +1,6 @@
-"""The ProtoT mixer (a reconstruction, specs/mixers-05-protot.md): a float64 per-token reference of the whole
-layer (spec §1 steps 1–3), the SSD-based parallel recurrence against the step-by-step reference (outputs and
-gradients), the spec's invariants §4, the interpretability hooks and edits §3, options and the cache. The
+"""The ProtoT mixer (a reconstruction, docs/papers.md): a float64 per-token reference of the whole layer
+(write, memory, read), the SSD-based parallel recurrence against the step-by-step reference (outputs and
+gradients), the reconstruction's invariants, the interpretability hooks and edits, options and the cache. The
 model-level checks (causality, decode = forward, packed = padded, ...) run in tests/zoo/test_conformance.py.
 """
 
@@ -64,7 +64,7 @@ def _retention(m: ProtoT) -> np.ndarray:
 
 
 def _layer_reference(m: ProtoT, x, segments) -> np.ndarray:
-    """The ProtoT layer as a plain float64 loop over tokens (spec §1 steps 1–3), state reset per segment."""
+    """The ProtoT layer as a plain float64 loop over tokens (write, memory, read), state reset per segment."""
     x = np.asarray(x, np.float64)
     heads, k0, scales, dp, eps = m.num_heads, m.num_prototypes, m.num_scales, m.options.prototype_dim, m.options.eps
     protos, lam = _p(m.prototypes), _retention(m)
@@ -141,7 +141,7 @@ def _reference(v, write, read, log_decay, memory0, count0, *, segment_ids, memor
 
 @pytest.mark.parametrize("length, chunk, memory", [(1, 16, "avg"), (63, 64, "avg"), (257, 16, "sum")])
 def test_parallel_ssd_form_equals_recurrence_outputs_and_gradients(length, chunk, memory):
-    """Spec §4.1: the chunked SSD path = the step-by-step recurrence for memories and normalizers, with
+    """The chunked SSD path = the step-by-step recurrence for memories and normalizers, with
     initial states and packed segments; every gradient (decays included) under random cotangents."""
     args, segments = _core_inputs(length)
     fast = jax.jit(lambda *a: _parallel(*a, segment_ids=segments, chunk_size=chunk, memory=memory))
@@ -191,7 +191,7 @@ def test_write_and_read_weights_are_distributions():
 
 @pytest.mark.parametrize("options", [(), (("decay", "learned"), ("read_count_bias", True))], ids=["fixed", "learned"])
 def test_relabelling_prototypes_leaves_output_unchanged(options):
-    """Spec §4.4: permute the prototypes with their λ (θ) and β; the output stays the same."""
+    """Permute the prototypes with their λ (θ) and β; the output stays the same."""
     m = _mixer(*options)
     perm = np.array([3, 0, 4, 1, 2])
     channels = (perm[:, None] * m.num_scales + np.arange(m.num_scales)).reshape(-1)
@@ -210,7 +210,7 @@ def test_relabelling_prototypes_leaves_output_unchanged(options):
 
 
 def test_zero_retention_is_pointwise():
-    """Spec §4.5: all λ = 0 -> every token alone gives the same output: no mixing across time."""
+    """All λ = 0 -> every token alone gives the same output: no mixing across time."""
     m = _mixer(("scale_exponents", (0,)))
     x, pos = _inputs(6)
     together = _apply(m, x, None, pos)
@@ -219,7 +219,7 @@ def test_zero_retention_is_pointwise():
 
 
 def test_one_prototype_one_scale_is_an_ema_of_values():
-    """Spec §4.6: K₀ = S = 1 -> r_t = EMA_t(v) / (1 − λ^(t+1) + ε), the bias-corrected EMA."""
+    """K₀ = S = 1 -> r_t = EMA_t(v) / (1 − λ^(t+1) + ε), the bias-corrected EMA."""
     m = _mixer(("num_prototypes", 1), ("scale_exponents", (2,)))
     x, pos = _inputs(7)
     lam = 0.75
@@ -233,7 +233,7 @@ def test_one_prototype_one_scale_is_an_ema_of_values():
 
 
 def test_edits_block_writes_zero_memories_and_pin_reads():
-    """Spec §4.7: blocking writes to prototype j keeps m̄ of its channels at 0, which equals zeroing those
+    """Blocking writes to prototype j keeps m̄ of its channels at 0, which equals zeroing those
     memories, and pinning their read weights to 0 on top changes nothing; the edit does change the output."""
     m = _mixer(("num_heads", 2))
     x, pos = _inputs(8)

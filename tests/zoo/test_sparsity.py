@@ -1,4 +1,4 @@
-"""Pruning-at-initialisation masks and graphon statistics (spec train-13)."""
+"""Pruning-at-initialisation masks and graphon statistics (Pham, Ta, Tran-Thanh, arXiv 2602.06675)."""
 
 import jax
 import jax.numpy as jnp
@@ -164,7 +164,7 @@ def test_grasp_hvp_matches_the_dense_hessian_and_keeps_the_smallest_score():
     np.testing.assert_allclose(ravel_pytree(g_ours)[0], g, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(ravel_pytree(hg_ours)[0], hg, rtol=1e-4, atol=1e-10)
     assert np.abs(np.asarray(hg)).max() > 1e-7  # a non-trivial product: the comparison means something
-    score = unravel(-theta * hg)  # spec train-13 GraSP step 5: S = −θ ⊙ Hg
+    score = unravel(-theta * hg)  # GraSP step 5: S = −θ ⊙ Hg
     mask = grasp_mask(params, sparsity=0.6, loss_fn=_mlp_loss, batches=halves)
     s = np.concatenate([np.ravel(score["l1"]["kernel"]), np.ravel(score["l2"]["kernel"])])
     m = np.concatenate([np.ravel(mask["l1"]["kernel"]), np.ravel(mask["l2"]["kernel"])])
@@ -244,8 +244,8 @@ def test_statistics_degree_sums_equal_the_kept_weights():
 def test_graphon_homogeneity_random_versus_feature_selecting_snip():
     rand = matrix_statistics(np.asarray(jax.random.uniform(jax.random.PRNGKey(0), (256, 256)) < 0.2))
     assert rand["null_var"] / 2 < rand["homogeneity"] < 2 * rand["null_var"]
-    # SNIP on a task where only the first 5 of 50 inputs matter (spec test 5): the first layer's out-degree
-    # concentrates on those 5 inputs and the empirical graphon is far from constant.
+    # SNIP on a task where only the first 5 of 50 inputs matter (the paper's feature-selection claim): the first layer's
+    # out-degree concentrates on those 5 inputs and the empirical graphon is far from constant.
     k = jax.random.split(jax.random.PRNGKey(4), 4)
     x = jax.random.normal(k[0], (512, 50))
     y = jnp.sum(x[:, :5], axis=-1)

@@ -1,4 +1,6 @@
-"""Massive-activation and attention-sink diagnostics (spec 10) for any registered decoder LM.
+"""Massive-activation and attention-sink diagnostics for any registered decoder LM.
+
+Paper: Sun, Canziani, LeCun, Zhu, "The Spike, the Sparse and the Sink" (ICML 2026, arXiv 2603.05498).
 
 `diagnose(model, tokens)` captures every layer (`capture.capture_forward`, which never changes the model)
 and returns the D1-D6 statistics of `stats`; `interventions` holds the causal tests I1-I4.

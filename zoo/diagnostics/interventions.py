@@ -1,4 +1,4 @@
-"""Spec 10 causal interventions I1-I4, each returning before/after metrics as plain dicts.
+"""Causal interventions I1-I4 (Sun et al., arXiv 2603.05498), each returning before/after metrics as plain dicts.
 
 All run the model through `capture_forward` with hooks; the model itself is never modified.
 Loss is the mean next-token cross-entropy of the batch (`next_token_loss`).
@@ -121,7 +121,7 @@ def implicit_parameter_test(
 
     calibration_tokens [N, T'] (T' > pos). The claim (massive activations are implicit parameters)
     predicts delta_loss ≈ 0. With calibration_tokens equal to one row repeated, the mean is that row's
-    own state, so on that row the test is a no-op (spec invariant 4).
+    own state, so on that row the test is a no-op.
     Returns before/after summaries, delta_loss, and the replacement vector "mean_state" [D].
     """
     calib = capture_forward(model, calibration_tokens, materialize_attention=False)

@@ -1,4 +1,4 @@
-"""Spec 10 statistics D1-D6 over captured activations (numpy in, plain dicts of numpy arrays out).
+"""Statistics D1-D6 (Sun et al., arXiv 2603.05498) over captured activations (numpy in, plain dicts out).
 
 Every function is pure and takes arrays from `capture_forward` (converted with np.asarray); none touches
 the model. Shapes: L layers, B batch rows, T tokens, D channels, H heads.
@@ -137,7 +137,7 @@ def key_mass(probs: np.ndarray, *, i0: int) -> np.ndarray:
     """a[l, b, h, j] = mean over queries i ≥ max(i0, j) of P[l, b, h, i, j]; probs [L, B, H, T, T].
 
     Queries before j cannot see key j (causal), so they are left out rather than counted as zeros; for the
-    first token (j = 0) this is exactly the spec's mean over i ≥ i0.
+    first token (j = 0) this is exactly the mean over i ≥ i0.
     """
     p = np.asarray(probs, np.float64)
     length = p.shape[-1]

@@ -1,6 +1,8 @@
-"""Circulation attention: causal softmax attention with logits M_sym + α·M_skew (spec 08, read from code).
+"""Circulation attention: causal softmax attention with logits M_sym + α·M_skew (read from the paper's code).
 
-Spec: specs/mixers-08-sym-skew.md. Per query head h (KV head g = h // (H // Hkv)), with A_h = W_Q,hᵀ W_K,g:
+Paper: Cho, Han, Jin, "Balancing Fidelity and Diversity in Diffusion Models via Symmetric Attention
+Decomposition: Hopfield Perspective" (ICML 2026, arXiv 2605.27476).
+Per query head h (KV head g = h // (H // Hkv)), with A_h = W_Q,hᵀ W_K,g:
 
     ℓ_α = M_sym + α·M_skew = c₁·QKᵀ + c₂·KQᵀ,   c₁ = (1 + α)/2,  c₂ = (1 − α)/2
     H_org = softmax(QKᵀ/√d_h) X,   H_α = softmax(ℓ_α/√d_h) X          (retrieval over the raw inputs X)
@@ -8,11 +10,11 @@ Spec: specs/mixers-08-sym-skew.md. Per query head h (KV head g = h // (H // Hkv)
     out_h = H_new W_V,gᵀ, concatenated over heads, then o_proj
 
 Single-kernel form: q̃ = [c₁q, c₂k]/√d_h and k̃ = [k, q] (head dim doubled), so q̃·k̃ = ℓ_α/√d_h with the
-softmax scale 1. This general form is used (not the spec's [q, (c₂/c₁)k] variant) because the adaptive
+softmax scale 1. This general form is used (not the [q, (c₂/c₁)k] variant) because the adaptive
 variant makes c₁, c₂ per query token and α ≤ −1 must work; both sit on the query side, so per-row
 coefficients fold in. `reference_logits` materializes c₁QKᵀ + c₂KQᵀ for the tests.
 
-Causal LM extension (the spec's suggestion, not in the paper, which is non-causal): the causal and segment
+Causal LM extension (the zoo's, not in the paper, which is non-causal): the causal and segment
 masks are applied after forming ℓ_α, so the symmetric/skew split holds for the unmasked logits only.
 GQA is allowed: k̃ contains q, so it has H heads (the cache stores past queries); A_h pairs head h with
 its KV head. No RoPE: the input-space bilinear form (and the energy analysis) needs bias-free q/k
@@ -191,14 +193,14 @@ class CirculationAttention(nnx.Module):
         return sum_x, sum_xx, jnp.sum(m, axis=-1)
 
     def eta(self, stats: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
-        """η_M per row and token [B, T] from prefix sums, head-averaged, gradient-free (spec §2)."""
+        """η_M per row and token [B, T] from prefix sums, head-averaged, gradient-free."""
         sum_x, sum_xx, count = jax.lax.stop_gradient(stats)
         # Centered Gram matrix of the prefix: Σxxᵀ − n·μμᵀ with μ = Σx / n.
         gram = sum_xx - sum_x[..., :, None] * sum_x[..., None, :] / count[..., None, None]
         w_q = self.q_proj.kernel[...].reshape(self.d_model, self.num_heads, self.head_dim)
         w_k = jnp.repeat(self.k_proj.kernel[...].reshape(self.d_model, self.num_kv_heads, self.head_dim),
                          self.num_heads // self.num_kv_heads, axis=1)
-        # Our kernels are [C, H, Dh]; the spec's W_Q,h is [Dh, C], i.e. the transpose of kernel[:, h].
+        # Our kernels are [C, H, Dh]; the paper's W_Q,h is [Dh, C], i.e. the transpose of kernel[:, h].
         s_mat, n_mat = jax.vmap(symmetric_skew_parts)(w_q.transpose(1, 2, 0), w_k.transpose(1, 2, 0))
         s_mat, n_mat = jax.lax.stop_gradient((s_mat, n_mat))
         sym_sq, skew_sq = jax.vmap(lambda s, n: sym_skew_frobenius(gram, s, n))(s_mat, n_mat)  # [H, B, T]

@@ -1,8 +1,9 @@
-"""Hopfield-style stability measures and the M(X) balance η_M of spec 08 (specs/mixers-08-sym-skew.md §2–3).
+"""Hopfield-style stability measures and the M(X) balance η_M (Cho, Han, Jin, ICML 2026,
+arXiv 2605.27476).
 
-Pure functions (read from the paper's code, `hopfield_energy/log_energy.py`, as the spec describes it).
-Weights use the spec's PyTorch layout: W_Q,h and W_K,h are [d_h, C], so q_i · k_j = x_iᵀ A x_j with
-A = W_Qᵀ W_K [C, C]. Everything is float32 and gradient-free (diagnostics, §3).
+Pure functions (read from the paper's code, `hopfield_energy/log_energy.py`).
+Weights use the paper's PyTorch layout: W_Q,h and W_K,h are [d_h, C], so q_i · k_j = x_iᵀ A x_j with
+A = W_Qᵀ W_K [C, C]. Everything is float32 and gradient-free (diagnostics).
 
 For one head, with patterns H [L, P] (the retrieved patterns; P = C when retrieving over X), inputs
 X [L, C] and S = ½(A + Aᵀ):
@@ -92,11 +93,11 @@ def symmetry_balance(sym_sq: jax.Array, skew_sq: jax.Array, eps: float = 1e-6) -
 def stability_measures(
     patterns: jax.Array, x: jax.Array, w_q: jax.Array, w_k: jax.Array, *, scale_energy: bool = False
 ) -> dict[str, jax.Array]:
-    """The spec's diagnostics (H, X, W_Q, W_K) -> {E, r, Align, η_M, ...} for all heads.
+    """The paper's diagnostics (H, X, W_Q, W_K) -> {E, r, Align, η_M, ...} for all heads.
 
     patterns [Hh, L, P] (retrieved patterns per head), x [L, C], w_q, w_k [Hh, d_h, C]. Per-head,
     per-channel arrays are [Hh, P]; the summaries (energy mean / min / 5th percentile over channels, mean
-    r and Align) are head-averaged scalars, as the spec reports them.
+    r and Align) are head-averaged scalars, as the paper reports them.
     """
     s_mat, n_mat = jax.vmap(symmetric_skew_parts)(w_q, w_k)
     scale = 1.0 / math.sqrt(w_q.shape[1]) if scale_energy else 1.0

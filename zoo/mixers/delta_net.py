@@ -1,6 +1,8 @@
 """Delta-rule linear-attention mixers: DeltaNet, Gated DeltaNet (GDN) and Kimi Delta Attention (KDA).
 
-Spec: specs/mixers-02-mdn-deltanet.md. Per value head h the state S ∈ R^{d_k × d_v} follows
+Papers: DeltaNet (Yang et al. 2024, arXiv 2406.06484), Gated DeltaNet (Yang, Kautz, Hatamizadeh, arXiv
+2412.06464) and KDA (Kimi Linear, Kimi Team 2025); wiring and init as in flash-linear-attention.
+Per value head h the state S ∈ R^{d_k × d_v} follows
 
     DeltaNet  S_t = (I − β_t k̂_t k̂_tᵀ) S_{t−1} + β_t k̂_t v_tᵀ
     GDN       S_t = α_t (I − β_t k̂_t k̂_tᵀ) S_{t−1} + β_t k̂_t v_tᵀ,        α_t = exp(g_t) scalar per head
@@ -8,7 +10,7 @@ Spec: specs/mixers-02-mdn-deltanet.md. Per value head h the state S ∈ R^{d_k �
     o_t = S_tᵀ q̂_t / √d_k
 
 computed by `kernels.delta_rule.gated_delta_rule` (chunked; training and prefill) and
-`gated_delta_rule_step` (single-token decode). Wiring, per spec "Common conventions":
+`gated_delta_rule_step` (single-token decode). Wiring (as in flash-linear-attention):
 x → q/k/v projections → short causal depthwise conv (width `conv_size`) + SiLU → q, k L2-normalized per
 head in fp32 → op → per-head RMSNorm × act(g_proj(x)) → o_proj. Gates in fp32 with full-precision matmuls:
   β = sigmoid(W_b x) (×2 with allow_neg_eigval);
@@ -17,9 +19,9 @@ head in fp32 → op → per-head RMSNorm × act(g_proj(x)) → o_proj. Gates in 
       with safe_gate g = −5 · sigmoid(exp(A_log[h]) · (f + dt_bias[h, :])) ∈ (−5, 0).
 Output-gate activation: SiLU for DeltaNet and GDN, sigmoid for KDA (KDA's g_proj is low rank, with bias).
 
-Heads (grouped value heads, spec "GVA"): q and k have cfg.num_kv_heads heads, v, the state, the gates and
+Heads (grouped value heads, "GVA"): q and k have cfg.num_kv_heads heads, v, the state, the gates and
 the output have cfg.num_heads heads; q and k are repeated to num_heads (value head h reads key head
-h // (num_heads / num_kv_heads)). So num_kv_heads < num_heads is the spec's H_v > H. d_k = d_v = head_dim.
+h // (num_heads / num_kv_heads)). So num_kv_heads < num_heads is GVA's H_v > H. d_k = d_v = head_dim.
 
 Options (`cfg.mixer_options`, see delta_parts.DeltaOptions): conv_size (int ≥ 2, 4), allow_neg_eigval (bool,
 False), chunk_size (16/32/64/128, 64), implementation (None | "reference" | "xla" | "pallas" | sequence;
@@ -81,12 +83,12 @@ class _DeltaRuleMixer(nnx.Module):
         self.o_proj = self._linear(value_width, cfg.d_model, rngs)
 
     def _linear(self, n_in: int, n_out: int, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Linear:
-        """A projection in the compute dtype, N(0, 0.02) (spec §1.2), no bias unless asked."""
+        """A projection in the compute dtype, N(0, 0.02) (flash-linear-attention's init), no bias unless asked."""
         kwargs = {"dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
         return projections.linear(n_in, n_out, rngs=rngs, **kwargs)
 
     def _gate_linear(self, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-        """A gate projection: float32 with full-precision matmuls on every backend (spec: gates in fp32)."""
+        """A gate projection: float32, full-precision matmuls on every backend (bf16 gate sums lose long decays)."""
         return self._linear(n_in, n_out, rngs, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST)
 
     # --- gates (float32) -------------------------------------------------------------------------------
@@ -230,12 +232,12 @@ class KimiDeltaAttention(_DeltaRuleMixer):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         super().__init__(cfg, rngs=rngs)
         d, h, dk = cfg.d_model, self.num_heads, self.head_dim
-        # Low-rank decay and output-gate projections through d_v (spec §1.2, KDA).
+        # Low-rank decay and output-gate projections through d_v (KDA, as in flash-linear-attention).
         self.f_down = self._gate_linear(d, dk, rngs)
         self.f_up = self._gate_linear(dk, h * dk, rngs)
         self.g_down = self._linear(d, dk, rngs)
         self.g_up = self._linear(dk, h * dk, rngs, use_bias=True)
-        # The safe gate starts from A = 1 (A_log = 0, spec §1.2); the plain gate from A ~ U(1, 16).
+        # The safe gate starts from A = 1 (A_log = 0, as in flash-linear-attention); the plain gate from A ~ U(1, 16).
         a_log = init_a_log(rngs.params(), (h,), 1.0, 16.0)
         self.A_log = nnx.Param(jnp.zeros_like(a_log) if self.options.safe_gate else a_log)
         self.dt_bias = nnx.Param(init_dt_bias(rngs.params(), (h, dk)))

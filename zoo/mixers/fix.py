@@ -1,17 +1,18 @@
 """FiX, the Fine-grained Forgetting Transformer's mixer: softmax attention with per-channel value forget gates.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01-fix-fox.md Part B); the authors' code
-and full text were not available, so the gate parameterization, its init, the scalar gate and the output
-gate are the spec's reconstruction, exposed as options. Per query head and token i (value channel c):
+FiX is a RECONSTRUCTION from the abstract of "FiX: Introducing Fine-grained Forget Gate into Softmax
+Attention" (ICML 2026; docs/papers.md); the authors' code and full text were not available, so the gate
+parameterization, its init, the scalar gate and the output gate are the zoo's reconstruction, exposed as
+options. Per query head and token i (value channel c):
 
     P_ij = softmax_{j≤i}(q_i·k_j/√d [+ Σ_{l=j+1..i} log f^s_l])       (optional FoX scalar gate f^s)
     u_i  = Σ_{j≤i} P_ij · exp(Σ_{l=j+1..i} log f_l) ⊙ v_j              (f_l ∈ (0,1)^{Dv}, per channel)
     o_i  = o_proj(RMSNorm_fp32(u_i) ⊙ γ [⊙ σ(W_g x_i)])
 
 computed by `kernels.value_forget_attention`. The per-head output RMSNorm (float32, eps 1e-6, learned
-scale γ [H, Dv]) is mandatory: it is what makes a shared softmax denominator enough (spec B.2). It also
+scale γ [H, Dv]) is mandatory: it is what makes a shared softmax denominator enough (the abstract's point). It also
 means that gates equal across a head's channels give FoX with its output norm, up to the norm's ε: the op's
-u is then FoX's output times a positive per-row scalar (spec invariant 8 holds for u, not after the norm).
+u is then FoX's output times a positive per-row scalar (docs/numerics.md: FiX is not FoX before the norm).
 
 Options (`cfg.mixer_options`):
   vgate: "low_rank" (default) f = σ(W_up W_down x + b), W_down D → r, W_up r → H·Dv, both N(0, 0.02), the
@@ -22,15 +23,15 @@ Options (`cfg.mixer_options`):
   vgate_min (None | negative float, None): lower bound of log f (KDA-style safe gate, e.g. −5), applied as
       the smooth saturation m·expm1(log f / m), m = −vgate_min.
   scalar_gate (bool, True): the FoX scalar gate in the logits, Linear(D → H) with bias, weight N(0, 0.02),
-      bias 0 (FoX's init). Spec B.2: unknown whether FiX keeps it.
+      bias 0 (FoX's init). Unknown whether FiX keeps it.
   rope (bool, False): RoPE on q and k with cfg.rope_theta.
   output_gate (bool, True): o ← RMSNorm(u) ⊙ σ(W_g x) (FoX-Pro style), W_g D → H·Dv, no bias.
   implementation (None | "reference" | "xla" | "pallas" | a sequence): the op's path.
-  cache ("decayed" | "pruned", "decayed"): the decode cache of spec B.4, see below.
+  cache ("decayed" | "pruned", "decayed"): the decode cache, see below.
   prune_eps (float, 1e-6), cache_capacity (None | int, None = max_len): the pruned cache's threshold and
       slots; giving either with another cache raises.
 
-Decode cache (spec B.4): keys [B, S, Hkv, D] in the compute dtype and the decayed values
+Decode cache: keys [B, S, Hkv, D] in the compute dtype and the decayed values
 ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head in float32, multiplied by the new gates at every step (no Λ is
 stored), with the scalar gate's suffix sums kept the same way; "pruned" additionally frees a slot once
 every channel of it has decayed below prune_eps and reuses it, so cache_capacity may be < the length
@@ -61,8 +62,8 @@ from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bi
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
-_SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for gate projections (spec A.3)
-_OUTPUT_NORM_EPS = 1e-6  # spec B.3: a small ε, or strongly decayed outputs collapse towards 0
+_SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for gate projections (FoX's code)
+_OUTPUT_NORM_EPS = 1e-6  # a small ε, or strongly decayed outputs collapse towards 0
 
 
 @register_mixer("fix")
@@ -86,7 +87,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         def gate_linear(n_in: int, n_out: int, bias: Any = None) -> nnx.Linear:
-            # Gates in float32 with full-precision matmuls on every backend (spec B.3 "Precision").
+            # Gates in float32 with full-precision matmuls on every backend (docs/numerics.md, rule 6).
             def bias_init(key: Any, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
                 return jnp.broadcast_to(jnp.asarray(bias, dtype), shape)
 

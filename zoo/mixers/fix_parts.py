@@ -1,8 +1,8 @@
 """Pieces of the FiX mixer (zoo/mixers/fix.py): its options, the value-gate initial biases and the bound
 on the log value gates. Pure functions, tested through the mixer.
 
-FiX is a RECONSTRUCTION from the paper's abstract (specs/mixers-01-fix-fox.md Part B); the authors' code
-was not available, so every choice below that the abstract does not state is the spec's or the zoo's.
+FiX is a RECONSTRUCTION from the paper's abstract (docs/papers.md); the authors' code was not available,
+so every choice below that the abstract does not state is the zoo's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from zoo.models.config import ModelConfig
 VGATES = ("low_rank", "mamba")
 CACHES = ("decayed", "pruned")
 IMPLEMENTATIONS = ("reference", "xla", "pallas")
-# Initial value-gate decay range (spec B.2 "init so that decay times are long"): σ(b) ∈ [0.9, 0.999] for
+# Initial value-gate decay range (long decay times at init): σ(b) ∈ [0.9, 0.999] for
 # the low-rank gate, dt ∈ [1e-3, 1e-1] for the Mamba gate, i.e. decay times of about 10 to 1000 tokens.
 LOW_RANK_GATE_RANGE = (0.9, 0.999)
 MAMBA_DT_RANGE = (1e-3, 1e-1)
@@ -33,14 +33,14 @@ class FixOptions:
     """The FiX mixer's `cfg.mixer_options`, validated (see `parse_options`)."""
 
     vgate: str = "low_rank"
-    vgate_rank: int = 16  # r of the low-rank gate projection W_up W_down (spec: gate rank 16 at zoo scale)
+    vgate_rank: int = 16  # r of the low-rank gate projection W_up W_down (16 at zoo scale)
     vgate_min: float | None = None  # lower bound of log f (KDA-style safe gate), e.g. −5; None = unbounded
-    # Spec B.2: unknown whether FiX keeps FoX's scalar gate; a flag, on by default.
+    # Unknown whether FiX keeps FoX's scalar gate; a flag, on by default.
     scalar_gate: bool = True
     rope: bool = False  # like FoX, no positional encoding by default
     output_gate: bool = True  # o ← RMSNorm(u) ⊙ σ(W_g x), FoX-Pro style
     implementation: str | tuple[str, ...] | None = None  # value_forget_attention's; None = best for the backend
-    cache: str = "decayed"  # decode cache, spec B.4: (a) "decayed" values or (c) "pruned" slots
+    cache: str = "decayed"  # decode cache: "decayed" values or "pruned" slots
     prune_eps: float = 1e-6  # "pruned": a slot is dropped once every channel's decay is below prune_eps
     cache_capacity: int | None = None  # "pruned": slots per row; None = the max_len given to init_cache
 

@@ -1,6 +1,7 @@
 """FoX, the Forgetting Transformer's mixer: causal softmax attention with a per-head scalar forget gate.
 
-Spec: specs/mixers-01-fix-fox.md, Part A (read from the official code). Per head h and token t,
+Paper: Lin et al., "Forgetting Transformer: Softmax Attention with a Forget Gate" (ICLR 2025, arXiv 2503.02130),
+read from the official code. Per head h and token t,
 
     log f_t = log σ(w_hᵀ x_t + b_h)      (float32; log-sigmoid, never the log of a sigmoid)
     o_i = Σ_{j≤i} softmax_j(q_i·k_j/√d + Σ_{l=j+1..i} log f_l) v_j
@@ -18,15 +19,15 @@ computed by `kernels.forgetting_attention`. Options (`cfg.mixer_options`):
   rope (bool, False): RoPE on q and k with cfg.rope_theta. FoX uses no positional encoding by default.
   implementation (None | "reference" | "xla" | "pallas" | a sequence): the op's path; None = best for
     the backend.
-  Pro flags (spec A.2), each a bool; pro=True turns all four on, an individually given flag overrides:
+  Pro flags (FoX's "Pro" block), each a bool; pro=True turns all four on, an individually given flag overrides:
     qk_norm: per-head RMSNorm of q and k (scale [H, Dh]); token_shift: data-dependent shift of k and v,
     k̃_t = α_t·k_{t−1} + (1 − α_t)·k_t with α_t = σ(W_α x_t) one scalar per kv head (own W_α for v),
     never across a segment start; output_norm: per-head RMSNorm of the attention output; output_gate:
     o ← o ⊙ σ(W_g x) before o_proj.
 
 Initialization: q/k/v/o follow the zoo's attention mixer (nnx.Linear defaults) so that FoX and the
-baseline differ only in what FoX adds; the FoX-specific projections (gate, shift, output gate) use the
-spec's N(0, 0.02).
+baseline differ only in what FoX adds; the FoX-specific projections (gate, shift, output gate) use
+FoX's N(0, 0.02).
 
 Decode cache: k, v [B, S, Hkv, Dh] (compute dtype), the float32 log-gates [B, S, H] of every cached token
 (not their prefix sums: the decode bias is a suffix sum over the cache, see kernels.forgetting_attention.decode),
@@ -55,7 +56,7 @@ from zoo.mixers.fox_parts import (
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
-_SMALL_INIT = nnx.initializers.normal(0.02)  # the spec's init for the FoX-specific projections (A.3)
+_SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for its own projections
 
 
 @register_mixer("fox")
@@ -82,7 +83,7 @@ class ForgettingAttention(nnx.Module):
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
 
         def gate_linear(n_out: int, use_bias: bool = False) -> nnx.Linear:
-            # Gates are computed in float32 (spec A.1), with full-precision matmuls on every backend.
+            # Gates are computed in float32 (as in FoX's code), with full-precision matmuls on every backend.
             return linear(
                 cfg.d_model, n_out, use_bias=use_bias, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST,
                 kernel_init=_SMALL_INIT, bias_init=nnx.initializers.zeros_init(),
@@ -153,7 +154,7 @@ class ForgettingAttention(nnx.Module):
         if self.options.token_shift:
             x32 = x.astype(jnp.float32)
             k_prev, v_prev = (None, None) if cache is None else (cache["k_prev"], cache["v_prev"])
-            shift_state = {"k_prev": k[:, -1], "v_prev": v[:, -1]}  # before the shift, as the spec's cache
+            shift_state = {"k_prev": k[:, -1], "v_prev": v[:, -1]}  # before the shift, as FoX's cache
             k = token_shift(k, jax.nn.sigmoid(self.k_shift(x32)), segment_ids=segment_ids, previous=k_prev)
             v = token_shift(v, jax.nn.sigmoid(self.v_shift(x32)), segment_ids=segment_ids, previous=v_prev)
         if self.options.qk_norm:

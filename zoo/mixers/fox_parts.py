@@ -1,7 +1,7 @@
 """Pieces of the FoX mixer (zoo/mixers/fox.py): its options, the gate schedule, the token shift and cached
 (decode) forgetting attention. Pure functions, tested on their own.
 
-Spec: specs/mixers-01-fix-fox.md, Part A.
+Paper: Lin et al., "Forgetting Transformer: Softmax Attention with a Forget Gate" (ICLR 2025, arXiv 2503.02130).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ class FoxOptions:
     """The FoX mixer's `cfg.mixer_options`, validated (see `parse_options`)."""
 
     gate: str = "full"
-    rope: bool = False  # FoX uses no positional encoding by default (spec A.1: `use_rope: false`)
+    rope: bool = False  # FoX uses no positional encoding by default (FoX's config: `use_rope: false`)
     implementation: str | tuple[str, ...] | None = None  # forgetting_attention's; None = best for the backend
-    pro: bool = False  # turns on the four flags below unless one is given on its own (spec A.2)
+    pro: bool = False  # turns on the four flags below unless one is given on its own (FoX's "Pro" block)
     qk_norm: bool = False
     token_shift: bool = False
     output_norm: bool = False
     output_gate: bool = False
-    # Decay-time range of the "fixed" gate and of the "bias_only" initialization (spec A.1). The spec and
+    # Decay-time range of the "fixed" gate and of the "bias_only" initialization. The paper and
     # the reference code leave T_min / T_max to the experiment; these defaults are the zoo's choice.
     decay_time_min: float = 2.0
     decay_time_max: float = 1024.0
@@ -55,7 +55,7 @@ def _check_decay_times(t_min: float, t_max: float) -> None:
 def parse_options(cfg: ModelConfig) -> FoxOptions:
     """Reads and validates the FoX options of `cfg`; a bad name or value raises ValueError naming it.
 
-    `pro=True` turns on all four Pro flags (spec A.2); an individually given flag overrides it.
+    `pro=True` turns on all four Pro flags; an individually given flag overrides it.
     """
     values = read_mixer_options(cfg, "fox", FoxOptions)
     given = {name for name, _ in cfg.mixer_options}
@@ -71,7 +71,7 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
 def decay_bias(num_heads: int, t_min: float, t_max: float) -> np.ndarray:
     """[num_heads] float32 gate biases b_h with −1/log σ(b_h) = τ_h, τ log-spaced over [t_min, t_max].
 
-    log σ(b) = −log(1 + e^{−b}) and e^{−b} = expm1(1/τ) give log σ(b) = −1/τ (spec A.1, invariant 6).
+    log σ(b) = −log(1 + e^{−b}) and e^{−b} = expm1(1/τ) give log σ(b) = −1/τ.
     Computed in float64, then rounded once.
     """
     tau = np.exp(np.linspace(math.log(t_min), math.log(t_max), num_heads))
@@ -87,7 +87,7 @@ def segment_starts(segment_ids: jax.Array) -> jax.Array:
 def token_shift(
     h: jax.Array, alpha: jax.Array, *, segment_ids: jax.Array | None = None, previous: jax.Array | None = None
 ) -> jax.Array:
-    """Data-dependent token shift (spec A.2): h̃_t = α_t·h_{t−1} + (1 − α_t)·h_t.
+    """Data-dependent token shift (FoX "Pro"): h̃_t = α_t·h_{t−1} + (1 − α_t)·h_t.
 
     h: [B, T, Hkv, Dh] (the k or v projection before the shift); alpha: [B, T, Hkv] in (0, 1), float32;
     previous: [B, Hkv, Dh], the projection of the token before h[:, 0] (decode cache), None = zeros;

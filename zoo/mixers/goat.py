@@ -1,37 +1,38 @@
 """GOAT: causal softmax attention with a learned attention prior folded into extra q/k channels.
 
-Spec: specs/mixers-04-goat.md (read from the official code, not reconstructed). Per query head h (KV head
-g = h // (H // Hkv)), query position i and key position j (positions inside the segment):
+Paper: Litman & Guo, "You Need Better Attention Priors" (GOAT, ICML 2026, arXiv 2601.15380), read from the
+official code. Per query head h (KV head g = h // (H // Hkv)), query position i and key position j
+(positions inside the segment):
 
     ℓ_ij = q_c,i · k_c,j / √D_c + κ_g(i − j) + u_g(j)
     κ_g(Δ) = Σ_r A_{g,r} cos(ω_r Δ) + B_{g,r} sin(ω_r Δ),          ω_r = 1e4^(−r/(R−1))
     u_g(j) = s·[gain_g · MLP(φ(j)) + bump_g · 1[j = 0]] + s·softplus(ρ_g)·j   (the "sink" term)
 
 The content part uses the first D_c = D − (2R + 1[key_bias]) channels of the ordinary q/k projections;
-the remaining channels are overwritten by positional features (spec §2):
+the remaining channels are overwritten by positional features (as in GOAT's code):
 
     q_pos = [A cos ωi + B sin ωi, A sin ωi − B cos ωi, 1],   k_pos = [cos ωj, sin ωj, u_bounded(j)]
 
 so q_pos · k_pos = κ(i − j) + u_bounded(j) exactly. The content part is pre-scaled by 1/√D_c and the
-kernel is called with scale=1.0, so its own 1/√D never touches the prior channels (the spec's
+kernel is called with scale=1.0, so its own 1/√D never touches the prior channels (GOAT's
 "multiply by √D" trick gives the same logits; ours avoids the extra multiply and its rounding).
 
 The recency term s·softplus(ρ)·j is NOT folded into a channel: under the causal mask it equals
-−s·softplus(ρ)·(i − j) plus a row constant (which softmax ignores), i.e. an ALiBi bias, and the spec's
-numerics section shows that folding it loses precision (the lane grows like slope·T). It is passed as a
+−s·softplus(ρ)·(i − j) plus a row constant (which softmax ignores), i.e. an ALiBi bias, and folding it
+loses precision (docs/numerics.md) (the lane grows like slope·T). It is passed as a
 float32 bias computed from integer positions.
 
 Options (`cfg.mixer_options`):
   pos_rank (int, 4): R, the number of Fourier frequencies of the relative term (0 disables it).
   abs_rank (int, 4): M, the frequencies of the sink MLP's absolute features φ(j).
   key_bias (bool, True): the key-only sink term u(j) (MLP, BOS bump, recency slope).
-  init ("seeded" | "uniform", "seeded"): the spec's two init modes (§3): seeded (GPT) has A ~ N(0, 1e-2)
+  init ("seeded" | "uniform", "seeded"): GOAT's two init modes: seeded (GPT) has A ~ N(0, 1e-2)
       and ALiBi recency slopes; uniform (ViT/BERT) starts from a uniform prior (A = 0, the MLP's last layer
       0, ρ = −30).
   training_seq_len (int, cfg.max_seq_len): T_train in φ(j). Fixed (never the current length) so cached
       decoding sees the same features as the full forward and the features extrapolate.
   prior_scale (float, 1.0): s, the sink-term scale.
-Not implemented: the optional query-norm prior gate and the 2D (ViT) mode of the spec.
+Not implemented: the optional query-norm prior gate and the 2D (ViT) mode of GOAT.
 
 q/k/v/o projections follow the zoo's attention mixer (nnx.Linear defaults), so GOAT and the baseline
 differ only by the prior. Prior parameters and the sink MLP stay float32; the bounded positional lanes
@@ -61,7 +62,7 @@ from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
 INITS = ("seeded", "uniform")
-_HIDDEN = 4  # the sink MLP's hidden width: min(2·in, max(2·out, 4)) = 4 for out = 1 (spec §3)
+_HIDDEN = 4  # the sink MLP's hidden width: min(2·in, max(2·out, 4)) = 4 for out = 1 (GOAT's code)
 
 
 def fourier_frequencies(rank: int, base: float = 1e4) -> np.ndarray:
@@ -189,7 +190,7 @@ class GOATAttention(nnx.Module):
     def sink_lane(self, positions: jax.Array) -> jax.Array:
         """The bounded sink term s·[gain·MLP(φ(j)) + bump·1[j=0]]: positions [B, T] -> float32 [B, T, Hkv]."""
         phi = sink_features(positions, self.options.abs_rank, self.options.training_seq_len)
-        hp = jax.lax.Precision.HIGHEST  # the MLP is kept in full float32 (spec §6)
+        hp = jax.lax.Precision.HIGHEST  # the MLP is kept in full float32 (GOAT's code)
         hidden = jax.nn.silu(jnp.dot(phi, self.mlp_w1[...], precision=hp) + self.mlp_b1[...])
         mlp = jnp.dot(hidden, self.mlp_w2[...], precision=hp) + self.mlp_b2[...]  # [B, T, 1]
         bos = (positions == 0).astype(jnp.float32)[..., None]

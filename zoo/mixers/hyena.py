@@ -1,4 +1,5 @@
-"""Hyena, the order-N long-convolution mixer with implicit filters (specs/mixers-06 §C, after safari's hyena.py).
+"""Hyena, the order-N long-convolution mixer with implicit filters (Poli et al., arXiv 2302.10866;
+after safari's hyena.py).
 
 Per layer (D = d_model, order N ≥ 2, L_max = cfg.max_seq_len):
 
@@ -75,7 +76,7 @@ def parse_options(cfg: ModelConfig) -> HyenaOptions:
 
 
 def positional_features(max_len: int, emb_dim: int) -> tuple[jax.Array, jax.Array]:
-    """z [L, emb_dim] = [t_norm, cos(f_b w_t), −sin(f_b w_t)] and t_norm [L], float32 (spec 06 §C)."""
+    """z [L, emb_dim] = [t_norm, cos(f_b w_t), −sin(f_b w_t)] and t_norm [L], float32 (safari's hyena.py)."""
     t = jnp.arange(max_len, dtype=jnp.float32)
     t_norm = t / max(max_len - 1, 1)  # linspace(0, 1, L); L = 1 gives [0]
     bands = (emb_dim - 1) // 2
@@ -85,7 +86,7 @@ def positional_features(max_len: int, emb_dim: int) -> tuple[jax.Array, jax.Arra
 
 
 def decay_rates(channels: int, fast: float = 0.3, slow: float = 1.5, target: float = 1e-2) -> jax.Array:
-    """|δ_c| [channels]: channel c decays to `target` at t_norm between 1/slow·… (slow) and fast (spec 06 §C)."""
+    """|δ_c| [channels]: channel c decays to `target` at t_norm between 1/slow·… (slow) and fast (safari's hyena.py)."""
     return jnp.abs(jnp.linspace(math.log(target) / slow, math.log(target) / fast, channels, dtype=jnp.float32))
 
 
@@ -124,7 +125,7 @@ class Hyena(nnx.Module):
         hidden = z
         for layer, freq in zip(self.filter_layers, self.filter_freqs, strict=True):
             hidden = jnp.sin(freq[...] * layer(hidden))
-        # the window multiplies the FFN output: |h_t| decays in t for a fixed FFN output (spec invariant 5)
+        # the window multiplies the FFN output: |h_t| decays in t for a fixed FFN output
         h = self.filter_out(hidden) * jnp.exp(-t_norm[:, None] * decay_rates(self.filter_out.out_features))
         h = h.reshape(self.max_len, self.options.order - 1, self.d_model)
         return h if length is None else h[: min(length, self.max_len)]

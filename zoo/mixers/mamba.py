@@ -1,4 +1,5 @@
-"""Mamba (Mamba1), the selective-SSM mixer of spec 06 §B (following `mamba_simple.py`'s block).
+"""Mamba (Mamba1), the selective-SSM mixer (Gu & Dao, arXiv 2312.00752; following
+`mamba_simple.py`'s block).
 
 Per token t (D = d_model, d_inner = expand·D, N the state size, R = dt_rank):
 

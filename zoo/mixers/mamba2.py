@@ -1,6 +1,7 @@
 """Mamba2, the SSD state-space mixer, with Mamba2's scalar decay or the generalized diagonal decay.
 
-Spec: specs/mixers-03-ssd.md §4 (layer, init) and specs/mixers-06-eden-archs.md. Per token t (D = d_model,
+Paper: Dao & Gu, "Transformers are SSMs" (Mamba2, ICML 2024, arXiv 2405.21060); layer and init as in
+`mamba2_simple.py`. Per token t (D = d_model,
 d_inner = expand·D, H = d_inner / P heads of width P, N the state size, G groups sharing B and C):
 
     z, xBC = in_proj(x)                          z [d_inner], xBC [d_inner + 2·G·N]

@@ -1,7 +1,8 @@
 """Pieces of the Mamba2 mixer (zoo/mixers/mamba2.py): its options and parameter initializers (the short
 causal convolution is zoo.layers.short_conv). Pure functions, tested on their own.
 
-Spec: specs/mixers-03-ssd.md §4 (Mamba2 layer, init table) and the "generalized diagonal Mamba2" variant.
+Mamba2 (Dao & Gu, arXiv 2405.21060) as in `mamba2_simple.py`, and the generalized diagonal variant (Hu et al.,
+"On Structured State-Space Duality", arXiv 2510.04944).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ class Mamba2Options:
     decay: str = "scalar"  # "scalar": A_log [H] (Mamba2); "diagonal": A_log [H, N] (generalized SSD)
     expand: int = 2  # d_inner = expand * d_model
     head_dim: int | None = None  # P; None = cfg.resolved_head_dim. Heads H = d_inner / P
-    state_size: int = 16  # N (spec 06's small-scale setting)
-    num_groups: int = 1  # G: heads of a group share B and C (spec 03 §4); must divide H
+    state_size: int = 16  # N (EDEN's small-scale setting)
+    num_groups: int = 1  # G: heads of a group share B and C; must divide H
     conv_size: int = 4  # width of the causal depthwise conv over x, B, C
     chunk_size: int = 64  # the chunk of the SSD op (one of kernels.ssd.CHUNK_SIZES)
     implementation: str | tuple[str, ...] | None = None  # the SSD op's `implementation=`: None = best for the backend
-    dt_min: float = 1e-3  # range of the initial Δ (dt_bias init, spec 03 §4)
+    dt_min: float = 1e-3  # range of the initial Δ (dt_bias init, as in mamba2_simple.py)
     dt_max: float = 1e-1
 
 
@@ -74,7 +75,7 @@ def parse_options(cfg: ModelConfig) -> Mamba2Options:
 
 
 def init_dt_bias(key: jax.Array, heads: int, dt_min: float, dt_max: float, floor: float = 1e-4) -> jax.Array:
-    """[H] float32: softplus⁻¹(Δ₀) with Δ₀ log-uniform in [dt_min, dt_max], floored (spec 03 §4).
+    """[H] float32: softplus⁻¹(Δ₀) with Δ₀ log-uniform in [dt_min, dt_max], floored (mamba2_simple.py).
 
     So that softplus(0 + dt_bias) = Δ₀ at init: each head starts with its own time scale.
     """
@@ -85,5 +86,5 @@ def init_dt_bias(key: jax.Array, heads: int, dt_min: float, dt_max: float, floor
 
 
 def init_a_log(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """`shape` ([H] scalar decay, [H, N] diagonal) float32: log A with A ~ U(1, 16) (spec 03 §4)."""
+    """`shape` ([H] scalar decay, [H, N] diagonal) float32: log A with A ~ U(1, 16) (mamba2_simple.py)."""
     return jnp.log(jax.random.uniform(key, shape, jnp.float32, 1.0, 16.0))

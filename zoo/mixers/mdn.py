@@ -1,16 +1,18 @@
-"""Momentum DeltaNet (MDN) mixer: the stepwise momentum delta rule wired as spec 02 §1, §1.1 and §1.2.
+"""Momentum DeltaNet (MDN) mixer: the stepwise momentum delta rule, wired as in the authors' code.
 
-Spec: specs/mixers-02-mdn-deltanet.md. Per value head h, two states S, M ∈ R^{d_k × d_v}:
+Paper: Huang et al., "MDN: Parallelizing Stepwise Momentum for Delta Linear Attention" (ICML 2026,
+arXiv 2605.05838).
+Per value head h, two states S, M ∈ R^{d_k × d_v}:
 
     e_t = S_{t−1}ᵀ p_t − v_t,   M_t = μ_t M_{t−1} + η_t k̂_t e_tᵀ,   S_t = α_t S_{t−1} − β_t M_t,
-    o_t = S_tᵀ q̂_t / √d_k,      p_t = α_t k̂_t (the decayed key predicts, spec "use_p_times_alpha")
+    o_t = S_tᵀ q̂_t / √d_k,      p_t = α_t k̂_t (the decayed key predicts, "use_p_times_alpha")
 
 computed by `kernels.momentum_delta_rule.momentum_delta_rule` (chunked; training and prefill) and
 `momentum_delta_rule_step` (single-token decode). Wiring: x → q/k/v projections → short causal depthwise
 conv + SiLU → output correction q ← q − exp(D_log)·k on the raw post-conv q, k → q, k L2-normalized per
 head in fp32 → op → per-head RMSNorm × sigmoid(g_proj(x)) → o_proj.
 
-Gates, all float32 with full-precision matmuls, per value head and token (spec §1.1):
+Gates, all float32 with full-precision matmuls, per value head and token:
   log α_raw = −exp(A_log) · softplus(W_a x + dt_bias)
   log μ     = max(−exp(Mu_log) · softplus(W_m x + mu_bias), min_log_mu)
   η         = 1 + tanh(W_e x / τ),  τ = √(d_model / tau_factor)          ∈ [0, 2]
@@ -91,7 +93,7 @@ def parse_mdn_options(cfg: ModelConfig) -> MDNOptions:
 def constrained_gates(
     log_alpha_raw: jax.Array, beta_raw: jax.Array, eta: jax.Array, log_factor: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    """The spec §1.1 constraint. All [B, T, H] float32 (log_factor [H]) -> (log α, β) [B, T, H].
+    """The gate constraint of the authors' code. All [B, T, H] float32 (log_factor [H]) -> (log α, β) [B, T, H].
 
     θ = arctan(η c) with c = exp(log_factor): cos²θ = 1/(1 + (ηc)²) and sin²θ = (ηc)²/(1 + (ηc)²) are the
     same numbers written without trig, so log cos²θ = −log1p((ηc)²) stays finite and accurate for any ηc
@@ -129,7 +131,7 @@ class MomentumDeltaNet(nnx.Module):
         self.A_log = nnx.Param(init_a_log(rngs.params(), (h,), 0.0, 16.0))
         self.Mu_log = nnx.Param(init_a_log(rngs.params(), (h,), 0.0, 16.0))
         dt_bias = init_dt_bias(rngs.params(), (h,))
-        # The model init copies the same values into both biases (spec §1.2).
+        # The model init copies the same values into both biases (as the authors' code does).
         self.dt_bias, self.mu_bias = nnx.Param(dt_bias), nnx.Param(dt_bias)
         self.log_factor = nnx.Param(init_a_log(rngs.params(), (h,), 0.0, 4.0))  # log U(0, 4)
         self.D_log = nnx.Param(init_a_log(rngs.params(), (self.num_key_heads,), 0.0, 1.0))  # log U(0, 1)
@@ -138,20 +140,20 @@ class MomentumDeltaNet(nnx.Module):
         self.o_proj = self._linear(value_width, d, rngs)
 
     def _linear(self, n_in: int, n_out: int, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Linear:
-        """A projection in the compute dtype, N(0, 0.02) (spec §1.2), no bias."""
+        """A projection in the compute dtype, N(0, 0.02) (the authors' init), no bias."""
         kwargs = {"dtype": self.dtype, "kernel_init": SMALL_INIT, **kwargs}
         return projections.linear(n_in, n_out, rngs=rngs, **kwargs)
 
     def _gate_linear(self, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-        """A gate projection: float32 with full-precision matmuls on every backend (spec: gates in fp32)."""
+        """A gate projection: float32, full-precision matmuls on every backend (bf16 gate sums lose long decays)."""
         return self._linear(n_in, n_out, rngs, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST)
 
     def gates(self, x: jax.Array) -> dict[str, jax.Array]:
-        """x: [B, T, D] -> {"g" (log α), "log_mu", "beta", "eta"}, each [B, T, H] float32 (spec §1.1)."""
+        """x: [B, T, D] -> {"g" (log α), "log_mu", "beta", "eta"}, each [B, T, H] float32."""
         x32 = x.astype(jnp.float32)
         log_alpha_raw = -jnp.exp(self.A_log[...]) * jax.nn.softplus(self.a_proj(x32) + self.dt_bias[...])
         log_mu = -jnp.exp(self.Mu_log[...]) * jax.nn.softplus(self.m_proj(x32) + self.mu_bias[...])
-        # The floor guards the momentum against "upper overflow" (spec pitfalls); it also keeps log μ finite.
+        # The floor guards the momentum against "upper overflow"; it also keeps log μ finite.
         log_mu = jnp.maximum(log_mu, self.options.min_log_mu)
         eta = 1.0 + jnp.tanh(self.e_proj(x32) / self.tau)
         g, beta = constrained_gates(log_alpha_raw, jax.nn.sigmoid(self.b_proj(x32)), eta, self.log_factor[...])
@@ -173,7 +175,7 @@ class MomentumDeltaNet(nnx.Module):
             outs[name], states[f"conv_{name}"] = conv(proj(x), segment_ids=segment_ids, state=state)
         key_shape = (batch, length, self.num_key_heads, self.head_dim)
         q_raw, k_raw = outs["q"].reshape(key_shape), outs["k"].reshape(key_shape)  # float32 from the conv
-        # Output correction (Comba): on the raw post-conv q and k, before the L2 norm (spec §1, §4).
+        # Output correction (Comba): on the raw post-conv q and k, before the L2 norm (as in the authors' code).
         q_hat = l2_normalize(q_raw - jnp.exp(self.D_log[...])[:, None] * k_raw)
         k_hat = l2_normalize(k_raw)
         group = self.num_heads // self.num_key_heads

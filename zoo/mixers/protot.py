@@ -1,10 +1,11 @@
 """ProtoT, the Prototype Transformer's mixer: tokens write to and read from learned prototypes, each a memory
 channel that averages what it receives at several fixed time scales.
 
-RECONSTRUCTION (specs/mixers-05-protot.md): the paper (arXiv 2602.11852, ICML 2026) establishes only a
+RECONSTRUCTION: the paper (Yordanov et al., "Prototype Transformer", arXiv 2602.11852, ICML 2026) establishes only a
 linear-cost module of learned prototype vectors with two-way token <-> prototype communication over
-channels at different time scales; its method section and code were not available. This mixer follows the
-spec's reconstruction §1–2 and is swappable as a whole (registered as "protot"; nothing else depends on it).
+channels at different time scales; its method section and code were not available. This mixer is one
+well-defined design consistent with it (docs/papers.md) and is swappable as a whole (registered as "protot";
+nothing else depends on it).
 
 Per head (H banks of K₀ prototypes P [K₀, d_p]; S scales λ_s; K = K₀·S channels, channel k = j·S + s):
 
@@ -20,15 +21,15 @@ a scalar-decay SSD with one head per channel, the memories as a diagonal SSD wit
 read coefficient b / (n + ε) as its C, so the memories are never materialized.
 
 Options (`cfg.mixer_options`, see protot_parts.ProtoTOptions): num_prototypes (K₀, 64), scale_exponents
-((1, 4, 7, 10): λ = 1 − 2^(−e)), decay ("fixed" = spec option (B), default; "learned" = option (A), one
+((1, 4, 7, 10): λ = 1 − 2^(−e)), decay ("fixed" = fixed scales, default; "learned" = learned scales, one
 learnable λ_k = σ(θ_k) per prototype, K = K₀, init log-spaced over the exponent range), memory ("avg" |
 "sum"), read ("joint" | "factored": adds per-scale logits W_s x, i.e. b = concept softmax × scale
 softmax when β = 0), read_count_bias (False: add log(n + ε) to the read logits), prototype_dim (d_p, 64),
 value_dim (d_v, d_model), num_heads (1; cfg.num_heads is not used), eps (1e-6), chunk_size (64),
-implementation (None). Init (spec §2): P ~ N(0, 1/d_p); W_w, W_r, W_v, W_s ~ N(0, 0.02); W_o ~
+implementation (None). Init: P ~ N(0, 1/d_p); W_w, W_r, W_v, W_s ~ N(0, 0.02); W_o ~
 N(0, 0.02/√(2L)); β = 0.
 
-Edits (spec §3): `self.edit`, a static protot_parts.PrototypeEdit or None, blocks writes, zeroes memories
+Edits: `self.edit`, a static protot_parts.PrototypeEdit or None, blocks writes, zeroes memories
 or pins read weights (set it through zoo.mixers.protot_hooks.edit_prototypes).
 
 Decode cache: "memory" [B, H, d_v/H, K] and "count" [B, H, K], float32, whatever max_len: O(K·d_v) per
@@ -199,7 +200,7 @@ class ProtoT(nnx.Module):
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
         """Empty float32 state: memory [B, H, d_v/H, K] and count [B, H, K] (zeros: nothing written yet).
 
-        Its size does not depend on max_len; dtype is ignored (long time scales need a float32 state, spec
-        §5). Reads no parameters."""
+        Its size does not depend on max_len; dtype is ignored (long time scales need a float32
+        state). Reads no parameters."""
         del max_len, dtype
         return {name: jnp.zeros(shape, jnp.float32) for name, shape in self._cache_shapes(batch_size).items()}

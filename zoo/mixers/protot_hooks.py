@@ -1,8 +1,8 @@
-"""Interpretability hooks of the ProtoT mixer (specs/mixers-05-protot.md §3): read out and edit prototypes.
+"""Interpretability hooks of the ProtoT mixer (arXiv 2602.11852): read out and edit prototypes.
 
 Read-outs (nothing here changes a model):
   prototype_assignments(mixer, x) -> write weights a [B, T, H, K₀] and read weights b [B, T, H, K];
-  prototype_usage(a) -> mean write weight per prototype and its entropy (collapse monitor, spec §5);
+  prototype_usage(a) -> mean write weight per prototype and its entropy (collapse monitor);
   top_tokens_per_prototype(model, tokens, layer, k) -> the k tokens that write most to each prototype;
   channel_memories(mixer, x) -> the normalized memories m̄ [B, T, H, K, d_v/H] and normalizers n.
 Edits:

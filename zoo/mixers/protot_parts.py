@@ -1,8 +1,8 @@
 """Pieces of the ProtoT mixer (zoo/mixers/protot.py): options, time scales, edits, and the channel-memory
 recurrence in its parallel form (two `kernels.ssd` calls) and as a readable per-step reference.
 
-Spec: specs/mixers-05-protot.md §1–2 (a RECONSTRUCTION: the paper's method section and code were not
-available). Channel k of head h has retention λ_k ∈ [0, 1); with write weights w_t = (1 − λ) ⊙ a_t (a_t
+ProtoT (arXiv 2602.11852) is a RECONSTRUCTION: the paper's method section and code were not
+available (docs/papers.md). Channel k of head h has retention λ_k ∈ [0, 1); with write weights w_t = (1 − λ) ⊙ a_t (a_t
 expanded over the scales) and values v_t,
 
     m_{t,k} = λ_k m_{t−1,k} + w_{t,k} v_t        memory     [P] per channel (the SSD state [P, K])
@@ -43,12 +43,12 @@ COUNT_CHUNK = 16
 class ProtoTOptions:
     """The ProtoT mixer's `cfg.mixer_options`, validated (see `parse_options`)."""
 
-    num_prototypes: int = 64  # K₀ base prototypes per head (spec §6)
+    num_prototypes: int = 64  # K₀ base prototypes per head
     scale_exponents: tuple[float, ...] = (1, 4, 7, 10)  # λ_s = 1 − 2^(−e_s): half-lives ≈ 0.7·2^e tokens
     decay: str = "fixed"  # "fixed": option (B), K = K₀·S; "learned": option (A), K = K₀, λ_k = σ(θ_k)
     memory: str = "avg"  # "avg": normalized memories m/(n + ε); "sum": unnormalized (ablation)
     read: str = "joint"  # "joint": softmax over all K; "factored": + per-scale logits W_s x (concept × scale)
-    read_count_bias: bool = False  # add log(n + ε) to the read logits (spec §5: ignore empty channels)
+    read_count_bias: bool = False  # add log(n + ε) to the read logits (ignore empty channels)
     prototype_dim: int = 64  # d_p
     value_dim: int | None = None  # d_v; None = d_model
     num_heads: int = 1  # H independent prototype banks, d_v / H value channels each
@@ -109,7 +109,7 @@ def learned_decay_init(exponents: tuple[float, ...], num_prototypes: int) -> np.
 
 @dataclasses.dataclass(frozen=True)
 class PrototypeEdit:
-    """A targeted edit of one ProtoT layer (spec §3), static: it is part of the module's graph definition.
+    """A targeted edit of one ProtoT layer, static: it is part of the module's graph definition.
 
     block_writes: base prototypes j with a_{·,j} = 0 (no token writes to concept j, at any scale).
     zero_memories: channels k with m̄_{·,k} = 0 (read out as empty).
@@ -194,7 +194,7 @@ def reference_recurrence(
     eps: float = 1e-6, segment_ids: jax.Array | None = None, memory0: jax.Array | None = None,
     count0: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """The channel memories step by step (spec §1 step 2 and the read of step 3), float32 `lax.scan`.
+    """The channel memories step by step (the write and the read), float32 `lax.scan`.
 
     v [B, T, H, P]; write (w = (1 − λ) ⊙ a) and read (b) [B, T, H, K]; log_decay [H, K]; memory0
     [B, H, P, K] / count0 [B, H, K] or None (zeros). The state resets at every segment start.

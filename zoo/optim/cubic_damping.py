@@ -1,9 +1,9 @@
 """Cubic-damped momentum SGD and Adam (kinetic-energy friction), as optax GradientTransformations.
 
 Paper: Karoni, Rajpal, Leimkuhler, Stoltz, "Adaptive Momentum and Nonlinear Damping for Neural Network
-Training" (ICML 2026, arXiv 2602.00334); spec `specs/train-03-cubic-damping.md`.
+Training" (ICML 2026, arXiv 2602.00334).
 
-**[RECONSTRUCTION]** The paper's discrete rules were not readable; these are the spec's reconstruction.
+**[RECONSTRUCTION]** The paper's discrete rules were not readable; these are a reconstruction.
 The continuous dynamics are, per coordinate,
 
     dx = p dt,    dp = −∇f(x) dt − γ p dt − α p³ dt,
@@ -24,7 +24,7 @@ c = 0 is exactly `optax.adam`, and |update| ≤ η/√c.
 Hyperparameters are held fixed in the discrete units (μ, c) under a learning-rate schedule; holding the
 physical (γ, α) fixed instead would change μ and c with η (convert per step with
 `discrete_from_physical`). The v² and u² terms are always computed in float32, whatever the param dtype.
-The spec's optional adaptive-friction (Nosé–Hoover) variant is not implemented.
+The optional adaptive-friction (Nosé–Hoover) variant is not implemented.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Muon fine-tuning recipe: `optax.contrib.muon` with the paper's settings and parameter routing.
 
 Paper: "Can Muon Fine-tune Adam-Pretrained Models?" (ICML 2026, arXiv 2605.10468; code
-github.com/XingyuQu/muon-finetune); spec `specs/train-06-muon-lora.md`. Muon itself is optax's; this
+github.com/XingyuQu/muon-finetune). Muon itself is optax's; this
 module only chooses its settings, routes parameters and measures update strength.
 
 Settings (the repository's T5/Llama/CLIP optimizer): Nesterov momentum β = 0.95, 5 Newton–Schulz steps

@@ -1,7 +1,7 @@
 """SAM with Polyak step sizes (deterministic and stochastic), as a train-step helper plus an optax scaling.
 
 Paper: Oikonomou, Loizou, "Adaptive Sharpness-Aware Minimization with a Polyak-type Step size" (ICML 2026,
-arXiv 2606.01827); spec `specs/train-04-sam-polyak.md`. Step-size formulas from a public summary of the
+arXiv 2606.01827). Step-size formulas from a public summary of the
 paper (no official code); the SPS_max constant c is a **[RECONSTRUCTION]** (exposed, default 1).
 
 With θ the parameters, S a minibatch (the full data set for the deterministic variant) and ρ ≥ 0:

@@ -1,7 +1,7 @@
 """Adam loss-spike monitor: second-moment decoupling and gradient-directional curvature (pure functions).
 
-Paper: Bai et al., "Adaptive Preconditioners Trigger Loss Spikes in Adam" (ICML 2026, arXiv 2506.04805);
-spec `specs/train-07-adam-spike-diagnostic.md`. No code was available; the predictor's normalisation is
+Paper: Bai et al., "Adaptive Preconditioners Trigger Loss Spikes in Adam" (ICML 2026, arXiv 2506.04805).
+No code was available; the predictor's normalisation is
 **[DERIVED]** from the paper's criterion ("a spike when the gradient-directional curvature exceeds 2/η")
 through the one-step quadratic model below.
 

@@ -1,5 +1,5 @@
-"""Pruning at initialisation (spec train-13): Random, Magnitude, SNIP and GraSP masks at an exact target
-sparsity, an optax wrapper that keeps pruned weights at zero, and graphon-view mask statistics.
+"""Pruning at initialisation (Pham, Ta, Tran-Thanh, arXiv 2602.06675): Random, Magnitude, SNIP and GraSP
+masks at an exact target sparsity, an optax wrapper that keeps pruned weights at zero, and graphon-view mask statistics.
 
 Typical use on a zoo LM:
 

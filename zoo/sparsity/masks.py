@@ -1,7 +1,10 @@
-"""Pruning-at-initialisation masks (spec train-13): Random, Magnitude, SNIP and GraSP, and their optax mask.
+"""Pruning-at-initialisation masks: Random, Magnitude, SNIP and GraSP, and their optax mask.
+
+Paper: Pham, Ta, Tran-Thanh, "Pruning at Initialisation through the lens of Graphon Limit" (ICML 2026,
+arXiv 2602.06675).
 
 Every criterion gives each prunable weight θ_j a saliency and keeps the `round((1 - sparsity) · N)` most
-salient of the N prunable weights (spec train-13, "What a correct implementation must satisfy", test 1).
+salient of the N prunable weights, exactly.
 Ties are broken deterministically: among equal saliencies the weight that comes first in the order of
 `jax.tree_util.tree_flatten` (then row-major within the leaf) is kept.
 
@@ -10,8 +13,8 @@ what to decay (`kernel`, `embedding`); biases, norm scales and other parameters 
 a pytree with the structure of `params`: a bool array of the leaf's shape on prunable leaves (True = kept)
 and the Python scalar `True` (nothing pruned) on every other leaf.
 
-Scope. `"global"` ranks all prunable weights of the model together (layers can collapse at high sparsity,
-spec "Pitfalls"; read the per-layer densities in `zoo.sparsity.stats`). `"layerwise"` keeps the same
+Scope. `"global"` ranks all prunable weights of the model together (layers can collapse at high sparsity;
+read the per-layer densities in `zoo.sparsity.stats`). `"layerwise"` keeps the same
 fraction of every layer: every prunable leaf, and for a leaf stacked for `jax.lax.scan` (zoo models with
 `scan_layers`: shape [L, ...] under a `layers` key followed by a name rather than an index) every slice
 `leaf[l]`, so a scanned and an unscanned model get the same per-layer budget.
@@ -122,7 +125,7 @@ def mask_from_scores(
 
 
 def random_mask(params: Any, *, sparsity: float, key: jax.Array, scope: str = "layerwise") -> Any:
-    """Random pruning: s_j ~ U(0, 1) i.i.d., keep the top fraction (spec: default layer-wise uniform density).
+    """Random pruning: s_j ~ U(0, 1) i.i.d., keep the top fraction (default: layer-wise uniform density).
 
     Leaf i draws from `fold_in(key, i)` (i = its tree-flatten index), so the mask is a function of key alone.
     """
@@ -139,7 +142,7 @@ def magnitude_mask(params: Any, *, sparsity: float, scope: str = "global") -> An
 
 
 def _float32(params: Any) -> Any:
-    # Spec "Pitfalls": saliencies (the HVP above all) in float32, whatever the parameter dtype.
+    # Saliencies (the HVP above all) in float32, whatever the parameter dtype.
     return jax.tree.map(lambda p: p.astype(jnp.float32) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
 
 
@@ -161,7 +164,7 @@ def snip_mask(params: Any, *, sparsity: float, loss_fn: LossFn, batch: Any, scop
 
 
 def grasp_hessian_gradient(params: Any, loss_fn: LossFn, batches: Sequence[Any]) -> tuple[Any, Any]:
-    """(g, Hg) of spec train-13 "Exact saliency formulas", GraSP steps 3-4, over the batches ("halves").
+    """(g, Hg) of GraSP (official code, pruner/GraSP.py), steps 3-4, over the batches ("halves").
 
     g = Σ_b ∇L_b(θ) and Hg = Σ_b ∇_θ⟨stop_gradient(g), ∇L_b(θ)⟩ = Σ_b H_b g, each H_b g a forward-over-reverse
     Hessian-vector product `jvp(grad(L_b), (θ,), (g,))`: one extra forward/backward, no dense Hessian.
@@ -181,7 +184,7 @@ def grasp_hessian_gradient(params: Any, loss_fn: LossFn, batches: Sequence[Any])
 
 
 def grasp_scores(params: Any, loss_fn: LossFn, batches: Sequence[Any]) -> Any:
-    """GraSP score S(θ) = −θ ⊙ Hg (spec train-13, GraSP step 5); the mask removes the LARGEST S (step 6)."""
+    """GraSP score S(θ) = −θ ⊙ Hg (GraSP step 5); the mask removes the LARGEST S (step 6)."""
     if not isinstance(batches, list | tuple) or not batches:
         raise ValueError(f"batches must be a non-empty list or tuple of batches, got {type(batches).__name__}")
     _, hg = grasp_hessian_gradient(params, loss_fn, batches)

@@ -1,4 +1,4 @@
-"""Mask statistics of the graphon view of pruning at initialisation (spec train-13, "Diagnostics").
+"""Mask statistics of the graphon view of pruning at initialisation (Pham, Ta, Tran-Thanh, arXiv 2602.06675).
 
 Each prunable weight matrix W [n_in, n_out] (Flax layout: h = a @ W, so row j is input neuron j and
 column i is output neuron i; a higher-rank kernel is read as [prod(shape[:-1]), shape[-1]]) with mask
@@ -72,7 +72,7 @@ def matrix_statistics(m: np.ndarray, *, grid: int = 8, bins: int = 10) -> dict[s
     Keys: size, kept (ints); density; out_degree [n_in], in_degree [n_out] (int arrays); out_degree_mean/var,
     in_degree_mean/var; out_degree_hist / in_degree_hist [bins]; graphon [G, G]; homogeneity (variance of
     the graphon's cells) and null_var (its constant-graphon reference, module docstring); active_inputs (the
-    fraction of input neurons with non-zero out-degree, the spec's "active input coordinates").
+    fraction of input neurons with non-zero out-degree, the paper's "active input coordinates").
     """
     m = np.asarray(m, dtype=bool)
     if m.ndim != 2:
