@@ -29,7 +29,7 @@ from train.config import load_preset  # noqa: E402
 from train.flops import mesh_peak_flops, train_flops_per_token  # noqa: E402
 from train.loop import build_run  # noqa: E402
 from train.sharding import global_batch  # noqa: E402
-from train.step import weighted_cross_entropy  # noqa: E402
+from zoo.losses import weighted_cross_entropy  # noqa: E402
 from zoo.models import build_model  # noqa: E402
 from zoo.models.config import ModelConfig  # noqa: E402
 

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from train import data as data_lib  # noqa: E402
-from train.config import TrainConfig, replace  # noqa: E402
+from train.config import TrainConfig  # noqa: E402
 from train.data import nucleotide  # noqa: E402
 from train.loop import train  # noqa: E402
 from train.presets import EDEN_ARCHS, EDEN_DATASETS, EDEN_SHAPES, eden_lm  # noqa: E402
@@ -67,8 +67,8 @@ def cell_config(args: argparse.Namespace, arch: str, size: str) -> TrainConfig:
     """The preset of one cell, with the shared budget, no checkpoints and a quiet log."""
     config = eden_lm(arch, size, args.dataset, num_steps=args.steps, batch_size=args.batch_size,
                      seq_len=args.seq_len)
-    return replace(config, data=replace(config.data, data_dir=args.data_dir), checkpoint_every=0,
-                   tensorboard=False, progress_bar=False)
+    data = dataclasses.replace(config.data, data_dir=args.data_dir)
+    return dataclasses.replace(config, data=data, checkpoint_every=0, tensorboard=False, progress_bar=False)
 
 
 def parameter_count(config: TrainConfig) -> int:

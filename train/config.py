@@ -186,11 +186,6 @@ class TrainConfig:
         check_int("mesh_fsdp", self.mesh_fsdp)
 
 
-def replace(config: Any, **changes: Any) -> Any:
-    """`dataclasses.replace` that re-runs validation (frozen dataclasses validate in __post_init__)."""
-    return dataclasses.replace(config, **changes)
-
-
 def load_preset(path: str | pathlib.Path) -> TrainConfig:
     """Imports the preset file at `path` and returns its `get_config()`."""
     path = pathlib.Path(path)

@@ -18,8 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-# weighted_cross_entropy is re-exported while scripts/bench_train.py still imports it from here.
-from zoo.losses import Objective, weighted_cross_entropy  # noqa: F401
+from zoo.losses import Objective
 from zoo.registry import UpdateFn
 
 LossFn = Callable[[dict, dict[str, jax.Array]], jax.Array]
