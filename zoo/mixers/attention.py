@@ -12,7 +12,7 @@ from flax import nnx
 
 from zoo.layers import projections
 from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import check_call, mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -92,13 +92,8 @@ class Attention(nnx.Module):
         self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
+    ) -> MixerOutput:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v = self._project_qkv(x, positions)

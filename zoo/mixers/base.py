@@ -56,7 +56,7 @@ Contract (`SequenceMixer` below spells it as a Protocol; mixers need not inherit
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import jax
 
@@ -69,6 +69,17 @@ T = TypeVar("T")
 
 DEFAULT_CONFORMANCE_OPTIONS: tuple[tuple[tuple[str, Any], ...], ...] = ((),)
 
+# The names every mixer's `__call__` signature uses (semantics in the module docstring).
+# [B, T] int32 segment ids of packed sequences (0 marks padding), or None for one sequence per row.
+SegmentIds: TypeAlias = jax.Array | None
+# [B, T] int32 position of each token inside its segment (decoding: absolute position). The backbone always
+# passes them; None only reaches mixers that do not use them, and those that do declare it required.
+Positions: TypeAlias = jax.Array | None
+# The dict of arrays `init_cache` makes (KV buffers, recurrent states, a write index), or None (training).
+MixerCache: TypeAlias = dict[str, jax.Array] | None
+# (y [B, T, D] in the compute dtype, the cache after appending the T tokens or None without a cache).
+MixerOutput: TypeAlias = tuple[jax.Array, MixerCache]
+
 
 @runtime_checkable
 class SequenceMixer(Protocol):
@@ -77,13 +88,8 @@ class SequenceMixer(Protocol):
     def __init__(self, cfg: ModelConfig, *, rngs: Any) -> None: ...
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: Any = None,
-    ) -> tuple[jax.Array, Any]: ...
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput: ...
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> Any: ...
 

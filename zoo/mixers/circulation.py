@@ -52,7 +52,7 @@ from flax import nnx
 from zoo.layers import projections
 from zoo.layers.options import check_choice
 from zoo.mixers.attention import decode_mask
-from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -140,13 +140,8 @@ class CirculationAttention(nnx.Module):
         return jnp.repeat(t, self.num_heads // self.num_kv_heads, axis=2)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, Any] | None = None,
-    ) -> tuple[jax.Array, dict[str, Any] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None)."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         batch, length = x.shape[:2]

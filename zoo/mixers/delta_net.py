@@ -44,7 +44,7 @@ from kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
 from zoo.layers import projections
 from zoo.layers.norms import GatedRMSNorm, gated_norm_output
 from zoo.layers.short_conv import ShortConv
-from zoo.mixers.base import check_call
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from zoo.mixers.delta_parts import (
     SAFE_GATE_LOWER_BOUND,
     SMALL_INIT,
@@ -109,13 +109,8 @@ class _DeltaRuleMixer(nnx.Module):
     # --- forward ---------------------------------------------------------------------------------------
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         positions are unused: the recurrence is position-free (no RoPE in these mixers).

@@ -57,7 +57,7 @@ from kernels.value_forget_attention import (
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers import projections
 from zoo.layers.norms import HeadRMSNorm
-from zoo.mixers.base import check_mixer_inputs
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
 from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -109,13 +109,8 @@ class FineGrainedForgettingAttention(nnx.Module):
         self.out_gate = gate_linear(cfg.d_model, width) if opts.output_gate else None
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
+    ) -> MixerOutput:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
         check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         q, k, v = self._project_qkv(x, positions)

@@ -47,7 +47,7 @@ from kernels.forgetting_attention import ForgettingAttentionState, forgetting_at
 from kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from zoo.layers import projections
 from zoo.layers.norms import HeadRMSNorm
-from zoo.mixers.base import check_call
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from zoo.mixers.fox_parts import (
     decay_bias,
     parse_options,
@@ -102,13 +102,8 @@ class ForgettingAttention(nnx.Module):
         self.out_gate = gate_linear(width) if opts.output_gate else None
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
+    ) -> MixerOutput:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v, shift_state = self._project_qkv(x, segment_ids, positions, cache)

@@ -57,7 +57,7 @@ from flax import nnx
 from zoo.layers import projections
 from zoo.layers.options import check_choice
 from zoo.mixers.attention import _dot_product_attention, decode_mask, training_mask
-from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -162,13 +162,8 @@ class GOATAttention(nnx.Module):
             self.recency_raw = nnx.Param(jnp.asarray(raw, jnp.float32))
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
+    ) -> MixerOutput:
         """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q_total, k_total, v = self.augmented_qkv(x, positions)

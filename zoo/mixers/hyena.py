@@ -45,7 +45,7 @@ from flax import nnx
 from kernels.long_conv import LongConvState, causal_long_conv, causal_long_conv_step
 from zoo.layers.options import check_implementation
 from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
 
@@ -131,13 +131,8 @@ class Hyena(nnx.Module):
         return h if length is None else h[: min(length, self.max_len)]
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the convolutions carry order themselves.

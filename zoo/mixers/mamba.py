@@ -40,7 +40,7 @@ from kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_s
 from zoo.layers import projections
 from zoo.layers.options import check_choice, check_implementation
 from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.mixers.mamba2_parts import check_dt_range, init_dt_bias
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -111,13 +111,8 @@ class Mamba(nnx.Module):
         self.out_proj = linear(self.d_inner, cfg.d_model)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the conv and the recurrence carry order themselves.

@@ -39,7 +39,7 @@ from kernels.ssd import ssd, ssd_step
 from zoo.layers import projections
 from zoo.layers.norms import RMSNorm
 from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import check_call
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from zoo.mixers.mamba2_parts import init_a_log, init_dt_bias, parse_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -73,13 +73,8 @@ class Mamba2(nnx.Module):
         self.out_proj = linear(self.d_inner, cfg.d_model)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the conv and the recurrence carry order themselves.

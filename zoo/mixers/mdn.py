@@ -46,7 +46,7 @@ from zoo.layers import projections
 from zoo.layers.norms import GatedRMSNorm, gated_norm_output
 from zoo.layers.options import check_choice, check_implementation
 from zoo.layers.short_conv import ShortConv
-from zoo.mixers.base import check_call, read_mixer_options
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.mixers.delta_parts import (
     IMPLEMENTATIONS,
     SMALL_INIT,
@@ -186,13 +186,8 @@ class MomentumDeltaNet(nnx.Module):
         return cast(q_hat), cast(k_hat), cast(p), cast(v), states
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         positions are unused: the recurrence is position-free. With a cache, T = 1 runs the step op and

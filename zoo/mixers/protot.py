@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import check_call
+from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from zoo.mixers.protot_parts import (
     LOG_DECAY_FLOOR,
     PrototypeEdit,
@@ -113,13 +113,8 @@ class ProtoT(nnx.Module):
         self.out_proj = linear(cfg.d_model, out_init, n_in=opts.value_dim)
 
     def __call__(
-        self,
-        x: jax.Array,
-        *,
-        segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
-        cache: dict[str, jax.Array] | None = None,
-    ) -> tuple[jax.Array, dict[str, jax.Array] | None]:
+        self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
+    ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
 
         Positions are not used: the recurrence carries order itself.
