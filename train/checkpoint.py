@@ -80,8 +80,6 @@ class Checkpointer:
         # `_drop_superseded`), because they would otherwise block saves at their step numbers.
         self._unreadable: set[int] = set()
 
-    # ----------------------------------------------------------------------------------------- save
-
     def save(self, step: int, state: Any, data_state: Mapping[str, Any] | None = None, *,
              force: bool = False) -> bool:
         """Saves `state` and `data_state` as checkpoint `step`; returns whether a save was started.
@@ -121,8 +119,6 @@ class Checkpointer:
             if s in on_disk:
                 self._manager.delete(s)
             self._unreadable.discard(s)
-
-    # -------------------------------------------------------------------------------------- restore
 
     def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict | None] | None:
         """Restores the newest readable checkpoint as ``(step, state, data_state)``; None if there is none.
@@ -174,8 +170,6 @@ class Checkpointer:
             raise ValueError(f"data item is {payload!r}, expected a dict with key {_DATA_KEY!r}")
         return restored[_STATE_ITEM], payload[_DATA_KEY]
 
-    # ------------------------------------------------------------------------------------ bookkeeping
-
     def latest_step(self) -> int | None:
         """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
         return self._manager.latest_step()
@@ -203,9 +197,6 @@ class Checkpointer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-# ------------------------------------------------------------------------------------------- helpers
 
 
 def _check_step(step: Any) -> int:
