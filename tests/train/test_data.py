@@ -30,7 +30,7 @@ class ZooTestTinyText(tfds.core.GeneratorBasedBuilder):
     """A user's own TFDS dataset with a string feature named "content" (read as tfds:zoo_test_tiny_text)."""
 
     VERSION = tfds.core.Version("1.0.0")
-    code_path = None  # No checksums to look up (see train/data/pystdlib.py).
+    code_path = None  # No checksums to look up (see train/data/generated.py).
 
     def _info(self):
         features = tfds.features.FeaturesDict({"content": tfds.features.Text()})
@@ -165,7 +165,7 @@ def test_mqar_generator_is_correct_and_deterministic():
 def test_mqar_dataset_and_batches_answer_the_queried_keys(data_root):
     config = small_mqar(data_root)
     zoo_data.prepare(config)
-    builder = mqar.make_builder(data_root, zoo_data.sources.mqar_config(config))
+    builder = mqar.ZooMqar.for_config(data_root, zoo_data.sources.mqar_config(config))
     stored = np.stack([builder.as_data_source("train")[i]["tokens"] for i in range(50)])
     np.testing.assert_array_equal(stored, mqar.generate(16, 8, 4, 50, np.random.SeedSequence([0, 0])))
     assert zoo_data.vocab_size(config) == 1 + 16 + 8 and zoo_data.bytes_per_token(config) is None

@@ -120,7 +120,7 @@ def test_splits_are_deterministic_disjoint_and_stored_with_their_labels(tmp_path
         np.testing.assert_array_equal(train[name], again[name])
     assert train["codes"].shape == (48, 65) and validation["codes"].shape == (16, 65)
     assert not {row.tobytes() for row in train["codes"]} & {row.tobytes() for row in validation["codes"]}
-    sources = [nucleotide.make_builder(str(tmp_path / name), config) for name in ("a", "b")]
+    sources = [nucleotide.ZooNucleotide.for_config(str(tmp_path / name), config) for name in ("a", "b")]
     for builder in sources:
         builder.download_and_prepare()
     for split, expected in (("train", train), ("validation", validation)):

@@ -26,7 +26,7 @@ class NucleotideDataset(Dataset):
     """Synthetic DNA, one ASCII byte per base, one document per sequence."""
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
-        return nucleotide.make_builder(directory, nucleotide_config(data))
+        return nucleotide.ZooNucleotide.for_config(directory, nucleotide_config(data))
 
 
 @register_dataset("mqar")
@@ -37,7 +37,7 @@ class MqarDataset(Dataset):
     byte_level = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
-        return mqar.make_builder(directory, mqar_config(data))
+        return mqar.ZooMqar.for_config(directory, mqar_config(data))
 
     def vocab_size(self, data: DataConfig) -> int:
         return mqar.vocab_size(data.mqar_num_keys, data.mqar_num_values)

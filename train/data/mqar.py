@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-SPLITS = ("train", "validation")
+from train.data.generated import Examples, GeneratedBuilder, split_seed, split_size
 
 
 def vocab_size(num_keys: int, num_values: int) -> int:
@@ -101,38 +101,18 @@ def make_config(num_keys: int = 64, num_values: int = 64, num_pairs: int = 8, tr
                       description="Multi-query associative recall.")
 
 
-class ZooMqar(tfds.core.GeneratorBasedBuilder):
+class ZooMqar(GeneratedBuilder):
     """MQAR examples {"tokens": int32 [4P]}; splits "train" and "validation" with independent seeds."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
     BUILDER_CONFIGS = [make_config()]
-    # No downloads, so no checksums file; see the same line in pystdlib.py for why this is needed.
-    code_path = None
 
-    def _info(self) -> tfds.core.DatasetInfo:
+    def _features(self) -> dict[str, tfds.features.FeatureConnector]:
         length = sequence_length(self.builder_config.num_pairs)
-        tokens = tfds.features.Tensor(shape=(length,), dtype=np.int32)
-        features = tfds.features.FeaturesDict({"tokens": tokens})
-        return tfds.core.DatasetInfo(builder=self, description=__doc__, features=features,
-                                     disable_shuffling=True)
+        return {"tokens": tfds.features.Tensor(shape=(length,), dtype=np.int32)}
 
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download.
+    def _generate_examples(self, split: str) -> Examples:
         config = self.builder_config
-        sizes = {"train": config.train_examples, "validation": config.eval_examples}
-        return {split: self._generate_examples(split, sizes[split]) for split in SPLITS}
-
-    def _generate_examples(self, split: str, num_examples: int):
-        config = self.builder_config
-        seed = np.random.SeedSequence([config.seed, SPLITS.index(split)])
-        tokens = generate(config.num_keys, config.num_values, config.num_pairs, num_examples, seed)
+        tokens = generate(config.num_keys, config.num_values, config.num_pairs, split_size(config, split),
+                          split_seed(config, split))
         for index, row in enumerate(tokens):
             yield f"{index:08d}", {"tokens": row}
-
-
-def make_builder(data_dir: str, config: MqarConfig) -> ZooMqar:
-    """The builder for `config` under `data_dir` (prepared or not)."""
-    # A config listed in BUILDER_CONFIGS must be named; TFDS refuses an equal custom object.
-    config_arg = config.name if config.name in {c.name for c in ZooMqar.BUILDER_CONFIGS} else config
-    return ZooMqar(data_dir=data_dir, config=config_arg, file_format="array_record")

@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from train.data import nucleotide_hmm
+from train.data.generated import SPLITS, Examples, GeneratedBuilder, split_seed, split_size
 
-SPLITS = ("train", "validation")
 ASCII_CODES = np.frombuffer(nucleotide_hmm.BASES.encode("ascii"), np.uint8)
 LABELS = ("background", "variant", "offset")
 
@@ -89,9 +89,7 @@ def generate_split(config: NucleotideConfig, split: str) -> dict[str, np.ndarray
     """The sequences and labels of `split` ({"codes": uint8 [N, length], ...}, see nucleotide_hmm.sample)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-    count = config.train_examples if split == "train" else config.eval_examples
-    seed = np.random.SeedSequence([config.seed, SPLITS.index(split)])
-    return nucleotide_hmm.sample(spec(config), count, config.length, seed)
+    return nucleotide_hmm.sample(spec(config), split_size(config, split), config.length, split_seed(config, split))
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,35 +110,18 @@ def optimal_bits(seed: int, rows: list[np.ndarray]) -> tuple[float, int]:
     return total, count
 
 
-class ZooNucleotide(tfds.core.GeneratorBasedBuilder):
+class ZooNucleotide(GeneratedBuilder):
     """Synthetic DNA sequences with their hidden labels; splits "train" and "validation"."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
     BUILDER_CONFIGS = [make_config()]
-    # No downloads, so no checksums file; see the same line in pystdlib.py for why this is needed.
-    code_path = None
 
-    def _info(self) -> tfds.core.DatasetInfo:
+    def _features(self) -> dict[str, tfds.features.FeatureConnector]:
         length = self.builder_config.length
         labels = {name: tfds.features.Tensor(shape=(length,), dtype=np.int8) for name in LABELS}
-        features = tfds.features.FeaturesDict({"text": tfds.features.Text(), **labels})
-        return tfds.core.DatasetInfo(builder=self, description=__doc__, features=features,
-                                     disable_shuffling=True)
+        return {"text": tfds.features.Text(), **labels}
 
-    def _split_generators(self, dl_manager):
-        del dl_manager  # Nothing to download.
-        return {split: self._generate_examples(split) for split in SPLITS}
-
-    def _generate_examples(self, split: str):
+    def _generate_examples(self, split: str) -> Examples:
         sequences = generate_split(self.builder_config, split)
         for index, codes in enumerate(sequences["codes"]):
             labels = {name: sequences[name][index] for name in LABELS}
             yield f"{index:08d}", {"text": to_text(codes), **labels}
-
-
-def make_builder(data_dir: str, config: NucleotideConfig) -> ZooNucleotide:
-    """The builder for `config` under `data_dir` (prepared or not)."""
-    # A config listed in BUILDER_CONFIGS must be named; TFDS refuses an equal custom object.
-    config_arg = config.name if config.name in {c.name for c in ZooNucleotide.BUILDER_CONFIGS} else config
-    return ZooNucleotide(data_dir=data_dir, config=config_arg, file_format="array_record")

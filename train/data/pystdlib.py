@@ -30,6 +30,8 @@ import sysconfig
 
 import tensorflow_datasets as tfds
 
+from train.data.generated import Examples, GeneratedBuilder
+
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 VALIDATION_PER_MILLE = 30
 
@@ -73,29 +75,21 @@ def config_name() -> str:
     return f"py{major}_{minor}_{micro}"
 
 
-class ZooPystdlib(tfds.core.GeneratorBasedBuilder):
+class ZooPystdlib(GeneratedBuilder):
     """Python standard library `.py` files, one example per file, split by a stable hash of the path."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
     BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=config_name(), description="This interpreter's stdlib.")]
-    # Nothing is downloaded, so there is no checksums file to find; without this, TFDS's lookup of the
-    # module's code path imports the `importlib_resources` backport, which Python >= 3.9 does not ship.
-    code_path = None
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        features = tfds.features.FeaturesDict({"path": tfds.features.Text(), "text": tfds.features.Text()})
-        # disable_shuffling keeps the sorted path order on disk (TFDS otherwise orders by key hash).
-        return tfds.core.DatasetInfo(builder=self, description=__doc__, features=features,
-                                     disable_shuffling=True)
+    def _features(self) -> dict[str, tfds.features.FeatureConnector]:
+        return {"path": tfds.features.Text(), "text": tfds.features.Text()}
 
-    def _split_generators(self, dl_manager):
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> dict[str, Examples]:
         del dl_manager  # Nothing to download.
         root = stdlib_root()
         splits = split_files(stdlib_files(root))
         return {name: self._generate_examples(root, paths) for name, paths in splits.items()}
 
-    def _generate_examples(self, root: pathlib.Path, paths: list[str]):
+    def _generate_examples(self, root: pathlib.Path, paths: list[str]) -> Examples:
         for index, path in enumerate(paths):
             # Keys are zero-padded indices, so key order is the sorted path order.
             yield f"{index:06d}", {"path": path, "text": (root / path).read_bytes()}

@@ -21,16 +21,14 @@ by SeedSequence([seed, split index]). The builder config name spells out every p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 from train.config import DataConfig
 from train.data.documents import ArrayDocuments, read_arrays
+from train.data.generated import Examples, GeneratedBuilder, split_seed, split_size
 from train.data.registry import Dataset, register_dataset
-
-SPLITS = ("train", "validation")
 
 
 def vocab_size(num_classes: int, num_tokens: int) -> int:
@@ -76,42 +74,21 @@ def make_config(num_classes: int = 4, num_tokens: int = 32, length: int = 65, si
                         description="Synthetic topic classification.")
 
 
-class ZooTopics(tfds.core.GeneratorBasedBuilder):
+class ZooTopics(GeneratedBuilder):
     """Examples {"tokens": int32 [L], "label": int32}; splits "train" and "validation" with independent seeds."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
     BUILDER_CONFIGS = [make_config()]
-    # No downloads, so no checksums file; see the same line in pystdlib.py for why this is needed.
-    code_path = None
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        tokens = tfds.features.Tensor(shape=(self.builder_config.length,), dtype=np.int32)
-        label = tfds.features.Tensor(shape=(), dtype=np.int32)
-        features = tfds.features.FeaturesDict({"tokens": tokens, "label": label})
-        return tfds.core.DatasetInfo(builder=self, description=__doc__, features=features,
-                                     disable_shuffling=True)
+    def _features(self) -> dict[str, tfds.features.FeatureConnector]:
+        return {"tokens": tfds.features.Tensor(shape=(self.builder_config.length,), dtype=np.int32),
+                "label": tfds.features.Tensor(shape=(), dtype=np.int32)}
 
-    def _split_generators(self, dl_manager: tfds.download.DownloadManager) -> dict[str, Iterator[tuple[str, dict]]]:
-        del dl_manager  # Nothing to download.
+    def _generate_examples(self, split: str) -> Examples:
         config = self.builder_config
-        sizes = {"train": config.train_examples, "validation": config.eval_examples}
-        return {split: self._generate_examples(split, sizes[split]) for split in SPLITS}
-
-    def _generate_examples(self, split: str, num_examples: int) -> Iterator[tuple[str, dict]]:
-        config = self.builder_config
-        seed = np.random.SeedSequence([config.seed, SPLITS.index(split)])
         tokens, labels = generate(config.num_classes, config.num_tokens, config.length, config.signal,
-                                  num_examples, seed)
+                                  split_size(config, split), split_seed(config, split))
         for index, (row, label) in enumerate(zip(tokens, labels, strict=True)):
             yield f"{index:08d}", {"tokens": row, "label": label}
-
-
-def make_builder(data_dir: str, config: TopicsConfig) -> ZooTopics:
-    """The builder for `config` under `data_dir` (prepared or not)."""
-    # A config listed in BUILDER_CONFIGS must be named; TFDS refuses an equal custom object.
-    config_arg = config.name if config.name in {c.name for c in ZooTopics.BUILDER_CONFIGS} else config
-    return ZooTopics(data_dir=data_dir, config=config_arg, file_format="array_record")
 
 
 def topics_config(data: DataConfig) -> TopicsConfig:
@@ -127,7 +104,7 @@ class TopicsDataset(Dataset):
     byte_level = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
-        return make_builder(directory, topics_config(data))
+        return ZooTopics.for_config(directory, topics_config(data))
 
     def vocab_size(self, data: DataConfig) -> int:
         return vocab_size(data.topics_num_classes, data.topics_num_tokens)
