@@ -27,20 +27,27 @@ def tiny_model(mixer: str, mixer_options: Options = (), *, vocab_size: int, max_
     )
 
 
+def stdlib_lm(model: ModelConfig, *, warmup_steps: int, **run: Any) -> TrainConfig:
+    """`model` as a byte LM on the stdlib corpus at learning rate 3e-3; `run` holds the other TrainConfig fields."""
+    return TrainConfig(model=model, data=DataConfig(name="pystdlib"),
+                       optim=OptimConfig(learning_rate=3e-3, warmup_steps=warmup_steps), **run)
+
+
 def tiny_byte_lm(mixer: str, mixer_options: Options = ()) -> TrainConfig:
     """50 steps of 8 x 64 bytes of the stdlib corpus: a quick smoke run, with a generated sample."""
-    return TrainConfig(
-        model=tiny_model(mixer, mixer_options, vocab_size=256, max_seq_len=256),
-        data=DataConfig(name="pystdlib"),
-        optim=OptimConfig(learning_rate=3e-3, warmup_steps=10),
-        batch_size=8,
-        seq_len=64,
-        num_steps=50,
-        log_every=5,
-        eval_batches=4,
-        checkpoint_every=25,
-        sample_length=32,
-    )
+    model = tiny_model(mixer, mixer_options, vocab_size=256, max_seq_len=256)
+    return stdlib_lm(model, warmup_steps=10, batch_size=8, seq_len=64, num_steps=50, log_every=5, eval_batches=4,
+                     checkpoint_every=25, sample_length=32)
+
+
+def tiny_task(mixer: str, mixer_options: Options, data: DataConfig, **run: Any) -> TrainConfig:
+    """The tiny model on a synthetic task (vocabulary <= 64): learning rate 1e-2, batches of 16, no samples.
+
+    `run` holds the other TrainConfig fields.
+    """
+    return TrainConfig(model=tiny_model(mixer, mixer_options, vocab_size=64, max_seq_len=64), data=data,
+                       optim=OptimConfig(learning_rate=1e-2, warmup_steps=10), batch_size=16, log_every=10,
+                       sample_length=0, **run)
 
 
 def tiny_mqar(mixer: str, mixer_options: Options = ()) -> TrainConfig:
@@ -48,21 +55,9 @@ def tiny_mqar(mixer: str, mixer_options: Options = ()) -> TrainConfig:
 
     The vocabulary (64) covers padding + keys + values (33); the sizes match the trainer's own MQAR tests.
     """
-    return TrainConfig(
-        model=tiny_model(mixer, mixer_options, vocab_size=64, max_seq_len=64),
-        data=DataConfig(
-            name="mqar", mqar_num_keys=16, mqar_num_values=16, mqar_num_pairs=4, mqar_train_examples=2000,
-            mqar_eval_examples=64,
-        ),
-        optim=OptimConfig(learning_rate=1e-2, warmup_steps=10),
-        batch_size=16,
-        seq_len=32,
-        num_steps=120,
-        log_every=10,
-        eval_batches=2,
-        checkpoint_every=60,
-        sample_length=0,
-    )
+    data = DataConfig(name="mqar", mqar_num_keys=16, mqar_num_values=16, mqar_num_pairs=4,
+                      mqar_train_examples=2000, mqar_eval_examples=64)
+    return tiny_task(mixer, mixer_options, data, seq_len=32, num_steps=120, eval_batches=2, checkpoint_every=60)
 
 
 def tiny_classifier(mixer: str, mixer_options: Options = ()) -> TrainConfig:
@@ -71,20 +66,8 @@ def tiny_classifier(mixer: str, mixer_options: Options = ()) -> TrainConfig:
     The objective mean-pools the model's logits over each row and reads the class from output columns
     0 .. 3, which the dataset keeps out of its inputs (zoo.losses.objectives.classification_objective).
     """
-    return TrainConfig(
-        model=tiny_model(mixer, mixer_options, vocab_size=64, max_seq_len=64),
-        data=DataConfig(name="topics", topics_length=65),
-        optim=OptimConfig(learning_rate=1e-2, warmup_steps=10),
-        objective="classification",
-        batch_size=16,
-        seq_len=64,
-        num_steps=150,
-        log_every=10,
-        eval_every=50,
-        eval_batches=0,
-        checkpoint_every=75,
-        sample_length=0,
-    )
+    return tiny_task(mixer, mixer_options, DataConfig(name="topics", topics_length=65), objective="classification",
+                     seq_len=64, num_steps=150, eval_every=50, eval_batches=0, checkpoint_every=75)
 
 
 EDEN_ARCHS = {"llama": "attention", "mamba": "mamba", "hyena": "hyena"}
