@@ -108,9 +108,9 @@ class Attention(nnx.Module):
 
     def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k."""
-        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
-        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
-        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
+        q, k, v = projections.project_qkv(
+            x, self.q_proj, self.k_proj, self.v_proj, self.num_heads, self.num_kv_heads, self.head_dim
+        )
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = projections.rope_qk(q, k, positions, self.rope_theta)

@@ -51,7 +51,7 @@ from flax import nnx
 
 from zoo.layers import projections
 from zoo.layers.options import check_choice
-from zoo.mixers.attention import decode_mask
+from zoo.mixers.attention import causal_mask, decode_mask
 from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
 from zoo.models.config import ModelConfig
@@ -145,14 +145,12 @@ class CirculationAttention(nnx.Module):
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None)."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        q, k, v = projections.project_qkv(
+            x, self.q_proj, self.k_proj, self.v_proj, self.num_heads, self.num_kv_heads, self.head_dim
+        )
         new_cache = None
         if cache is None:
-            seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
-            causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
-            mask = (causal[None] & (seg[:, :, None] == seg[:, None, :]))[:, None]  # [B, 1, T, T]
+            mask = jnp.broadcast_to(causal_mask(segment_ids, length), (batch, 1, length, length))
             q_cols, k_cols, v_cols, x_cols = q, k, v, x
             stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
         else:
@@ -201,13 +199,20 @@ class CirculationAttention(nnx.Module):
         sym_sq, skew_sq = jax.vmap(lambda s, n: sym_skew_frobenius(gram, s, n))(s_mat, n_mat)  # [H, B, T]
         return jnp.mean(eta_m(sym_sq, skew_sq), axis=0)
 
-    def _attend(self, q, k, q_cols, k_cols, v_cols, x_cols, mask, stats) -> jax.Array:
-        """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
+    def blend_coefficients(
+        self, stats: tuple[jax.Array, jax.Array, jax.Array] | None
+    ) -> tuple[float | jax.Array, float | jax.Array]:
+        """(α, β): the options' floats, or with prefix `stats` (adaptive) the per-token α_eff, β_eff [B, T, 1, 1]."""
         alpha, beta = self.options.alpha, self.options.beta
         if stats is not None:
             eta = self.eta(stats)[:, :, None, None]  # [B, T, 1, 1]
             alpha = 1.0 + (alpha - 1.0) * eta if self.options.adaptive == "dev" else alpha * eta
             beta = beta * (1.0 - eta) if self.options.adaptive_beta else beta
+        return alpha, beta
+
+    def _attend(self, q, k, q_cols, k_cols, v_cols, x_cols, mask, stats) -> jax.Array:
+        """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
+        alpha, beta = self.blend_coefficients(stats)
         c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0
         if not isinstance(alpha, jax.Array) and abs(c2) < 1e-12:
             logits = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)  # α = 1: the baseline (c₂ = 0)
@@ -236,15 +241,10 @@ class CirculationAttention(nnx.Module):
         """x [B, T, D] -> softmax(ℓ_α/√d_h) [B, H, T, T] float32, the weights of H_α (0 where masked;
         diagnostics, O(T²)). With adaptive, α is the per-token α_eff of the forward."""
         batch, length = x.shape[:2]
-        q = self.q_proj(x).reshape(batch, length, self.num_heads, self.head_dim)
-        k = self._group(self.k_proj(x).reshape(batch, length, self.num_kv_heads, self.head_dim))
-        seg = jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids
-        causal = jnp.tril(jnp.ones((length, length), jnp.bool_))
-        mask = (causal[None] & (seg[:, :, None] == seg[:, None, :]))[:, None]  # [B, 1, T, T]
-        alpha = self.options.alpha
-        if self.options.adaptive:
-            eta = self.eta(self._prefix_stats(x, mask[:, 0]))[:, :, None, None]  # [B, T, 1, 1]
-            alpha = 1.0 + (alpha - 1.0) * eta if self.options.adaptive == "dev" else alpha * eta
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = self._group(projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim))
+        mask = jnp.broadcast_to(causal_mask(segment_ids, length), (batch, 1, length, length))
+        alpha, _ = self.blend_coefficients(self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None)
         logits = circulation_logits(q, k, q, k, (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0)
         return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
 

@@ -142,9 +142,9 @@ class ForgettingAttention(nnx.Module):
 
         Order (as in the paper's code): projections, token shift, QK-norm, RoPE.
         """
-        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
-        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
-        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
+        q, k, v = projections.project_qkv(
+            x, self.q_proj, self.k_proj, self.v_proj, self.num_heads, self.num_kv_heads, self.head_dim
+        )
         shift_state: dict[str, jax.Array] = {}
         if self.options.token_shift:
             x32 = x.astype(jnp.float32)

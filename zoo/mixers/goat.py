@@ -56,7 +56,7 @@ from flax import nnx
 
 from zoo.layers import projections
 from zoo.layers.options import check_choice
-from zoo.mixers.attention import _dot_product_attention, decode_mask, training_mask
+from zoo.mixers.attention import _dot_product_attention, causal_mask, decode_mask, training_mask
 from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -205,9 +205,9 @@ class GOATAttention(nnx.Module):
         q_total · k_total = q_c·k_c/√D_c + κ(i − j) + u_bounded(j); the recency bias comes separately.
         """
         batch, length = x.shape[:2]
-        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
-        k = projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim)
-        v = projections.project_heads(x, self.v_proj, self.num_kv_heads, self.head_dim)
+        q, k, v = projections.project_qkv(
+            x, self.q_proj, self.k_proj, self.v_proj, self.num_heads, self.num_kv_heads, self.head_dim
+        )
         dc = self.content_dim
         q_parts = [q[..., :dc] * jnp.asarray(1.0 / math.sqrt(dc), self.dtype)]
         k_parts = [k[..., :dc]]
@@ -252,8 +252,7 @@ class GOATAttention(nnx.Module):
         bias = self.recency_bias(positions, positions)
         logits = logits if bias is None else logits + bias
         length = x.shape[1]
-        mask = training_mask(segment_ids, length)
-        mask = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))[None, None] if mask is None else mask
+        mask = causal_mask(segment_ids, length)
         return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
