@@ -3,7 +3,7 @@
 Split of work:
 - XLA: cast, pad and move heads forward (`_chunk.to_heads_first`), and after the backward kernel the
   decay gradient (`_chunk.decay_grad`), which needs no kernel (see there).
-- Pallas, one program per (batch, head), GPU-style (`pl.pallas_call` with a (B, H) grid): the chunks in
+- Pallas, one program per (batch, head), GPU-style (`_common.pallas.call`, a (B, H) grid): the chunks in
   order, each computed by `_chunk.chunk_forward` (decays masked before exp, stable segsum), the [P, N]
   state carried in registers. The forward saves the state entering every chunk; the backward walks the
   chunks in reverse, recomputes the chunk's decays and applies `_chunk.chunk_backward`, carrying dS.
@@ -15,7 +15,6 @@ einsums with batch dims and cumsums have not been lowered and checked on a GPU/T
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,7 +22,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels._common.pallas import call, shape_dtype
 from kernels.ssd import _chunk
+
+# The int32 segment counts (input 4 of both kernels) are [B, Tp], read by every head.
+_SEGMENT_COUNTS = (4,)
 
 
 def _fwd_kernel(x_ref: Any, a_ref: Any, b_ref: Any, c_ref: Any, k_ref: Any, s0_ref: Any, y_ref: Any, hin_ref: Any,
@@ -65,32 +68,6 @@ def _bwd_kernel(x_ref: Any, a_ref: Any, b_ref: Any, c_ref: Any, k_ref: Any, hin_
     ds0_ref[...] = lax.fori_loop(0, n_chunks, body, dsfin_ref[...])
 
 
-def _spec(shape: Sequence[int], per_row: bool) -> pl.BlockSpec:
-    """Block of one (batch, head): arrays are [B, H, ...], or [B, ...] when shared by the heads."""
-    lead = 1 if per_row else 2
-    rest = tuple(shape[lead:])
-    squeeze = (pl.squeezed,) * lead
-    if per_row:
-        return pl.BlockSpec(squeeze + rest, lambda b, h: (b,) + (0,) * len(rest))
-    return pl.BlockSpec(squeeze + rest, lambda b, h: (b, h) + (0,) * len(rest))
-
-
-def _call(kernel: Callable[..., None], inputs: Sequence[jax.Array], out_shapes: Sequence[jax.ShapeDtypeStruct],
-          q: int) -> Callable[..., Any]:
-    """pallas_call on grid (B, H); the int32 segment counts (input 4) are [B, Tp], shared by heads."""
-    bsz, heads = inputs[0].shape[:2]
-    return pl.pallas_call(
-        functools.partial(kernel, q=q), grid=(bsz, heads),
-        in_specs=[_spec(z.shape, i == 4) for i, z in enumerate(inputs)],
-        out_specs=[_spec(s.shape, False) for s in out_shapes],
-        out_shape=out_shapes, interpret=True,
-    )(*inputs)
-
-
-def _sds(shape: Sequence[int]) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(tuple(shape), jnp.float32)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
 def chunk_core(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array, s0: jax.Array,
                q: int) -> tuple[jax.Array, jax.Array]:
@@ -101,16 +78,17 @@ def chunk_core(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Ar
 def _core_fwd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Array, s0: jax.Array,
               q: int) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
     bsz, heads, tp, p = x.shape
-    outs = (_sds(x.shape), _sds((bsz, heads, tp // q) + s0.shape[2:]), _sds(s0.shape))
-    y, h_in, s_fin = _call(_fwd_kernel, (x, a, b, c, k, s0), outs, q)
+    outs = (shape_dtype(x), shape_dtype(s0, (bsz, heads, tp // q) + s0.shape[2:]), shape_dtype(s0))
+    y, h_in, s_fin = call(functools.partial(_fwd_kernel, q=q), (x, a, b, c, k, s0), outs, _SEGMENT_COUNTS)
     return (y, s_fin), (x, a, b, c, k, h_in, s_fin)
 
 
 def _core_bwd(q: int, res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[jax.Array | None, ...]:
     x, a, b, c, k, h_in, s_fin = res
     dy, ds_fin = cts
-    outs = (_sds(x.shape), _sds(b.shape), _sds(c.shape), _sds(s_fin.shape))
-    dx, db, dc, ds0 = _call(_bwd_kernel, (x, a, b, c, k, h_in, dy, ds_fin), outs, q)
+    outs = (shape_dtype(x), shape_dtype(b), shape_dtype(c), shape_dtype(s_fin))
+    dx, db, dc, ds0 = call(functools.partial(_bwd_kernel, q=q), (x, a, b, c, k, h_in, dy, ds_fin), outs,
+                          _SEGMENT_COUNTS)
     da = _chunk.decay_grad(b, c, db, dc, k, s_fin, ds_fin, a.shape[-1])
     return dx, da, db, dc, None, ds0
 
