@@ -1,19 +1,27 @@
-"""Pure array ops: one folder per op (reference, xla, pallas, api), re-exported here."""
+"""Pure array ops: one folder per op (reference, xla, pallas, api, decode), re-exported here with each op's
+single-step decode form."""
 
-from kernels.delta_rule import gated_delta_rule
-from kernels.forgetting_attention import forgetting_attention
-from kernels.long_conv import causal_long_conv
-from kernels.momentum_delta_rule import momentum_delta_rule
-from kernels.selective_scan import selective_scan
-from kernels.ssd import ssd
-from kernels.value_forget_attention import value_forget_attention
+from kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
+from kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
+from kernels.long_conv import causal_long_conv, causal_long_conv_step
+from kernels.momentum_delta_rule import momentum_delta_rule, momentum_delta_rule_step
+from kernels.selective_scan import selective_scan, selective_scan_step
+from kernels.ssd import ssd, ssd_step
+from kernels.value_forget_attention import value_forget_attention, value_forget_attention_step
 
 __all__ = [
     "causal_long_conv",
+    "causal_long_conv_step",
     "forgetting_attention",
+    "forgetting_attention_step",
     "gated_delta_rule",
+    "gated_delta_rule_step",
     "momentum_delta_rule",
+    "momentum_delta_rule_step",
     "selective_scan",
+    "selective_scan_step",
     "ssd",
+    "ssd_step",
     "value_forget_attention",
+    "value_forget_attention_step",
 ]

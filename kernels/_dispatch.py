@@ -11,6 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 import jax
 
 Implementations = Mapping[str, tuple[Callable, tuple[str, ...]]]
+ALL_BACKENDS = ("cpu", "gpu", "tpu")
+# Every op defaults to its chunked XLA path on every backend.
+XLA_EVERYWHERE = {backend: "xla" for backend in ALL_BACKENDS}
 
 
 def candidate_names(op: str, implementation: None | str | Sequence[str], implementations: Implementations,

@@ -5,78 +5,68 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from kernels._common.chunks import CHUNK_SIZES
-from kernels._dispatch import select_implementation
+from kernels._common.checks import (
+    check_chunk_size,
+    check_segment_ids,
+    fail_shape,
+    is_concrete,
+    require_dtype_of,
+    require_floating,
+)
+from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.delta_rule import pallas_chunk, reference, xla
 
 # name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only: the kernels have
 # not been lowered and checked on a GPU/TPU backend yet, so naming it there raises instead of guessing.
-_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.gated_delta_rule, ("cpu", "gpu", "tpu")),
-    "xla": (xla.gated_delta_rule, ("cpu", "gpu", "tpu")),
+_IMPLEMENTATIONS: Implementations = {
+    "reference": (reference.gated_delta_rule, ALL_BACKENDS),
+    "xla": (xla.gated_delta_rule, ALL_BACKENDS),
     "pallas": (pallas_chunk.gated_delta_rule, ("cpu",)),
 }
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-
-
-def _fail(name: str, shape: tuple[int, ...], expected: str) -> None:
-    raise ValueError(f"gated_delta_rule: `{name}` has shape {tuple(shape)}, expected {expected}")
-
-
-def _is_concrete(x: jax.Array) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_NAME = "gated_delta_rule"
 
 
 def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
                   initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
-        _fail("q", q.shape, "[B, T, H, K]")
+        fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
     b, t, h, dk = q.shape
     if k.shape != q.shape:
-        _fail("k", k.shape, f"{(b, t, h, dk)} = q.shape")
+        fail_shape(_NAME, "k", k.shape, f"{(b, t, h, dk)} = q.shape")
     if v.ndim != 4 or v.shape[:3] != (b, t, h):
-        _fail("v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
+        fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
     if beta.shape != (b, t, h):
-        _fail("beta", beta.shape, f"{(b, t, h)} = [B, T, H]")
+        fail_shape(_NAME, "beta", beta.shape, f"{(b, t, h)} = [B, T, H]")
     if g is not None and g.shape not in ((b, t, h), (b, t, h, dk)):
-        _fail("g", g.shape, f"None, {(b, t, h)} = [B, T, H] or {(b, t, h, dk)} = [B, T, H, K]")
+        fail_shape(_NAME, "g", g.shape, f"None, {(b, t, h)} = [B, T, H] or {(b, t, h, dk)} = [B, T, H, K]")
     if initial_state is not None and initial_state.shape != (b, h, dk, v.shape[-1]):
-        _fail("initial_state", initial_state.shape, f"{(b, h, dk, v.shape[-1])} = [B, H, K, V]")
-    if segment_ids is not None and segment_ids.shape != (b, t):
-        _fail("segment_ids", segment_ids.shape, f"{(b, t)} = [B, T]")
+        fail_shape(_NAME, "initial_state", initial_state.shape, f"{(b, h, dk, v.shape[-1])} = [B, H, K, V]")
+    check_segment_ids(_NAME, segment_ids, b, t)
 
 
 def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
-                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
-    if not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(f"gated_delta_rule: `q` has dtype {q.dtype}, expected a floating dtype")
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise ValueError(f"gated_delta_rule: `{name}` has dtype {x.dtype}, expected q.dtype = {q.dtype}")
-    for name, x in (("beta", beta), ("g", g), ("initial_state", initial_state)):
-        if x is not None and not jnp.issubdtype(x.dtype, jnp.floating):
-            raise ValueError(f"gated_delta_rule: `{name}` has dtype {x.dtype}, expected a floating dtype")
-    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-        raise ValueError(f"gated_delta_rule: `segment_ids` has dtype {segment_ids.dtype}, expected int")
+                  initial_state: jax.Array | None) -> None:
+    require_floating(_NAME, {"q": q})
+    require_dtype_of(_NAME, "q", q, {"k": k, "v": v})
+    require_floating(_NAME, {"beta": beta, "g": g, "initial_state": initial_state})
 
 
 def _check_values(beta: jax.Array, g: jax.Array | None) -> None:
     """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped)."""
-    if g is not None and _is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
-        raise ValueError(f"gated_delta_rule: `g` (shape {tuple(g.shape)}) is a log-decay and must be <= 0")
-    if _is_concrete(beta):
+    if g is not None and is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
+        raise ValueError(f"{_NAME}: `g` (shape {tuple(g.shape)}) is a log-decay and must be <= 0")
+    if is_concrete(beta):
         b = np.asarray(beta, np.float32)
         if bool(np.any((b < 0) | (b > 2))):
-            raise ValueError(f"gated_delta_rule: `beta` (shape {tuple(beta.shape)}) must lie in [0, 2]")
+            raise ValueError(f"{_NAME}: `beta` (shape {tuple(beta.shape)}) must lie in [0, 2]")
 
 
 def _select(implementation: None | str | Sequence[str]) -> Callable:
     """First candidate that can run on the default backend; an explicit choice never falls back silently."""
-    return select_implementation("gated_delta_rule", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
 
 
 def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
@@ -103,9 +93,8 @@ def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Arra
     The range checks on g and beta run only on concrete arrays; under `jit`/`grad` they are skipped.
     """
     _check_shapes(q, k, v, beta, g, initial_state, segment_ids)
-    _check_dtypes(q, k, v, beta, g, initial_state, segment_ids)
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"gated_delta_rule: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
+    _check_dtypes(q, k, v, beta, g, initial_state)
+    check_chunk_size(_NAME, chunk_size)
     _check_values(beta, g)
     fn = _select(implementation)
     return fn(q, k, v, beta=beta, g=g, scale=scale, initial_state=initial_state,

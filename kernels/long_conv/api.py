@@ -2,43 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 
-from kernels._dispatch import select_implementation
+from kernels._common.checks import check_segment_ids, fail_shape, require_floating
+from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.long_conv import reference, xla
 
-_ALL = ("cpu", "gpu", "tpu")
+_NAME = "causal_long_conv"
 
 # name -> (function, backends). "reference" is the O(T²) direct sum, never a default.
-_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.causal_long_conv, _ALL),
-    "xla": (xla.causal_long_conv, _ALL),
-    "direct": (xla.direct_long_conv, _ALL),
+_IMPLEMENTATIONS: Implementations = {
+    "reference": (reference.causal_long_conv, ALL_BACKENDS),
+    "xla": (xla.causal_long_conv, ALL_BACKENDS),
+    "direct": (xla.direct_long_conv, ALL_BACKENDS),
 }
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-
-
-def _fail(name: str, shape: Sequence[int], expected: str) -> None:
-    raise ValueError(f"causal_long_conv: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
 def _check(u: jax.Array, h: jax.Array, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape or dtype and what was expected."""
     if u.ndim != 3 or u.shape[1] < 1:
-        _fail("u", u.shape, "[B, T, D] with T >= 1")
+        fail_shape(_NAME, "u", u.shape, "[B, T, D] with T >= 1")
     batch, length, dim = u.shape
     if h.ndim != 2 or h.shape[1] != dim or not 1 <= h.shape[0] <= length:
-        _fail("h", h.shape, f"[L, D] with 1 <= L <= T = {length} and D = {dim}")
-    if segment_ids is not None and segment_ids.shape != (batch, length):
-        _fail("segment_ids", segment_ids.shape, f"{(batch, length)} = [B, T]")
-    for name, arr in (("u", u), ("h", h)):
-        if not jnp.issubdtype(arr.dtype, jnp.floating):
-            raise ValueError(f"causal_long_conv: `{name}` has dtype {arr.dtype}, expected a floating dtype")
-    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-        raise ValueError(f"causal_long_conv: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
+        fail_shape(_NAME, "h", h.shape, f"[L, D] with 1 <= L <= T = {length} and D = {dim}")
+    check_segment_ids(_NAME, segment_ids, batch, length)
+    require_floating(_NAME, {"u": u, "h": h})
 
 
 def causal_long_conv(
@@ -62,5 +52,5 @@ def causal_long_conv(
       y [B, T, D] in u.dtype, accumulated in float32.
     """
     _check(u, h, segment_ids)
-    fn = select_implementation("causal_long_conv", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
     return fn(u, h, segment_ids=segment_ids)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from kernels._common.chunks import CHUNK_SIZES
-from kernels._dispatch import select_implementation
+from kernels._common.checks import (
+    check_chunk_size,
+    check_segment_ids,
+    fail_shape,
+    is_concrete,
+    require_dtype_of,
+    require_floating,
+)
+from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
 _NAME = "momentum_delta_rule"
@@ -17,32 +23,27 @@ _NAME = "momentum_delta_rule"
 # name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only (the same policy
 # as the gated delta rule): the kernels have not been lowered and checked on a GPU/TPU backend yet, so
 # naming it there raises instead of guessing.
-_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.momentum_delta_rule, ("cpu", "gpu", "tpu")),
-    "xla": (xla.momentum_delta_rule, ("cpu", "gpu", "tpu")),
+_IMPLEMENTATIONS: Implementations = {
+    "reference": (reference.momentum_delta_rule, ALL_BACKENDS),
+    "xla": (xla.momentum_delta_rule, ALL_BACKENDS),
     "pallas": (pallas_chunk.momentum_delta_rule, ("cpu",)),
 }
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-
-
-def _fail(name: str, shape: tuple[int, ...], expected: str) -> None:
-    raise ValueError(f"{_NAME}: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
 def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
                   initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
-        _fail("q", q.shape, "[B, T, H, K]")
+        fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
     b, t, h, dk = q.shape
     for name, x in (("k", k), ("p", p)):
         if x.shape != q.shape:
-            _fail(name, x.shape, f"{(b, t, h, dk)} = q.shape")
+            fail_shape(_NAME, name, x.shape, f"{(b, t, h, dk)} = q.shape")
     if v.ndim != 4 or v.shape[:3] != (b, t, h):
-        _fail("v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
+        fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
     for name, x in gates.items():
         if x.shape != (b, t, h):
-            _fail(name, x.shape, f"{(b, t, h)} = [B, T, H]")
+            fail_shape(_NAME, name, x.shape, f"{(b, t, h)} = [B, T, H]")
     if initial_state is not None:
         want = (b, h, dk, v.shape[-1])
         if not isinstance(initial_state, tuple | list) or len(initial_state) != 2:
@@ -50,24 +51,16 @@ def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates:
                              f"{type(initial_state).__name__}")
         for name, x in zip(("initial_state[0]", "initial_state[1]"), initial_state, strict=True):
             if x.shape != want:
-                _fail(name, x.shape, f"{want} = [B, H, K, V]")
-    if segment_ids is not None and segment_ids.shape != (b, t):
-        _fail("segment_ids", segment_ids.shape, f"{(b, t)} = [B, T]")
+                fail_shape(_NAME, name, x.shape, f"{want} = [B, H, K, V]")
+    check_segment_ids(_NAME, segment_ids, b, t)
 
 
 def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
-                  initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
-    if not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(f"{_NAME}: `q` has dtype {q.dtype}, expected a floating dtype")
-    for name, x in (("k", k), ("v", v), ("p", p)):
-        if x.dtype != q.dtype:
-            raise ValueError(f"{_NAME}: `{name}` has dtype {x.dtype}, expected q.dtype = {q.dtype}")
+                  initial_state: tuple[jax.Array, jax.Array] | None) -> None:
+    require_floating(_NAME, {"q": q})
+    require_dtype_of(_NAME, "q", q, {"k": k, "v": v, "p": p})
     states = {} if initial_state is None else {f"initial_state[{i}]": x for i, x in enumerate(initial_state)}
-    for name, x in {**gates, **states}.items():
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise ValueError(f"{_NAME}: `{name}` has dtype {x.dtype}, expected a floating dtype")
-    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-        raise ValueError(f"{_NAME}: `segment_ids` has dtype {segment_ids.dtype}, expected int")
+    require_floating(_NAME, {**gates, **states})
 
 
 def _check_values(gates: dict[str, jax.Array]) -> None:
@@ -76,7 +69,7 @@ def _check_values(gates: dict[str, jax.Array]) -> None:
     log_mu must be finite: the chunked form sums log-gates by a matmul, where 0 * -inf is NaN; a large
     negative value such as -1e4 already gives mu = 0 exactly.
     """
-    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if not isinstance(x, jax.core.Tracer)}
+    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if is_concrete(x)}
     bounds = {"g": (-np.inf, 0.0), "log_mu": (-np.inf, 0.0), "beta": (0.0, 2.0), "eta": (0.0, np.inf)}
     text = {"g": "is a log-decay and must be finite and <= 0", "log_mu": "is a log-decay and must be finite "
             "and <= 0 (use e.g. -1e4 for mu = 0)", "beta": "must lie in [0, 2]", "eta": "must be finite, >= 0"}
@@ -88,7 +81,7 @@ def _check_values(gates: dict[str, jax.Array]) -> None:
 
 def _select(implementation: None | str | Sequence[str]) -> Callable:
     """First candidate that can run on the default backend; an explicit choice never falls back silently."""
-    return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
+    return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
 
 
 def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
@@ -118,9 +111,8 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
     """
     gates = dict(g=g, log_mu=log_mu, beta=beta, eta=eta)
     _check_shapes(q, k, v, p, gates, initial_state, segment_ids)
-    _check_dtypes(q, k, v, p, gates, initial_state, segment_ids)
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"{_NAME}: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
+    _check_dtypes(q, k, v, p, gates, initial_state)
+    check_chunk_size(_NAME, chunk_size)
     _check_values(gates)
     fn = _select(implementation)
     state = None if initial_state is None else tuple(initial_state)

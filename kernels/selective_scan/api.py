@@ -2,75 +2,68 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from kernels._dispatch import select_implementation
+from kernels._common.checks import (
+    check_chunk_size,
+    check_segment_ids,
+    fail_shape,
+    is_concrete,
+    require_dtype_of,
+    require_floating,
+)
+from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.selective_scan import reference, xla
 
-CHUNK_SIZES = (16, 32, 64, 128)
-_ALL = ("cpu", "gpu", "tpu")
+_NAME = "selective_scan"
 
 # name -> (function, backends it can run on). No Pallas path: the associative scan is memory-bound
 # elementwise work that XLA already fuses; a kernel would have to beat that to be worth its upkeep.
-_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.selective_scan, _ALL),
-    "xla": (xla.selective_scan, _ALL),
+_IMPLEMENTATIONS: Implementations = {
+    "reference": (reference.selective_scan, ALL_BACKENDS),
+    "xla": (xla.selective_scan, ALL_BACKENDS),
 }
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-
-
-def _fail(name: str, shape: Sequence[int], expected: str) -> None:
-    raise ValueError(f"selective_scan: `{name}` has shape {tuple(shape)}, expected {expected}")
 
 
 def _check_shapes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
                   initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if u.ndim != 3:
-        _fail("u", u.shape, "[B, T, D_in] (3 dims)")
+        fail_shape(_NAME, "u", u.shape, "[B, T, D_in] (3 dims)")
     bsz, seqlen, d_in = u.shape
     if seqlen < 1:
-        _fail("u", u.shape, "T >= 1")
+        fail_shape(_NAME, "u", u.shape, "T >= 1")
     if delta.shape != u.shape:
-        _fail("delta", delta.shape, f"{u.shape} = u.shape [B, T, D_in]")
+        fail_shape(_NAME, "delta", delta.shape, f"{u.shape} = u.shape [B, T, D_in]")
     if A.ndim != 2 or A.shape[0] != d_in:
-        _fail("A", A.shape, f"[D_in, N] = ({d_in}, N)")
+        fail_shape(_NAME, "A", A.shape, f"[D_in, N] = ({d_in}, N)")
     n = A.shape[1]
     for name, z in (("B", B), ("C", C)):
         if z.shape != (bsz, seqlen, n):
-            _fail(name, z.shape, f"{(bsz, seqlen, n)} = [B, T, N]")
+            fail_shape(_NAME, name, z.shape, f"{(bsz, seqlen, n)} = [B, T, N]")
     if D is not None and D.shape != (d_in,):
-        _fail("D", D.shape, f"{(d_in,)} = [D_in]")
+        fail_shape(_NAME, "D", D.shape, f"{(d_in,)} = [D_in]")
     if initial_state is not None and initial_state.shape != (bsz, d_in, n):
-        _fail("initial_state", initial_state.shape, f"{(bsz, d_in, n)} = [B, D_in, N]")
-    if segment_ids is not None and segment_ids.shape != (bsz, seqlen):
-        _fail("segment_ids", segment_ids.shape, f"{(bsz, seqlen)} = [B, T]")
+        fail_shape(_NAME, "initial_state", initial_state.shape, f"{(bsz, d_in, n)} = [B, D_in, N]")
+    check_segment_ids(_NAME, segment_ids, bsz, seqlen)
 
 
 def _check_dtypes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
-                  initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
-    if not jnp.issubdtype(u.dtype, jnp.floating):
-        raise ValueError(f"selective_scan: `u` has dtype {u.dtype}, expected a floating dtype")
-    for name, z in (("B", B), ("C", C)):
-        if z.dtype != u.dtype:
-            raise ValueError(f"selective_scan: `{name}` has dtype {z.dtype}, expected u.dtype = {u.dtype}")
-    for name, z in (("delta", delta), ("A", A), ("D", D), ("initial_state", initial_state)):
-        if z is not None and not jnp.issubdtype(z.dtype, jnp.floating):
-            raise ValueError(f"selective_scan: `{name}` has dtype {z.dtype}, expected a floating dtype")
-    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-        raise ValueError(f"selective_scan: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
+                  initial_state: jax.Array | None) -> None:
+    require_floating(_NAME, {"u": u})
+    require_dtype_of(_NAME, "u", u, {"B": B, "C": C})
+    require_floating(_NAME, {"delta": delta, "A": A, "D": D, "initial_state": initial_state})
 
 
 def _check_values(A: jax.Array) -> None:
     """Sign check on a concrete `A` only (under jit/grad tracing the values are unknown; skipped)."""
-    if isinstance(A, jax.core.Tracer):
+    if not is_concrete(A):
         return
     if bool(np.any(np.asarray(A, np.float32) >= 0)):
-        raise ValueError(f"selective_scan: `A` (shape {tuple(A.shape)}) must be < 0 (A = -exp(A_log)); "
+        raise ValueError(f"{_NAME}: `A` (shape {tuple(A.shape)}) must be < 0 (A = -exp(A_log)); "
                          "a non-negative entry would make the state grow or never forget")
 
 
@@ -100,9 +93,8 @@ def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C
     The sign check on `A` runs only on a concrete array; under `jit`/`grad` it is skipped.
     """
     _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids)
-    _check_dtypes(u, delta, A, B, C, D, initial_state, segment_ids)
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"selective_scan: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
+    _check_dtypes(u, delta, A, B, C, D, initial_state)
+    check_chunk_size(_NAME, chunk_size)
     _check_values(A)
-    fn = select_implementation("selective_scan", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
     return fn(u, delta, A, B, C, D=D, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)

@@ -1,6 +1,7 @@
 """State-space duality (Mamba2 SSD and diagonal SSD): `ssd` and single-step `ssd_step`."""
 
-from kernels.ssd.api import CHUNK_SIZES, ssd
+from kernels._common.chunks import CHUNK_SIZES
+from kernels.ssd.api import ssd
 from kernels.ssd.attention_form import kernel_matrix
 from kernels.ssd.decode import ssd_step
 
