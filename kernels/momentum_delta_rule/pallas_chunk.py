@@ -27,7 +27,6 @@ tested with `interpret=True` on CPU; `api.py` refuses "pallas" on other backends
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +37,6 @@ from jax import lax
 from kernels._common.pallas import call, dot, shape_dtype
 from kernels._common.precision import HIGHEST
 from kernels.momentum_delta_rule import xla
-from kernels.momentum_delta_rule.reference import initial_states
 
 
 def _dot_tn(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -160,23 +158,15 @@ def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, ...]) -> t
 state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
-                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
-                        initial_state: tuple[jax.Array, jax.Array] | None = None,
-                        segment_ids: jax.Array | None = None,
-                        chunk_size: int = 64) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """Pallas (interpret-mode) chunked momentum delta rule; same contract as `xla.momentum_delta_rule`.
-
-    q, k, p: [B,T,H,K]; v: [B,T,H,V]; g, log_mu, beta, eta: [B,T,H]; initial_state: (S0, M0) each
-    [B,H,K,V] | None; segment_ids: [B,T] | None.
-    Returns (o [B,T,H,V] in q.dtype, (S, M) each [B,H,K,V] float32).
-    """
-    bsz, seqlen, heads, dk = q.shape
-    ops = xla.prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size)
-    s0, m0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
-    it = xla.intra_chunk(ops)
+def _heads_first_pass(it: xla.Intra, s0: jax.Array, m0: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """The Pallas state pass on [B, H, N, ...] operands: o [B, N*C, H, V], (S, M) [B, H, K, V]."""
+    bsz, heads = s0.shape[:2]
     ends = tuple(it.ends[..., i:i + 1] for i in range(3))  # [B,H,N,1] each: exp(A_C), b_C, exp(U_C)
     o, s_final, m_final = state_pass(it.x, it.u, it.ys, it.zm, it.qa, it.qb, it.k_s, it.k_m, *ends, s0, m0)
-    o = jnp.moveaxis(o, 1, 3).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
-    return o.astype(q.dtype), (s_final, m_final)
+    o = jnp.moveaxis(o, 1, 3).reshape(bsz, -1, heads, o.shape[-1])
+    return o, (s_final, m_final)
+
+
+momentum_delta_rule = xla.chunked_op(
+    _heads_first_pass, chunk_major=False,
+    summary="Pallas (interpret-mode) chunked momentum delta rule; same contract as `xla.momentum_delta_rule`.")

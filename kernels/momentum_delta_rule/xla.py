@@ -33,7 +33,7 @@ doubling levels and minor-axis reductions) and `state_pass` (the reverse scan ca
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -214,24 +214,43 @@ def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]
 state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
 
 
-@functools.partial(jax.jit, static_argnames=("chunk_size",))
-def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array, log_mu: jax.Array,
-                        beta: jax.Array, eta: jax.Array, scale: float | None = None,
-                        initial_state: tuple[jax.Array, jax.Array] | None = None,
-                        segment_ids: jax.Array | None = None,
-                        chunk_size: int = 64) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """Chunked momentum delta rule.
+StatePass = Callable[[Intra, jax.Array, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]
+
+
+def chunked_op(pass_states: StatePass, *, chunk_major: bool, summary: str) -> Callable[..., tuple]:
+    """The public chunked op around `pass_states(intra, S0, M0) -> (o [B, T', H, V] with T' >= T, (S, M))`.
+
+    chunk_major picks the operand layout of `prepare`; summary is the docstring's first line.
+    """
+
+    def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, *, g: jax.Array,
+                            log_mu: jax.Array, beta: jax.Array, eta: jax.Array, scale: float | None = None,
+                            initial_state: tuple[jax.Array, jax.Array] | None = None,
+                            segment_ids: jax.Array | None = None,
+                            chunk_size: int = 64) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        bsz, seqlen, heads, dk = q.shape
+        ops = prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, chunk_major=chunk_major)
+        s0, m0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
+        o, states = pass_states(intra_chunk(ops), s0, m0)
+        return o[:, :seqlen].astype(q.dtype), states
+
+    momentum_delta_rule.__doc__ = f"""{summary}
 
     q, k, p: [B,T,H,K]; v: [B,T,H,V]; g, log_mu, beta, eta: [B,T,H]; initial_state: (S0, M0) each
     [B,H,K,V] | None; segment_ids: [B,T] | None.
     Returns (o [B,T,H,V] in q.dtype, (S, M) each [B,H,K,V] float32).
     """
-    bsz, seqlen, heads, dk = q.shape
-    ops = prepare(q, k, v, p, g, log_mu, beta, eta, scale, segment_ids, chunk_size, chunk_major=True)
-    s0, m0 = initial_states(initial_state, (bsz, heads, dk, v.shape[-1]))
-    it = intra_chunk(ops)
+    return jax.jit(momentum_delta_rule, static_argnames=("chunk_size",))
+
+
+def _chunk_major_pass(it: Intra, s0: jax.Array, m0: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """The stacked X = [S; M] state pass on chunk-major operands: o [B, N*C, H, V], (S, M) [B, H, K, V]."""
+    bsz, heads, dk = s0.shape[:3]
     cat = lambda a, b: jnp.concatenate([a, -b], axis=-1)
     o, x_final = state_pass(it.x, it.u, cat(it.ys, it.zm), cat(it.k_s, it.k_m), cat(it.qa, it.qb), it.ends,
                             jnp.concatenate([s0, m0], axis=-2))  # o [N,B,H,C,V]
-    o = jnp.transpose(o, (1, 0, 3, 2, 4)).reshape(bsz, -1, heads, o.shape[-1])[:, :seqlen]
-    return o.astype(q.dtype), (x_final[..., :dk, :], x_final[..., dk:, :])
+    o = jnp.transpose(o, (1, 0, 3, 2, 4)).reshape(bsz, -1, heads, o.shape[-1])
+    return o, (x_final[..., :dk, :], x_final[..., dk:, :])
+
+
+momentum_delta_rule = chunked_op(_chunk_major_pass, chunk_major=True, summary="Chunked momentum delta rule.")
