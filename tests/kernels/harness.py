@@ -35,6 +35,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from tolerances import Tol, tolerance
 
 LENGTHS = (1, 63, 100, 257)
@@ -298,3 +299,26 @@ def check_decode_equals_forward(case: OpCase, length: int, *, impl: str = "refer
     assert_close(jnp.stack(outs, axis=1), out, tol, what=f"{case.name} decode vs forward[{impl}]")
     if case.returns_state:
         assert_trees_close(state, final, tol, what=f"{case.name} decode state vs forward[{impl}]")
+
+
+def check_bad_chunk_size_and_implementation(op: Callable[..., Any], inputs: Inputs) -> None:
+    """op(**inputs) raises ValueError for a chunk size outside CHUNK_SIZES and for an unknown implementation."""
+    with pytest.raises(ValueError, match="chunk_size"):
+        op(**inputs, chunk_size=48)
+    with pytest.raises(ValueError, match="unknown implementation"):
+        op(**inputs, implementation="triton")
+
+
+def check_dispatch_never_falls_back(monkeypatch: pytest.MonkeyPatch, api: Any, op: Callable[..., Any],
+                                    inputs: Inputs, *, blocked: str, fallback: str) -> None:
+    """With `blocked` registered for TPU only, naming it raises; a sequence is tried in order; None picks "xla".
+
+    api: the op's api module (its `_IMPLEMENTATIONS` table and `_select`).
+    """
+    fn, _ = api._IMPLEMENTATIONS[blocked]
+    monkeypatch.setitem(api._IMPLEMENTATIONS, blocked, (fn, ("tpu",)))
+    with pytest.raises(RuntimeError, match="cannot run"):
+        op(**inputs, implementation=blocked)
+    assert api._select((blocked, fallback)) is api._IMPLEMENTATIONS[fallback][0]
+    monkeypatch.undo()
+    assert api._select(None) is api._IMPLEMENTATIONS["xla"][0]

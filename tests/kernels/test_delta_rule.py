@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    FAST_COMPILE,
-    OpCase,
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    random_cotangents,
-    random_segment_ids,
-)
 from tolerances import tolerance
 
 from kernels.delta_rule import api, gated_delta_rule, gated_delta_rule_step
@@ -50,11 +40,11 @@ def _make(variant: str, rng: np.random.Generator, batch: int, length: int, h: in
     return x
 
 
-def _case(variant: str) -> OpCase:
+def _case(variant: str) -> harness.OpCase:
     steps = ("q", "k", "v", "beta") + (() if variant == "deltanet" else ("g",))
-    return OpCase(name="delta_rule", make_inputs=functools.partial(_make, variant), reference=_REFERENCE,
-                  fast=_FAST, differentiable=steps + ("initial_state",), time_inputs=steps,
-                  step=gated_delta_rule_step)
+    return harness.OpCase(name="delta_rule", make_inputs=functools.partial(_make, variant), reference=_REFERENCE,
+                          fast=_FAST, differentiable=steps + ("initial_state",), time_inputs=steps,
+                          step=gated_delta_rule_step)
 
 
 # One function object per path: the harness compiles each (path, shapes) once for the whole module.
@@ -65,13 +55,13 @@ CASES = {variant: _case(variant) for variant in VARIANTS}
 
 def _run(x: dict[str, jax.Array], **kw: object) -> tuple[jax.Array, jax.Array]:
     """gated_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: gated_delta_rule(**x, **kw), compiler_options=FAST_COMPILE)(x)
+    return jax.jit(lambda x: gated_delta_rule(**x, **kw), compiler_options=harness.FAST_COMPILE)(x)
 
 
 def _inputs(variant: str, length: int, *, seed: int, packed: bool, batch: int = B, **dims: int) -> dict:
     rng = np.random.default_rng(seed)
     x = _make(variant, rng, batch, length, **dims)
-    x["segment_ids"] = random_segment_ids(rng, batch, length) if packed else None
+    x["segment_ids"] = harness.random_segment_ids(rng, batch, length) if packed else None
     return x
 
 
@@ -86,7 +76,7 @@ PARITY_CASES = [(variant, t, chunk)
 
 @pytest.mark.parametrize("variant, t, chunk", PARITY_CASES)
 def test_parity_forward_and_all_gradients(variant: str, t: int, chunk: int) -> None:
-    check_forward_and_grads(CASES[variant], t, chunk_size=chunk, packed=t >= 100)
+    harness.check_forward_and_grads(CASES[variant], t, chunk_size=chunk, packed=t >= 100)
 
 
 def _numpy_f64(x: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +107,8 @@ def test_reference_matches_float64_numpy(variant: str) -> None:
     x = _inputs(variant, 40, seed=3, packed=True, dk=8, dv=4)
     o64, s64 = _numpy_f64(x)
     o, s = _run(x, implementation="reference")
-    assert_close(o, o64, TOL, what="o")
-    assert_close(s, s64, TOL, what="final state")
+    harness.assert_close(o, o64, TOL, what="o")
+    harness.assert_close(s, s64, TOL, what="final state")
 
 
 @pytest.mark.parametrize("chunk", (64, 128))
@@ -133,27 +123,27 @@ def test_kda_wide_per_channel_rates_match_float64(chunk: int) -> None:
     rng = np.random.default_rng(17)
     rates = np.logspace(-4, np.log10(20.0), K)
     x["g"] = jnp.asarray(-rates * rng.uniform(0.5, 1.0, (1, t, H, K)), jnp.float32)
-    cotangents = random_cotangents(rng, jax.eval_shape(lambda i: _REFERENCE(**i), x))
-    (o, s), grads = forward_and_grads(case, "xla", x, cotangents, chunk)
+    cotangents = harness.random_cotangents(rng, jax.eval_shape(lambda i: _REFERENCE(**i), x))
+    (o, s), grads = harness.forward_and_grads(case, "xla", x, cotangents, chunk)
     o64, s64 = _numpy_f64(x)
-    assert_close(o, o64, TOL, what="o")
-    assert_close(s, s64, TOL, what="final state")
-    _, want = forward_and_grads(case, "reference", x, cotangents)
+    harness.assert_close(o, o64, TOL, what="o")
+    harness.assert_close(s, s64, TOL, what="final state")
+    _, want = harness.forward_and_grads(case, "reference", x, cotangents)
     for name in case.differentiable:
-        assert_close(grads[name], want[name], TOL, kind="grad", what=f"d{name}")
+        harness.assert_close(grads[name], want[name], TOL, kind="grad", what=f"d{name}")
 
 
 @pytest.mark.parametrize("impl", ("reference",) + IMPLS)
 def test_packed_equals_per_segment_loop(impl: str) -> None:
     """KDA, one row of T = 90 in five segments (one of a single token), chunk 16; each segment is padded
     with identity steps (beta = 0, g = 0) so that all of them share one compiled shape."""
-    check_packed_equals_loop(CASES["kda"], [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16,
-                             pad_segments_to=90)
+    harness.check_packed_equals_loop(CASES["kda"], [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16,
+                                     pad_segments_to=90)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_decode_steps_chained_equal_full_forward(variant: str) -> None:
-    check_decode_equals_forward(CASES[variant], 21, impl="xla", chunk_size=16, seed=7)
+    harness.check_decode_equals_forward(CASES[variant], 21, impl="xla", chunk_size=16, seed=7)
 
 
 def test_state_passing_equals_one_pass() -> None:
@@ -162,11 +152,11 @@ def test_state_passing_equals_one_pass() -> None:
     o, s = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n not in ("initial_state", "segment_ids") else x[n])
                for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda h: gated_delta_rule(**h, chunk_size=32), compiler_options=FAST_COMPILE)
+    run_half = jax.jit(lambda h: gated_delta_rule(**h, chunk_size=32), compiler_options=harness.FAST_COMPILE)
     o1, s1 = run_half(halves[0])
     o2, s2 = run_half({**halves[1], "initial_state": s1})
-    assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
-    assert_close(s2, s, TOL, what="final state")
+    harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
+    harness.assert_close(s2, s, TOL, what="final state")
 
 
 def test_bf16_inputs_match_reference() -> None:
@@ -176,9 +166,9 @@ def test_bf16_inputs_match_reference() -> None:
     for impl in IMPLS:
         o, s = _run(xb, implementation=impl)
         assert o.dtype == jnp.bfloat16 and s.dtype == jnp.float32
-        assert_close(o, o_ref, TOL_BF16, what=f"{impl} o")
+        harness.assert_close(o, o_ref, TOL_BF16, what=f"{impl} o")
         # The state is float32 on both sides.
-        assert_close(s, s_ref, TOL, what=f"{impl} final state")
+        harness.assert_close(s, s_ref, TOL, what=f"{impl} final state")
 
 
 # Cheap on purpose (B1 H1 K=V=8): fp32 with per-channel decays, bf16 inputs with scalar decays.
@@ -193,7 +183,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype, variant: str) -> None:
         (o, s), vjp = jax.vjp(f, x["q"], x["g"])
         return o, s, vjp((do, jnp.ones_like(s)))
 
-    o, s, (dq, dg) = jax.jit(run, compiler_options=FAST_COMPILE)(x)
+    o, s, (dq, dg) = jax.jit(run, compiler_options=harness.FAST_COMPILE)(x)
     for a in (o, s, dq, dg):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0
@@ -226,17 +216,9 @@ def test_bad_inputs_raise(over: dict, arg: str) -> None:
 
 
 def test_bad_chunk_size_and_implementation() -> None:
-    with pytest.raises(ValueError, match="chunk_size"):
-        gated_delta_rule(**_bad(), chunk_size=48)
-    with pytest.raises(ValueError, match="unknown implementation"):
-        gated_delta_rule(**_bad(), implementation="triton")
+    harness.check_bad_chunk_size_and_implementation(gated_delta_rule, _bad())
 
 
 def test_dispatch_never_falls_back_silently(monkeypatch: pytest.MonkeyPatch) -> None:
-    fn, _ = api._IMPLEMENTATIONS["pallas"]
-    monkeypatch.setitem(api._IMPLEMENTATIONS, "pallas", (fn, ("tpu",)))
-    with pytest.raises(RuntimeError, match="cannot run"):
-        gated_delta_rule(**_bad(), implementation="pallas")
-    # A sequence is tried in order: the first one that can run is used.
-    assert api._select(("pallas", "reference")) is api._IMPLEMENTATIONS["reference"][0]
-    assert api._select(None) is api._IMPLEMENTATIONS["xla"][0]
+    harness.check_dispatch_never_falls_back(monkeypatch, api, gated_delta_rule, _bad(), blocked="pallas",
+                                            fallback="reference")

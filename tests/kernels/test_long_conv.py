@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    LENGTHS,
-    OpCase,
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    make_case_inputs,
-)
 from tolerances import tolerance
 
 from kernels import causal_long_conv
@@ -38,7 +30,7 @@ def _segment_alone(inputs: dict[str, jax.Array], row: int, lo: int, hi: int) -> 
     return {"u": inputs["u"][row:row + 1, lo:hi], "h": inputs["h"][:hi - lo]}
 
 
-CASE = OpCase(
+CASE = harness.OpCase(
     name="long_conv",
     make_inputs=_make,
     reference=functools.partial(causal_long_conv, implementation="reference"),
@@ -85,19 +77,20 @@ def test_one_segment_per_row_takes_the_fft_and_packed_rows_the_exact_sum():
                                   np.asarray(exact))
 
 
-@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("length", harness.LENGTHS)
 def test_fft_equals_direct_forward_and_grads(length):
-    check_forward_and_grads(CASE, length, seed=length, tol=tolerance("long_conv").scaled(np.sqrt(length)))
+    harness.check_forward_and_grads(CASE, length, seed=length, tol=tolerance("long_conv").scaled(np.sqrt(length)))
     if length <= 100:
-        inputs = make_case_inputs(CASE, length, seed=length)
+        inputs = harness.make_case_inputs(CASE, length, seed=length)
         y = causal_long_conv(inputs["u"], inputs["h"], implementation="xla")
-        assert_close(y, _numpy_direct(inputs["u"], inputs["h"]), tolerance("long_conv.float64"), what="y vs float64")
+        harness.assert_close(y, _numpy_direct(inputs["u"], inputs["h"]), tolerance("long_conv.float64"),
+                             what="y vs float64")
 
 
 def test_short_filter_and_bf16():
     u, h = _inputs(50, filter_len=7, seed=3)
     y = causal_long_conv(u, h)
-    assert_close(y, _numpy_direct(u, h), tolerance("long_conv.float64"), what="short filter")
+    harness.assert_close(y, _numpy_direct(u, h), tolerance("long_conv.float64"), what="short filter")
     yb = causal_long_conv(u.astype(jnp.bfloat16), h.astype(jnp.bfloat16))
     assert yb.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(yb.astype(jnp.float32))))
 
@@ -108,7 +101,7 @@ def test_causal_no_circular_wraparound():
     cut = 17
     y = causal_long_conv(u, h)
     y2 = causal_long_conv(u.at[:, cut:].add(10.0), h)
-    assert_close(y2[:, :cut], y[:, :cut], tolerance("long_conv.causal"), what="past outputs")
+    harness.assert_close(y2[:, :cut], y[:, :cut], tolerance("long_conv.causal"), what="past outputs")
     assert float(jnp.abs(y2[:, cut:] - y[:, cut:]).max()) > 1e-2
 
 
@@ -116,12 +109,12 @@ def test_packed_equals_per_segment_loop():
     """Packed rows through the xla path = each segment alone in float64; packed gradients = the reference's."""
     bounds = [[0, 5, 40, 70], [0, 66, 70]]  # T = 70 > the xla block of 64: a segment crosses a block edge
     tol = tolerance("long_conv.packed")
-    check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol)
-    check_forward_and_grads(CASE, 0, bounds=bounds, seed=7, tol=tol)
+    harness.check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol)
+    harness.check_forward_and_grads(CASE, 0, bounds=bounds, seed=7, tol=tol)
 
 
 def test_decode_equals_forward():
-    check_decode_equals_forward(CASE, 40, tol=tolerance("long_conv.decode"))
+    harness.check_decode_equals_forward(CASE, 40, tol=tolerance("long_conv.decode"))
 
 
 def test_chunked_decode_equals_forward():
@@ -133,7 +126,7 @@ def test_chunked_decode_equals_forward():
     assert y_next.shape == (2, D) and int(state.index) == 11
     want = causal_long_conv(u, h, implementation="reference")
     got = jnp.concatenate([y_pre, y_next[:, None]], axis=1)
-    assert_close(got, want[:, :11], tolerance("long_conv.decode"), what="prefill + step")
+    harness.assert_close(got, want[:, :11], tolerance("long_conv.decode"), what="prefill + step")
 
 
 def test_decode_bad_state_raises():

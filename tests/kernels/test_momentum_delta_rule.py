@@ -8,22 +8,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    FAST_COMPILE,
-    OpCase,
-    assert_close,
-    assert_trees_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    make_case_inputs,
-    random_segment_ids,
-)
 from tolerances import tolerance
 
 from kernels import gated_delta_rule
@@ -60,12 +49,12 @@ def make_inputs(rng: np.random.Generator, batch: int, length: int, *, h: int = H
 
 # One function object per path: the harness compiles each (path, shapes) once per session.
 REFERENCE = functools.partial(momentum_delta_rule, implementation="reference")
-CASE = OpCase(name="momentum_delta_rule", make_inputs=make_inputs, reference=REFERENCE,
-              fast={"xla": functools.partial(momentum_delta_rule, implementation="xla")},
-              differentiable=SEQ + ("initial_state",), time_inputs=SEQ, step=momentum_delta_rule_step)
+CASE = harness.OpCase(name="momentum_delta_rule", make_inputs=make_inputs, reference=REFERENCE,
+                      fast={"xla": functools.partial(momentum_delta_rule, implementation="xla")},
+                      differentiable=SEQ + ("initial_state",), time_inputs=SEQ, step=momentum_delta_rule_step)
 
 
-def with_gates(case: OpCase, **ranges: object) -> OpCase:
+def with_gates(case: harness.OpCase, **ranges: object) -> harness.OpCase:
     """`case` drawing its inputs with other gate ranges (`g_range`, `mu_range`, `mu_ones`)."""
     return dataclasses.replace(case, make_inputs=functools.partial(make_inputs, **ranges))
 
@@ -73,13 +62,13 @@ def with_gates(case: OpCase, **ranges: object) -> OpCase:
 def _inputs(length: int, *, seed: int, packed: bool, batch: int = B, **kw: object) -> dict:
     rng = np.random.default_rng(seed)
     x = make_inputs(rng, batch, length, **kw)
-    x["segment_ids"] = random_segment_ids(rng, batch, length) if packed else None
+    x["segment_ids"] = harness.random_segment_ids(rng, batch, length) if packed else None
     return x
 
 
 def _run(x: dict, **kw: object) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """momentum_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: momentum_delta_rule(**x, **kw), compiler_options=FAST_COMPILE)(x)
+    return jax.jit(lambda x: momentum_delta_rule(**x, **kw), compiler_options=harness.FAST_COMPILE)(x)
 
 
 # Every T meets one chunk size; across the T values both 16 and 64 occur, and both plain and packed rows.
@@ -88,7 +77,7 @@ PARITY_CASES = [(1, 16), (63, 64), (100, 64), (257, 16)]
 
 @pytest.mark.parametrize("t, chunk", PARITY_CASES)
 def test_parity_forward_and_all_gradients(t: int, chunk: int) -> None:
-    check_forward_and_grads(CASE, t, chunk_size=chunk, packed=t >= 100)
+    harness.check_forward_and_grads(CASE, t, chunk_size=chunk, packed=t >= 100)
 
 
 def _numpy_f64(x: dict) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
@@ -115,7 +104,7 @@ def _numpy_f64(x: dict) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
 def _assert_matches_f64(got: tuple, x: dict, what: str) -> None:
     """(o, (S, M)) float32 against the float64 recurrence on the same inputs, leaf by leaf."""
     for name, a, b in zip(("o", "S", "M"), jax.tree.leaves(got), jax.tree.leaves(_numpy_f64(x)), strict=True):
-        assert_close(a, b, TOL, what=f"{what} {name}")
+        harness.assert_close(a, b, TOL, what=f"{what} {name}")
 
 
 @pytest.mark.parametrize("mu_range", [(-5.0, 0.0), (-2.0, 0.0), (0.0, 0.0)])
@@ -124,10 +113,10 @@ def test_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float]) -> None:
     ~t - j + 1), chunk 64, no clamping. (-2, 0) is where the difference-of-cumulants form loses all precision
     (measured: O(1) forward error, NaN for (-5, 0)). The XLA path also matches a float64 recurrence."""
     case = with_gates(CASE, g_range=(-0.3, 0.0), mu_range=mu_range)
-    want = check_forward_and_grads(case, 192, chunk_size=64, seed=1)
-    inputs = make_case_inputs(case, 192, seed=1)
+    want = harness.check_forward_and_grads(case, 192, chunk_size=64, seed=1)
+    inputs = harness.make_case_inputs(case, 192, seed=1)
     # The compiled VJP of the check above, run again for its outputs (any cotangents of the right structure).
-    got, _ = forward_and_grads(case, "xla", inputs, want[0], 64)
+    got, _ = harness.forward_and_grads(case, "xla", inputs, want[0], 64)
     _assert_matches_f64(got, inputs, "xla vs float64")
 
 
@@ -141,7 +130,7 @@ def test_matches_float64_numpy(impl: str) -> None:
 def test_packed_equals_per_segment_loop(impl: str) -> None:
     """One row of T = 90 in five segments (one of a single token), chunk 16; each segment is padded with
     identity steps (beta = eta = 0, gates 0: S, M unchanged) so that all of them share one compiled shape."""
-    check_packed_equals_loop(CASE, [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16, pad_segments_to=90)
+    harness.check_packed_equals_loop(CASE, [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16, pad_segments_to=90)
 
 
 @pytest.mark.parametrize("impl", ("reference", "xla"))
@@ -154,13 +143,13 @@ def test_reduces_to_gated_delta_rule(impl: str) -> None:
                initial_state=x["initial_state"][0], segment_ids=x["segment_ids"])
     # mu = 0 drops M0 entirely: the first step's M is eta k e^T whatever M0 was.
     o_gdn, s_gdn = jax.jit(lambda d: gated_delta_rule(**d, implementation="reference"),
-                           compiler_options=FAST_COMPILE)(gdn)
-    assert_close(o, o_gdn, TOL, what="o")
-    assert_close(s, s_gdn, TOL, what="final S")
+                           compiler_options=harness.FAST_COMPILE)(gdn)
+    harness.assert_close(o, o_gdn, TOL, what="o")
+    harness.assert_close(s, s_gdn, TOL, what="final S")
 
 
 def test_decode_steps_chained_equal_full_forward() -> None:
-    check_decode_equals_forward(CASE, 21, impl="xla", chunk_size=16, seed=7)
+    harness.check_decode_equals_forward(CASE, 21, impl="xla", chunk_size=16, seed=7)
 
 
 def test_state_passing_equals_one_pass() -> None:
@@ -168,11 +157,11 @@ def test_state_passing_equals_one_pass() -> None:
     x = _inputs(128, seed=9, packed=False)
     o, state = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n in SEQ else x[n]) for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=32), compiler_options=FAST_COMPILE)
+    run_half = jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=32), compiler_options=harness.FAST_COMPILE)
     o1, state1 = run_half(halves[0])
     o2, state2 = run_half({**halves[1], "initial_state": state1})
-    assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
-    assert_trees_close(state2, state, TOL, what="final (S, M)")
+    harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
+    harness.assert_trees_close(state2, state, TOL, what="final (S, M)")
 
 
 def test_bf16_inputs_match_reference() -> None:
@@ -181,9 +170,9 @@ def test_bf16_inputs_match_reference() -> None:
     o_ref, state_ref = _run(xb, implementation="reference")
     o, state = _run(xb, implementation="xla")
     assert o.dtype == jnp.bfloat16
-    assert_close(o, o_ref, TOL_BF16, what="o")
+    harness.assert_close(o, o_ref, TOL_BF16, what="o")
     # The states are float32 on both sides.
-    assert_trees_close(state, state_ref, TOL, what="final (S, M)")
+    harness.assert_trees_close(state, state_ref, TOL, what="final (S, M)")
 
 
 # Cheap on purpose (B1 H1 K=V=8), weak decay and mu near 1 (the longest memory): fp32 and bf16 inputs.
@@ -198,7 +187,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype) -> None:
         (o, (s, m)), vjp = jax.vjp(f, x["q"], x["g"], x["log_mu"])
         return o, s, m, vjp((do, (jnp.ones_like(s), jnp.ones_like(m))))
 
-    o, s, m, grads = jax.jit(run, compiler_options=FAST_COMPILE)(x)
+    o, s, m, grads = jax.jit(run, compiler_options=harness.FAST_COMPILE)(x)
     for a in (o, s, m, *grads):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0
@@ -243,18 +232,9 @@ def test_bad_inputs_raise(over: dict, arg: str | None) -> None:
 
 
 def test_bad_chunk_size_and_implementation() -> None:
-    with pytest.raises(ValueError, match="chunk_size"):
-        momentum_delta_rule(**_bad(), chunk_size=48)
-    with pytest.raises(ValueError, match="unknown implementation"):
-        momentum_delta_rule(**_bad(), implementation="triton")
+    harness.check_bad_chunk_size_and_implementation(momentum_delta_rule, _bad())
 
 
 def test_dispatch_never_falls_back_silently(monkeypatch: pytest.MonkeyPatch) -> None:
-    fn, _ = api._IMPLEMENTATIONS["xla"]
-    monkeypatch.setitem(api._IMPLEMENTATIONS, "xla", (fn, ("tpu",)))
-    with pytest.raises(RuntimeError, match="cannot run"):
-        momentum_delta_rule(**_bad(), implementation="xla")
-    # A sequence is tried in order: the first one that can run is used.
-    assert api._select(("xla", "reference")) is api._IMPLEMENTATIONS["reference"][0]
-    monkeypatch.undo()
-    assert api._select(None) is api._IMPLEMENTATIONS["xla"][0]
+    harness.check_dispatch_never_falls_back(monkeypatch, api, momentum_delta_rule, _bad(), blocked="xla",
+                                            fallback="reference")

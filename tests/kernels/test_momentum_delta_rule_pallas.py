@@ -9,19 +9,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    assert_close,
-    assert_trees_close,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    make_case_inputs,
-    random_cotangents,
-)
 from test_momentum_delta_rule import CASE, REFERENCE, STRONG, TOL_BF16, with_gates
 from tolerances import tolerance
 
@@ -41,8 +33,8 @@ PARITY_CASES = [(1, 16, False, STRONG), (63, 64, False, WEAK), (100, 64, True, S
 
 @pytest.mark.parametrize("t, chunk, packed, gates", PARITY_CASES)
 def test_pallas_forward_and_all_gradients(t: int, chunk: int, packed: bool, gates: tuple[float, float]) -> None:
-    check_forward_and_grads(with_gates(PALLAS, g_range=gates, mu_range=gates), t, chunk_size=chunk, packed=packed,
-                            seed=t)
+    case = with_gates(PALLAS, g_range=gates, mu_range=gates)
+    harness.check_forward_and_grads(case, t, chunk_size=chunk, packed=packed, seed=t)
 
 
 @pytest.mark.parametrize("mu_range, mu_ones", [((-5.0, 0.0), 0.25), ((-2.0, 0.0), 0.0)])
@@ -50,41 +42,42 @@ def test_pallas_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float], mu_
     """log_mu anywhere in (-5, 0] (a quarter exactly 0: mu = 1), weak decay (Gam up to ~t - j + 1), chunk 64,
     no clamp; (-2, 0) is where a difference-of-cumulants Gam is off by O(1)."""
     case = with_gates(PALLAS, g_range=(-0.3, 0.0), mu_range=mu_range, mu_ones=mu_ones)
-    check_forward_and_grads(case, 192, chunk_size=64, packed=True, batch=1, seed=1)
+    harness.check_forward_and_grads(case, 192, chunk_size=64, packed=True, batch=1, seed=1)
 
 
 def test_pallas_final_state_only_gradients() -> None:
     """Cotangents on the final (S, M) only (o's cotangent zero): the gradient paths through the carried
     states alone, chunk 16 over 5 chunks, weak decays, including dS0 and dM0."""
     case = with_gates(PALLAS, g_range=WEAK, mu_range=WEAK)
-    inputs = make_case_inputs(case, 70, seed=4)
-    do, dfinal = random_cotangents(np.random.default_rng(5), jax.eval_shape(lambda i: REFERENCE(**i), inputs))
+    inputs = harness.make_case_inputs(case, 70, seed=4)
+    do, dfinal = harness.random_cotangents(np.random.default_rng(5), jax.eval_shape(lambda i: REFERENCE(**i), inputs))
     cotangents = (jnp.zeros_like(do), dfinal)
-    got = forward_and_grads(case, "pallas", inputs, cotangents, 16)
-    want = forward_and_grads(case, "reference", inputs, cotangents)
-    assert_trees_close(got[0], want[0], TOL, what="pallas output")
-    assert_trees_close(got[1], want[1], TOL, kind="grad", what="pallas d")
+    got = harness.forward_and_grads(case, "pallas", inputs, cotangents, 16)
+    want = harness.forward_and_grads(case, "reference", inputs, cotangents)
+    harness.assert_trees_close(got[0], want[0], TOL, what="pallas output")
+    harness.assert_trees_close(got[1], want[1], TOL, kind="grad", what="pallas d")
 
 
 def test_pallas_packed_equals_per_segment_loop() -> None:
     """One row of T = 90 in five segments (one of a single token), chunk 16, identity-padded segments."""
-    check_packed_equals_loop(PALLAS, [[0, 11, 12, 40, 71, 90]], impl="pallas", chunk_size=16, pad_segments_to=90)
+    harness.check_packed_equals_loop(PALLAS, [[0, 11, 12, 40, 71, 90]], impl="pallas", chunk_size=16,
+                                     pad_segments_to=90)
 
 
 def test_pallas_bf16_inputs_match_reference() -> None:
-    inputs = make_case_inputs(PALLAS, 40, seed=11, packed=True)
+    inputs = harness.make_case_inputs(PALLAS, 40, seed=11, packed=True)
     xb = {n: (v.astype(jnp.bfloat16) if n in ("q", "k", "v", "p") else v) for n, v in inputs.items()}
     run = lambda impl: jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=16, implementation=impl))(xb)
     o_ref, state_ref = run("reference")
     o, state = run("pallas")
     assert o.dtype == jnp.bfloat16
     # Only the final cast of o to bf16 differs (float32 maths on both sides); the states are float32.
-    assert_close(o, o_ref, TOL_BF16, what="o")
-    assert_trees_close(state, state_ref, TOL, what="final (S, M)")
+    harness.assert_close(o, o_ref, TOL_BF16, what="o")
+    harness.assert_trees_close(state, state_ref, TOL, what="final (S, M)")
 
 
 def test_pallas_is_cpu_only_and_never_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    x = make_case_inputs(PALLAS, 8, batch=1)
+    x = harness.make_case_inputs(PALLAS, 8, batch=1)
     fn, backends = api._IMPLEMENTATIONS["pallas"]
     assert backends == ("cpu",)
     monkeypatch.setitem(api._IMPLEMENTATIONS, "pallas", (fn, ("tpu",)))

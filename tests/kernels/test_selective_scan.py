@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    LENGTHS,
-    OpCase,
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-)
 from tolerances import tolerance
 
 import kernels
@@ -40,11 +33,11 @@ def _make(rng: np.random.Generator, batch: int, length: int, *, strong: bool = F
             "initial_state": normal(batch, D_IN, N)}
 
 
-def _case(strong: bool) -> OpCase:
-    return OpCase(name="selective_scan", make_inputs=functools.partial(_make, strong=strong),
-                  reference=reference.selective_scan, fast={"xla": xla.selective_scan},
-                  differentiable=("u", "delta", "A", "B", "C", "D", "initial_state"),
-                  time_inputs=("u", "delta", "B", "C"), step=selective_scan_step)
+def _case(strong: bool) -> harness.OpCase:
+    return harness.OpCase(name="selective_scan", make_inputs=functools.partial(_make, strong=strong),
+                          reference=reference.selective_scan, fast={"xla": xla.selective_scan},
+                          differentiable=("u", "delta", "A", "B", "C", "D", "initial_state"),
+                          time_inputs=("u", "delta", "B", "C"), step=selective_scan_step)
 
 
 CASE, STRONG = _case(False), _case(True)
@@ -66,10 +59,10 @@ def test_exported_from_kernels():
     assert kernels.selective_scan is selective_scan and "selective_scan" in kernels.__all__
 
 
-@pytest.mark.parametrize("seqlen", LENGTHS)
+@pytest.mark.parametrize("seqlen", harness.LENGTHS)
 def test_xla_matches_reference_forward_and_gradients(seqlen):
     for chunk in (16, 64):
-        _, grads = check_forward_and_grads(STRONG, seqlen, chunk_size=chunk, packed=True, seed=seqlen)
+        _, grads = harness.check_forward_and_grads(STRONG, seqlen, chunk_size=chunk, packed=True, seed=seqlen)
     # The initial state must matter in the first segment (a wiring check that can fail).
     assert float(jnp.max(jnp.abs(grads["initial_state"]))) > 0
 
@@ -80,8 +73,8 @@ def test_matches_float64_numpy(impl):
     inputs = _make(np.random.default_rng(3), B, 50)
     y, h = selective_scan(**inputs, segment_ids=jnp.asarray(segments), chunk_size=16, implementation=impl)
     want_y, want_h = _numpy64(**inputs, segments=segments)
-    assert_close(y, want_y, F64, what="y")
-    assert_close(h, want_h, F64, what="state")
+    harness.assert_close(y, want_y, F64, what="y")
+    harness.assert_close(h, want_h, F64, what="state")
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla"])
@@ -89,11 +82,12 @@ def test_packed_segments_equal_per_segment_loop(impl):
     """Packed rows = each segment run alone (the initial state only reaches each row's first segment); each
     segment is right-padded with Δ = 0 steps (the identity), so one compile serves all of them."""
     bounds = [[0, 5, 45, 64], [0, 64]]
-    check_packed_equals_loop(CASE, bounds, impl=impl, alone="reference", chunk_size=16, pad_segments_to=64, seed=5)
+    harness.check_packed_equals_loop(CASE, bounds, impl=impl, alone="reference", chunk_size=16, pad_segments_to=64,
+                                     seed=5)
 
 
 def test_decode_chained_equals_forward():
-    check_decode_equals_forward(CASE, 20, impl="xla", chunk_size=16, seed=7)
+    harness.check_decode_equals_forward(CASE, 20, impl="xla", chunk_size=16, seed=7)
 
 
 def test_long_sequence_finite_and_bf16():
@@ -104,7 +98,7 @@ def test_long_sequence_finite_and_bf16():
     tail = {k: (v[:, -300:] if k in CASE.time_inputs else v) for k, v in i.items()}
     y_ref, _ = selective_scan(**dict(tail, initial_state=None), implementation="reference")
     # The state forgets (decay <= exp(-0.37 * 0.1) per step at worst): the last 50 outputs hardly see the cut.
-    assert_close(y[:, -50:], y_ref[:, -50:], tolerance("selective_scan.truncated"), what="cut at T - 300")
+    harness.assert_close(y[:, -50:], y_ref[:, -50:], tolerance("selective_scan.truncated"), what="cut at T - 300")
     head = {k: (v[:, :100].astype(jnp.bfloat16) if k in ("u", "delta", "B", "C") else v) for k, v in i.items()}
     yb, hb = selective_scan(**dict(head, initial_state=None))
     assert yb.dtype == jnp.bfloat16 and hb.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(yb, np.float32)))

@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import (
-    OpCase,
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    random_cotangents,
-    random_segment_ids,
-)
 from tolerances import tolerance
 
 from kernels.ssd import api, attention_form, kernel_matrix, ssd, ssd_step, xla
@@ -43,11 +34,11 @@ def _make(rng: np.random.Generator, batch: int, length: int, *, diagonal: bool, 
             "initial_state": f(rng.standard_normal((batch, heads, p, n)))}
 
 
-def _case(diagonal: bool) -> OpCase:
-    return OpCase(name="ssd", make_inputs=functools.partial(_make, diagonal=diagonal), reference=ref.ssd,
-                  fast={"xla": xla.ssd, "attention": attention_form.ssd, "pallas": pallas.ssd},
-                  differentiable=("x", "a", "b", "c", "initial_state"), time_inputs=("x", "a", "b", "c"),
-                  step=ssd_step)
+def _case(diagonal: bool) -> harness.OpCase:
+    return harness.OpCase(name="ssd", make_inputs=functools.partial(_make, diagonal=diagonal), reference=ref.ssd,
+                          fast={"xla": xla.ssd, "attention": attention_form.ssd, "pallas": pallas.ssd},
+                          differentiable=("x", "a", "b", "c", "initial_state"), time_inputs=("x", "a", "b", "c"),
+                          step=ssd_step)
 
 
 CASES = {False: _case(False), True: _case(True)}
@@ -58,7 +49,7 @@ def _inputs(seed: int, length: int, diagonal: bool, packed: bool, batch: int = B
     """The op's inputs for the op-specific tests below (`segment_ids` random when `packed`)."""
     rng = np.random.default_rng(seed)
     inputs = _make(rng, batch, length, diagonal=diagonal, **dims)
-    inputs["segment_ids"] = random_segment_ids(rng, batch, length) if packed else None
+    inputs["segment_ids"] = harness.random_segment_ids(rng, batch, length) if packed else None
     return inputs
 
 
@@ -71,17 +62,18 @@ PARITY = [(1, 16, False), (63, 64, True), (100, 16, True), (257, 64, False), (25
 @pytest.mark.parametrize("seqlen,chunk,packed", PARITY)
 def test_three_way_equality(diagonal, seqlen, chunk, packed):
     """Recurrence = chunked = attention form: forward, final state and every gradient."""
-    check_forward_and_grads(CASES[diagonal], seqlen, chunk_size=chunk, packed=packed, impls=("xla",), seed=seqlen)
+    harness.check_forward_and_grads(CASES[diagonal], seqlen, chunk_size=chunk, packed=packed, impls=("xla",),
+                                    seed=seqlen)
     # The attention form has no chunks: one compile per length.
-    check_forward_and_grads(CASES[diagonal], seqlen, packed=packed, impls=("attention",), seed=seqlen)
+    harness.check_forward_and_grads(CASES[diagonal], seqlen, packed=packed, impls=("attention",), seed=seqlen)
 
 
 @pytest.mark.parametrize("diagonal,seqlen,chunk,packed",
                          [(False, 100, 16, True), (True, 100, 16, True), (True, 257, 64, False)])
 def test_pallas_matches_reference(diagonal, seqlen, chunk, packed):
     """Pallas (interpret) forward and custom_vjp backward against the recurrence."""
-    check_forward_and_grads(CASES[diagonal], seqlen, chunk_size=chunk, packed=packed, impls=("pallas",),
-                            seed=seqlen + 1)
+    harness.check_forward_and_grads(CASES[diagonal], seqlen, chunk_size=chunk, packed=packed, impls=("pallas",),
+                                    seed=seqlen + 1)
 
 
 def _float64_recurrence(x, a, b, c, s0, seg) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +96,7 @@ def test_float32_forms_against_float64(diagonal):
     for impl in ("reference", "xla", "attention"):
         got = ssd(**i, chunk_size=16, implementation=impl)
         for name, g, w in zip(("y", "S"), got, want, strict=True):
-            assert_close(g, w, F64, what=f"{impl} {name}")
+            harness.assert_close(g, w, F64, what=f"{impl} {name}")
 
 
 @DIAGONAL
@@ -112,12 +104,12 @@ def test_packed_equals_loop_over_segments(diagonal):
     """Each segment alone, right-padded to one length with identity steps (a = x = b = c = 0) so that one
     compile serves all: padding after the segment changes neither its outputs nor its final state."""
     bounds = [[0, 17, 18, 61, 90]]  # includes a one-token segment
-    check_packed_equals_loop(CASES[diagonal], bounds, impl="xla", chunk_size=16, pad_segments_to=48, seed=11)
+    harness.check_packed_equals_loop(CASES[diagonal], bounds, impl="xla", chunk_size=16, pad_segments_to=48, seed=11)
 
 
 @DIAGONAL
 def test_decode_chain_equals_forward(diagonal):
-    check_decode_equals_forward(CASES[diagonal], 40, impl="xla", chunk_size=16, seed=3)
+    harness.check_decode_equals_forward(CASES[diagonal], 40, impl="xla", chunk_size=16, seed=3)
 
 
 def test_diagonal_with_equal_decays_is_scalar():
@@ -125,7 +117,7 @@ def test_diagonal_with_equal_decays_is_scalar():
     got = ssd(**dict(i, a=jnp.broadcast_to(i["a"][..., None], i["b"].shape)), chunk_size=16)
     want = ssd(**i, chunk_size=16)
     for g, w in zip(got, want, strict=True):
-        assert_close(g, w, F32, what="diagonal = scalar")
+        harness.assert_close(g, w, F32, what="diagonal = scalar")
 
 
 def test_zero_input_gives_zero_output():
@@ -151,16 +143,16 @@ def test_bfloat16_inputs():
     y, s = ssd(**bf, chunk_size=16)
     assert y.dtype == jnp.bfloat16 and s.dtype == jnp.float32
     y_ref, s_ref = ref.ssd(**bf)
-    assert_close(y, y_ref, BF16, what="y bf16")
-    assert_close(s, s_ref, F32, what="S")  # same bf16 inputs, float32 state on both sides
+    harness.assert_close(y, y_ref, BF16, what="y bf16")
+    harness.assert_close(s, s_ref, F32, what="S")  # same bf16 inputs, float32 state on both sides
 
 
 @DIAGONAL
 def test_long_sequence_stays_finite(diagonal):
     """T = 16384 in the chunked form, strong and slow decays, forward and gradients."""
     i = _inputs(10, 16384, diagonal, False, batch=1, heads=1, p=4, n=4)
-    cotangents = random_cotangents(np.random.default_rng(1), jax.eval_shape(lambda i: ref.ssd(**i), i))
-    out, grads = forward_and_grads(CASES[diagonal], "xla", i, cotangents, chunk_size=64)
+    cotangents = harness.random_cotangents(np.random.default_rng(1), jax.eval_shape(lambda i: ref.ssd(**i), i))
+    out, grads = harness.forward_and_grads(CASES[diagonal], "xla", i, cotangents, chunk_size=64)
     for name, z in list(zip(("y", "S"), out, strict=True)) + list(grads.items()):
         assert np.all(np.isfinite(np.asarray(z))), name
 
@@ -171,7 +163,7 @@ def test_dispatch():
     assert api._select("attention") is attention_form.ssd
     i = _inputs(4, 50, False, True)
     got = ssd(**i, chunk_size=16, implementation=("xla",))
-    assert_close(got[0], ref.ssd(**i)[0], F32, what="y")
+    harness.assert_close(got[0], ref.ssd(**i)[0], F32, what="y")
     with pytest.raises(ValueError, match="unknown implementation"):
         ssd(i["x"], i["a"], i["b"], i["c"], implementation="triton")
 
