@@ -7,14 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels._common.checks import (
-    check_chunk_size,
-    check_segment_ids,
-    fail_shape,
-    is_concrete,
-    require_dtype_of,
-    require_floating,
-)
+from kernels._common import checks
 from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.delta_rule import pallas_chunk, reference, xla
 
@@ -32,33 +25,33 @@ def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: 
                   initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
-        fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
+        checks.fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
     b, t, h, dk = q.shape
     if k.shape != q.shape:
-        fail_shape(_NAME, "k", k.shape, f"{(b, t, h, dk)} = q.shape")
+        checks.fail_shape(_NAME, "k", k.shape, f"{(b, t, h, dk)} = q.shape")
     if v.ndim != 4 or v.shape[:3] != (b, t, h):
-        fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
+        checks.fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
     if beta.shape != (b, t, h):
-        fail_shape(_NAME, "beta", beta.shape, f"{(b, t, h)} = [B, T, H]")
+        checks.fail_shape(_NAME, "beta", beta.shape, f"{(b, t, h)} = [B, T, H]")
     if g is not None and g.shape not in ((b, t, h), (b, t, h, dk)):
-        fail_shape(_NAME, "g", g.shape, f"None, {(b, t, h)} = [B, T, H] or {(b, t, h, dk)} = [B, T, H, K]")
+        checks.fail_shape(_NAME, "g", g.shape, f"None, {(b, t, h)} = [B, T, H] or {(b, t, h, dk)} = [B, T, H, K]")
     if initial_state is not None and initial_state.shape != (b, h, dk, v.shape[-1]):
-        fail_shape(_NAME, "initial_state", initial_state.shape, f"{(b, h, dk, v.shape[-1])} = [B, H, K, V]")
-    check_segment_ids(_NAME, segment_ids, b, t)
+        checks.fail_shape(_NAME, "initial_state", initial_state.shape, f"{(b, h, dk, v.shape[-1])} = [B, H, K, V]")
+    checks.check_segment_ids(_NAME, segment_ids, b, t)
 
 
 def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
                   initial_state: jax.Array | None) -> None:
-    require_floating(_NAME, {"q": q})
-    require_dtype_of(_NAME, "q", q, {"k": k, "v": v})
-    require_floating(_NAME, {"beta": beta, "g": g, "initial_state": initial_state})
+    checks.require_floating(_NAME, {"q": q})
+    checks.require_dtype_of(_NAME, "q", q, {"k": k, "v": v})
+    checks.require_floating(_NAME, {"beta": beta, "g": g, "initial_state": initial_state})
 
 
 def _check_values(beta: jax.Array, g: jax.Array | None) -> None:
     """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped)."""
-    if g is not None and is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
+    if g is not None and checks.is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
         raise ValueError(f"{_NAME}: `g` (shape {tuple(g.shape)}) is a log-decay and must be <= 0")
-    if is_concrete(beta):
+    if checks.is_concrete(beta):
         b = np.asarray(beta, np.float32)
         if bool(np.any((b < 0) | (b > 2))):
             raise ValueError(f"{_NAME}: `beta` (shape {tuple(beta.shape)}) must lie in [0, 2]")
@@ -94,7 +87,7 @@ def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Arra
     """
     _check_shapes(q, k, v, beta, g, initial_state, segment_ids)
     _check_dtypes(q, k, v, beta, g, initial_state)
-    check_chunk_size(_NAME, chunk_size)
+    checks.check_chunk_size(_NAME, chunk_size)
     _check_values(beta, g)
     fn = _select(implementation)
     return fn(q, k, v, beta=beta, g=g, scale=scale, initial_state=initial_state,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import jax
 
-from kernels._common.checks import check_segment_ids, fail_shape, require_floating
+from kernels._common import checks
 from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.long_conv import reference, xla
 
@@ -23,12 +23,12 @@ _IMPLEMENTATIONS: Implementations = {
 def _check(u: jax.Array, h: jax.Array, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape or dtype and what was expected."""
     if u.ndim != 3 or u.shape[1] < 1:
-        fail_shape(_NAME, "u", u.shape, "[B, T, D] with T >= 1")
+        checks.fail_shape(_NAME, "u", u.shape, "[B, T, D] with T >= 1")
     batch, length, dim = u.shape
     if h.ndim != 2 or h.shape[1] != dim or not 1 <= h.shape[0] <= length:
-        fail_shape(_NAME, "h", h.shape, f"[L, D] with 1 <= L <= T = {length} and D = {dim}")
-    check_segment_ids(_NAME, segment_ids, batch, length)
-    require_floating(_NAME, {"u": u, "h": h})
+        checks.fail_shape(_NAME, "h", h.shape, f"[L, D] with 1 <= L <= T = {length} and D = {dim}")
+    checks.check_segment_ids(_NAME, segment_ids, batch, length)
+    checks.require_floating(_NAME, {"u": u, "h": h})
 
 
 def causal_long_conv(

@@ -7,14 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels._common.checks import (
-    check_chunk_size,
-    check_segment_ids,
-    fail_shape,
-    is_concrete,
-    require_dtype_of,
-    require_floating,
-)
+from kernels._common import checks
 from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
@@ -34,16 +27,16 @@ def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates:
                   initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
-        fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
+        checks.fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
     b, t, h, dk = q.shape
     for name, x in (("k", k), ("p", p)):
         if x.shape != q.shape:
-            fail_shape(_NAME, name, x.shape, f"{(b, t, h, dk)} = q.shape")
+            checks.fail_shape(_NAME, name, x.shape, f"{(b, t, h, dk)} = q.shape")
     if v.ndim != 4 or v.shape[:3] != (b, t, h):
-        fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
+        checks.fail_shape(_NAME, "v", v.shape, f"[B, T, H, V] = ({b}, {t}, {h}, V)")
     for name, x in gates.items():
         if x.shape != (b, t, h):
-            fail_shape(_NAME, name, x.shape, f"{(b, t, h)} = [B, T, H]")
+            checks.fail_shape(_NAME, name, x.shape, f"{(b, t, h)} = [B, T, H]")
     if initial_state is not None:
         want = (b, h, dk, v.shape[-1])
         if not isinstance(initial_state, tuple | list) or len(initial_state) != 2:
@@ -51,16 +44,16 @@ def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates:
                              f"{type(initial_state).__name__}")
         for name, x in zip(("initial_state[0]", "initial_state[1]"), initial_state, strict=True):
             if x.shape != want:
-                fail_shape(_NAME, name, x.shape, f"{want} = [B, H, K, V]")
-    check_segment_ids(_NAME, segment_ids, b, t)
+                checks.fail_shape(_NAME, name, x.shape, f"{want} = [B, H, K, V]")
+    checks.check_segment_ids(_NAME, segment_ids, b, t)
 
 
 def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
                   initial_state: tuple[jax.Array, jax.Array] | None) -> None:
-    require_floating(_NAME, {"q": q})
-    require_dtype_of(_NAME, "q", q, {"k": k, "v": v, "p": p})
+    checks.require_floating(_NAME, {"q": q})
+    checks.require_dtype_of(_NAME, "q", q, {"k": k, "v": v, "p": p})
     states = {} if initial_state is None else {f"initial_state[{i}]": x for i, x in enumerate(initial_state)}
-    require_floating(_NAME, {**gates, **states})
+    checks.require_floating(_NAME, {**gates, **states})
 
 
 def _check_values(gates: dict[str, jax.Array]) -> None:
@@ -69,7 +62,7 @@ def _check_values(gates: dict[str, jax.Array]) -> None:
     log_mu must be finite: the chunked form sums log-gates by a matmul, where 0 * -inf is NaN; a large
     negative value such as -1e4 already gives mu = 0 exactly.
     """
-    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if is_concrete(x)}
+    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if checks.is_concrete(x)}
     bounds = {"g": (-np.inf, 0.0), "log_mu": (-np.inf, 0.0), "beta": (0.0, 2.0), "eta": (0.0, np.inf)}
     text = {"g": "is a log-decay and must be finite and <= 0", "log_mu": "is a log-decay and must be finite "
             "and <= 0 (use e.g. -1e4 for mu = 0)", "beta": "must lie in [0, 2]", "eta": "must be finite, >= 0"}
@@ -112,7 +105,7 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
     gates = dict(g=g, log_mu=log_mu, beta=beta, eta=eta)
     _check_shapes(q, k, v, p, gates, initial_state, segment_ids)
     _check_dtypes(q, k, v, p, gates, initial_state)
-    check_chunk_size(_NAME, chunk_size)
+    checks.check_chunk_size(_NAME, chunk_size)
     _check_values(gates)
     fn = _select(implementation)
     state = None if initial_state is None else tuple(initial_state)

@@ -7,14 +7,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from kernels._common.checks import (
-    check_chunk_size,
-    check_segment_ids,
-    fail_shape,
-    is_concrete,
-    require_dtype_of,
-    require_floating,
-)
+from kernels._common import checks
 from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.selective_scan import reference, xla
 
@@ -32,35 +25,35 @@ def _check_shapes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C:
                   initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if u.ndim != 3:
-        fail_shape(_NAME, "u", u.shape, "[B, T, D_in] (3 dims)")
+        checks.fail_shape(_NAME, "u", u.shape, "[B, T, D_in] (3 dims)")
     bsz, seqlen, d_in = u.shape
     if seqlen < 1:
-        fail_shape(_NAME, "u", u.shape, "T >= 1")
+        checks.fail_shape(_NAME, "u", u.shape, "T >= 1")
     if delta.shape != u.shape:
-        fail_shape(_NAME, "delta", delta.shape, f"{u.shape} = u.shape [B, T, D_in]")
+        checks.fail_shape(_NAME, "delta", delta.shape, f"{u.shape} = u.shape [B, T, D_in]")
     if A.ndim != 2 or A.shape[0] != d_in:
-        fail_shape(_NAME, "A", A.shape, f"[D_in, N] = ({d_in}, N)")
+        checks.fail_shape(_NAME, "A", A.shape, f"[D_in, N] = ({d_in}, N)")
     n = A.shape[1]
     for name, z in (("B", B), ("C", C)):
         if z.shape != (bsz, seqlen, n):
-            fail_shape(_NAME, name, z.shape, f"{(bsz, seqlen, n)} = [B, T, N]")
+            checks.fail_shape(_NAME, name, z.shape, f"{(bsz, seqlen, n)} = [B, T, N]")
     if D is not None and D.shape != (d_in,):
-        fail_shape(_NAME, "D", D.shape, f"{(d_in,)} = [D_in]")
+        checks.fail_shape(_NAME, "D", D.shape, f"{(d_in,)} = [D_in]")
     if initial_state is not None and initial_state.shape != (bsz, d_in, n):
-        fail_shape(_NAME, "initial_state", initial_state.shape, f"{(bsz, d_in, n)} = [B, D_in, N]")
-    check_segment_ids(_NAME, segment_ids, bsz, seqlen)
+        checks.fail_shape(_NAME, "initial_state", initial_state.shape, f"{(bsz, d_in, n)} = [B, D_in, N]")
+    checks.check_segment_ids(_NAME, segment_ids, bsz, seqlen)
 
 
 def _check_dtypes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
                   initial_state: jax.Array | None) -> None:
-    require_floating(_NAME, {"u": u})
-    require_dtype_of(_NAME, "u", u, {"B": B, "C": C})
-    require_floating(_NAME, {"delta": delta, "A": A, "D": D, "initial_state": initial_state})
+    checks.require_floating(_NAME, {"u": u})
+    checks.require_dtype_of(_NAME, "u", u, {"B": B, "C": C})
+    checks.require_floating(_NAME, {"delta": delta, "A": A, "D": D, "initial_state": initial_state})
 
 
 def _check_values(A: jax.Array) -> None:
     """Sign check on a concrete `A` only (under jit/grad tracing the values are unknown; skipped)."""
-    if not is_concrete(A):
+    if not checks.is_concrete(A):
         return
     if bool(np.any(np.asarray(A, np.float32) >= 0)):
         raise ValueError(f"{_NAME}: `A` (shape {tuple(A.shape)}) must be < 0 (A = -exp(A_log)); "
@@ -94,7 +87,7 @@ def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C
     """
     _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids)
     _check_dtypes(u, delta, A, B, C, D, initial_state)
-    check_chunk_size(_NAME, chunk_size)
+    checks.check_chunk_size(_NAME, chunk_size)
     _check_values(A)
     fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
     return fn(u, delta, A, B, C, D=D, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)

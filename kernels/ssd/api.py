@@ -7,14 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels._common.checks import (
-    check_chunk_size,
-    check_segment_ids,
-    fail_shape,
-    is_concrete,
-    require_dtype_of,
-    require_floating,
-)
+from kernels._common import checks
 from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from kernels.ssd import attention_form, pallas_chunk, reference, xla
 
@@ -35,32 +28,32 @@ def _check_shapes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initia
                   segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
     if x.ndim != 4:
-        fail_shape(_NAME, "x", x.shape, "[B, T, H, P] (4 dims)")
+        checks.fail_shape(_NAME, "x", x.shape, "[B, T, H, P] (4 dims)")
     bsz, seqlen, heads, p = x.shape
     if b.ndim != 4 or b.shape[:3] != (bsz, seqlen, heads):
-        fail_shape(_NAME, "b", b.shape, f"[B, T, H, N] = ({bsz}, {seqlen}, {heads}, N)")
+        checks.fail_shape(_NAME, "b", b.shape, f"[B, T, H, N] = ({bsz}, {seqlen}, {heads}, N)")
     n = b.shape[-1]
     if c.shape != b.shape:
-        fail_shape(_NAME, "c", c.shape, f"{b.shape} = b.shape [B, T, H, N]")
+        checks.fail_shape(_NAME, "c", c.shape, f"{b.shape} = b.shape [B, T, H, N]")
     if a.shape not in ((bsz, seqlen, heads), (bsz, seqlen, heads, n)):
-        fail_shape(_NAME, "a", a.shape,
-                   f"{(bsz, seqlen, heads)} = [B, T, H] or {(bsz, seqlen, heads, n)} = [B, T, H, N]")
+        checks.fail_shape(_NAME, "a", a.shape,
+                          f"{(bsz, seqlen, heads)} = [B, T, H] or {(bsz, seqlen, heads, n)} = [B, T, H, N]")
     if initial_state is not None and initial_state.shape != (bsz, heads, p, n):
-        fail_shape(_NAME, "initial_state", initial_state.shape, f"{(bsz, heads, p, n)} = [B, H, P, N]")
-    check_segment_ids(_NAME, segment_ids, bsz, seqlen)
+        checks.fail_shape(_NAME, "initial_state", initial_state.shape, f"{(bsz, heads, p, n)} = [B, H, P, N]")
+    checks.check_segment_ids(_NAME, segment_ids, bsz, seqlen)
     if seqlen < 1:
-        fail_shape(_NAME, "x", x.shape, "T >= 1")
+        checks.fail_shape(_NAME, "x", x.shape, "T >= 1")
 
 
 def _check_dtypes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initial_state: jax.Array | None) -> None:
-    require_floating(_NAME, {"x": x})
-    require_dtype_of(_NAME, "x", x, {"b": b, "c": c})
-    require_floating(_NAME, {"a": a, "initial_state": initial_state})
+    checks.require_floating(_NAME, {"x": x})
+    checks.require_dtype_of(_NAME, "x", x, {"b": b, "c": c})
+    checks.require_floating(_NAME, {"a": a, "initial_state": initial_state})
 
 
 def _check_values(a: jax.Array) -> None:
     """Range check on a concrete `a` only (under jit/grad tracing the values are unknown; skipped)."""
-    if not is_concrete(a):
+    if not checks.is_concrete(a):
         return
     if bool(np.any(np.asarray(a, np.float32) > 0)):
         raise ValueError(f"{_NAME}: `a` (shape {tuple(a.shape)}) is a log-decay (A times dt) and must be <= 0; "
@@ -95,7 +88,7 @@ def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state
     """
     _check_shapes(x, a, b, c, initial_state, segment_ids)
     _check_dtypes(x, a, b, c, initial_state)
-    check_chunk_size(_NAME, chunk_size)
+    checks.check_chunk_size(_NAME, chunk_size)
     _check_values(a)
     fn = _select(implementation)
     return fn(x, a, b, c, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)
