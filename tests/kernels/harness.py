@@ -301,6 +301,19 @@ def check_decode_equals_forward(case: OpCase, length: int, *, impl: str = "refer
         assert_trees_close(state, final, tol, what=f"{case.name} decode state vs forward[{impl}]")
 
 
+# Bad inputs that both delta-rule ops (gated and momentum) reject, against valid inputs with q, k, v
+# [1, 8, 1, 4] and gates [1, 8, 1]: (overrides, the argument the ValueError names).
+DELTA_RULE_BAD_INPUTS = [
+    (dict(q=jnp.zeros((1, 8, 4))), "q"),
+    (dict(k=jnp.zeros((1, 8, 1, 5))), "k"),
+    (dict(v=jnp.zeros((1, 7, 1, 4))), "v"),
+    (dict(beta=jnp.zeros((1, 8))), "beta"),
+    (dict(segment_ids=jnp.zeros((1, 9), jnp.int32)), "segment_ids"),
+    (dict(segment_ids=jnp.zeros((1, 8), jnp.float32)), "segment_ids"),
+    (dict(g=jnp.full((1, 8, 1), 0.1)), "g"),
+    (dict(beta=jnp.full((1, 8, 1), 2.5)), "beta"),
+]
+
 def check_bad_chunk_size_and_implementation(op: Callable[..., Any], inputs: Inputs) -> None:
     """op(**inputs) raises ValueError for a chunk size outside CHUNK_SIZES and for an unknown implementation."""
     with pytest.raises(ValueError, match="chunk_size"):
