@@ -62,6 +62,18 @@ def _dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, **kwargs: A
         return jax.nn.dot_product_attention(q, k, v, **kwargs)
 
 
+def causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, **kwargs: Any
+) -> jax.Array:
+    """The training forward's attention: q [B, T, H, Dh] on k, v [B, T, Hkv, Dh] -> [B, T, H, Dh], causal and,
+    with segment_ids [B, T], within one segment. Without segments it asks for is_causal, not a mask array.
+
+    `kwargs` (bias, scale) go to `jax.nn.dot_product_attention`.
+    """
+    mask = training_mask(segment_ids, q.shape[1])
+    return _dot_product_attention(q, k, v, mask=mask, is_causal=mask is None, **kwargs)
+
+
 @register_mixer("attention")
 class Attention(nnx.Module):
     """Multi-head causal softmax attention (GQA: query head h reads kv head h // (H // Hkv)).
@@ -94,12 +106,11 @@ class Attention(nnx.Module):
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
     ) -> MixerOutput:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
+        """Causal softmax attention over RoPE'd q, k (GQA): x [B, T, D] -> y [B, T, D]."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
-            mask = training_mask(segment_ids, x.shape[1])
-            out = _dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)
+            out = causal_attention(q, k, v, segment_ids)
             new_cache = None
         else:
             out, new_cache = self._attend_cached(q, k, v, cache)

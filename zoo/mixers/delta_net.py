@@ -64,6 +64,8 @@ class _DeltaRuleMixer(nnx.Module):
 
     NAME = ""
     OUTPUT_ACTIVATION = "silu"
+    # DeltaNet and GDN gate the output through one full-rank g_proj; KDA builds its low-rank one itself.
+    FULL_RANK_OUTPUT_GATE = True
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.options = parse_options(cfg, self.NAME, kda=self.NAME == "kda")
@@ -81,6 +83,8 @@ class _DeltaRuleMixer(nnx.Module):
         self.b_proj = self._gate_linear(cfg.d_model, self.num_heads, rngs)
         self.o_norm = GatedRMSNorm(self.head_dim, eps=cfg.norm_eps, activation=self.OUTPUT_ACTIVATION)
         self.o_proj = self._linear(value_width, cfg.d_model, rngs)
+        if self.FULL_RANK_OUTPUT_GATE:
+            self.g_proj = self._linear(cfg.d_model, value_width, rngs)
 
     def _linear(self, n_in: int, n_out: int, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Linear:
         """A projection in the compute dtype, N(0, 0.02) (flash-linear-attention's init), no bias unless asked."""
@@ -90,8 +94,6 @@ class _DeltaRuleMixer(nnx.Module):
     def _gate_linear(self, n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
         """A gate projection: float32, full-precision matmuls on every backend (bf16 gate sums lose long decays)."""
         return self._linear(n_in, n_out, rngs, dtype=jnp.float32, precision=jax.lax.Precision.HIGHEST)
-
-    # --- gates (float32) -------------------------------------------------------------------------------
 
     def beta(self, x: jax.Array) -> jax.Array:
         """x: [B, T, D] -> β [B, T, H] float32 in (0, 1), or (0, 2) with allow_neg_eigval."""
@@ -105,8 +107,6 @@ class _DeltaRuleMixer(nnx.Module):
     def output_gate(self, x: jax.Array) -> jax.Array:
         """x: [B, T, D] -> gate pre-activation [B, T, H·d_v]."""
         return self.g_proj(x)
-
-    # --- forward ---------------------------------------------------------------------------------------
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
@@ -158,8 +158,6 @@ class _DeltaRuleMixer(nnx.Module):
         """o [B, T, H, d_v] -> RMSNorm × act(gate) per head -> o_proj -> [B, T, D] in the compute dtype."""
         return gated_norm_output(o, self.output_gate(x), self.o_norm, self.o_proj, self.dtype)
 
-    # --- cache -----------------------------------------------------------------------------------------
-
     def _cache_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
         """Shape of every cache entry: the single source for init_cache and its check."""
         history = self.options.conv_size - 1
@@ -191,10 +189,6 @@ class DeltaNet(_DeltaRuleMixer):
     # KDA variant below (all three mixers share that code), and in tests/zoo/test_delta_mixers.py.
     CONFORMANCE_OPTIONS = ((),)
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
-        super().__init__(cfg, rngs=rngs)
-        self.g_proj = self._linear(cfg.d_model, self.num_heads * self.head_dim, rngs)
-
 
 @register_mixer("gated_deltanet")
 class GatedDeltaNet(_DeltaRuleMixer):
@@ -205,7 +199,6 @@ class GatedDeltaNet(_DeltaRuleMixer):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         super().__init__(cfg, rngs=rngs)
-        self.g_proj = self._linear(cfg.d_model, self.num_heads * self.head_dim, rngs)
         self.a_proj = self._gate_linear(cfg.d_model, self.num_heads, rngs)
         self.A_log = nnx.Param(init_a_log(rngs.params(), (self.num_heads,), 0.0, 16.0))
         self.dt_bias = nnx.Param(init_dt_bias(rngs.params(), (self.num_heads,)))
@@ -222,6 +215,7 @@ class KimiDeltaAttention(_DeltaRuleMixer):
 
     NAME = "kda"
     OUTPUT_ACTIVATION = "sigmoid"
+    FULL_RANK_OUTPUT_GATE = False
     CONFORMANCE_OPTIONS = ((("safe_gate", True), ("allow_neg_eigval", True), ("conv_size", 2)),)
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:

@@ -56,7 +56,7 @@ from flax import nnx
 
 from zoo.layers import projections
 from zoo.layers.options import check_choice
-from zoo.mixers.attention import _dot_product_attention, causal_mask, decode_mask, training_mask
+from zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
 from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from zoo.models.config import ModelConfig
 from zoo.registry import register_mixer
@@ -164,14 +164,12 @@ class GOATAttention(nnx.Module):
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
     ) -> MixerOutput:
-        """x: [B, T, D], segment_ids/positions: [B, T] -> (y [B, T, D], updated cache or None)."""
+        """Softmax attention of q_total·k_total plus the recency bias: x [B, T, D] -> y [B, T, D]."""
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q_total, k_total, v = self.augmented_qkv(x, positions)
         if cache is None:
-            mask = training_mask(segment_ids, x.shape[1])
             bias = self.recency_bias(positions, positions)
-            out = _dot_product_attention(q_total, k_total, v, bias=bias, mask=mask, is_causal=mask is None,
-                                         scale=1.0)
+            out = causal_attention(q_total, k_total, v, segment_ids, bias=bias, scale=1.0)
             new_cache = None
         else:
             out, new_cache = self._attend_cached(q_total, k_total, v, positions, cache)

@@ -113,9 +113,10 @@ class Mamba(nnx.Module):
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
     ) -> MixerOutput:
-        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
+        """Selective scan of the short-conv'd stream, gated by SiLU(z): x [B, T, D] -> y [B, T, D].
 
-        Positions are not used: the conv and the recurrence carry order themselves.
+        Positions are not used: the conv and the scan carry order themselves. With a cache, T ≥ 1 tokens
+        continue from the cached conv history and scan state.
         """
         check_call(self, x, segment_ids, positions, cache)
         xs, z = jnp.split(self.in_proj(x), [self.d_inner], axis=-1)

@@ -75,9 +75,9 @@ class Mamba2(nnx.Module):
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
     ) -> MixerOutput:
-        """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None).
+        """SSD over the short-conv'd heads, D skip, gated RMSNorm: x [B, T, D] -> y [B, T, D].
 
-        Positions are not used: the conv and the recurrence carry order themselves.
+        Positions are not used: the conv and the SSD recurrence carry order themselves.
         """
         check_call(self, x, segment_ids, positions, cache)
         batch, length = x.shape[:2]

@@ -214,8 +214,6 @@ class MomentumDeltaNet(nnx.Module):
         """o [B, T, H, d_v] -> RMSNorm × sigmoid(g_proj(x)) per head -> o_proj -> [B, T, D] (compute dtype)."""
         return gated_norm_output(o, self.g_proj(x), self.o_norm, self.o_proj, self.dtype)
 
-    # --- cache -----------------------------------------------------------------------------------------
-
     def _cache_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
         """Shape of every cache entry: the single source for init_cache and its check."""
         history = self.options.conv_size - 1
