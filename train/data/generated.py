@@ -7,6 +7,7 @@ Nothing is downloaded, examples keep their key order on disk, and a synthetic da
 from __future__ import annotations
 
 import abc
+import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import Any, Self
@@ -17,6 +18,15 @@ import tensorflow_datasets as tfds
 SPLITS = ("train", "validation")
 
 Examples = Iterator[tuple[str, dict[str, Any]]]
+
+
+@dataclasses.dataclass(kw_only=True)
+class GeneratedConfig(tfds.core.BuilderConfig):
+    """Split sizes and seed of a synthetic dataset; each dataset's `make_config` names it and gives defaults."""
+
+    train_examples: int
+    eval_examples: int
+    seed: int
 
 
 class GeneratedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -55,11 +65,11 @@ class GeneratedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         return cls(data_dir=data_dir, config=config_arg, file_format="array_record")
 
 
-def split_size(config: Any, split: str) -> int:
+def split_size(config: GeneratedConfig, split: str) -> int:
     """`config.train_examples` for "train", `config.eval_examples` for "validation"."""
     return config.train_examples if split == "train" else config.eval_examples
 
 
-def split_seed(config: Any, split: str) -> np.random.SeedSequence:
+def split_seed(config: GeneratedConfig, split: str) -> np.random.SeedSequence:
     """The seed of `split`: SeedSequence([config.seed, split index])."""
     return np.random.SeedSequence([config.seed, SPLITS.index(split)])

@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-from train.data.generated import Examples, GeneratedBuilder, split_seed, split_size
+from train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
 
 
 def vocab_size(num_keys: int, num_values: int) -> int:
@@ -80,15 +80,12 @@ def generate(num_keys: int, num_values: int, num_pairs: int, num_examples: int, 
 
 
 @dataclasses.dataclass(kw_only=True)
-class MqarConfig(tfds.core.BuilderConfig):
-    """Task parameters; `name` must be `config_name(...)` of them (use `make_config`)."""
+class MqarConfig(GeneratedConfig):
+    """Task parameters; `name` must be `make_config(...)`'s name for them."""
 
-    num_keys: int = 64
-    num_values: int = 64
-    num_pairs: int = 8
-    train_examples: int = 20_000
-    eval_examples: int = 1_000
-    seed: int = 0
+    num_keys: int
+    num_values: int
+    num_pairs: int
 
 
 def make_config(num_keys: int = 64, num_values: int = 64, num_pairs: int = 8, train_examples: int = 20_000,

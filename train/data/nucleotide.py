@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from train.data import nucleotide_hmm
-from train.data.generated import SPLITS, Examples, GeneratedBuilder, split_seed, split_size
+from train.data.generated import SPLITS, Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
 
 ASCII_CODES = np.frombuffer(nucleotide_hmm.BASES.encode("ascii"), np.uint8)
 LABELS = ("background", "variant", "offset")
@@ -62,13 +62,10 @@ def check_params(length: int, train_examples: int, eval_examples: int) -> None:
 
 
 @dataclasses.dataclass(kw_only=True)
-class NucleotideConfig(tfds.core.BuilderConfig):
-    """Dataset sizes and seed; `name` must be `make_config(...)`'s name for them."""
+class NucleotideConfig(GeneratedConfig):
+    """Sequence length (plus sizes and seed); `name` must be `make_config(...)`'s name for them."""
 
-    length: int = 257
-    train_examples: int = 4096
-    eval_examples: int = 128
-    seed: int = 0
+    length: int
 
 
 def make_config(length: int = 257, train_examples: int = 4096, eval_examples: int = 128,

@@ -27,7 +27,7 @@ import tensorflow_datasets as tfds
 
 from train.config import DataConfig
 from train.data.documents import ArrayDocuments, read_arrays
-from train.data.generated import Examples, GeneratedBuilder, split_seed, split_size
+from train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
 from train.data.registry import Dataset, register_dataset
 
 
@@ -52,16 +52,13 @@ def generate(num_classes: int, num_tokens: int, length: int, signal: float, num_
 
 
 @dataclasses.dataclass(kw_only=True)
-class TopicsConfig(tfds.core.BuilderConfig):
+class TopicsConfig(GeneratedConfig):
     """Task parameters; `name` must be `make_config(...)`'s name for them."""
 
-    num_classes: int = 4
-    num_tokens: int = 32
-    length: int = 65
-    signal: float = 0.2
-    train_examples: int = 4096
-    eval_examples: int = 256
-    seed: int = 0
+    num_classes: int
+    num_tokens: int
+    length: int
+    signal: float
 
 
 def make_config(num_classes: int = 4, num_tokens: int = 32, length: int = 65, signal: float = 0.2,
