@@ -7,40 +7,31 @@ every CONFORMANCE_OPTIONS entry.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from zoo.layers.short_conv import ShortConv
 from zoo.mixers.delta_net import DeltaNet, GatedDeltaNet, KimiDeltaAttention
-from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32)
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
+CFG = mh.small_config()
 CLASSES = {"deltanet": DeltaNet, "gated_deltanet": GatedDeltaNet, "kda": KimiDeltaAttention}
 
 
 def _mixer(name, *options, seed=0, **overrides):
-    cfg = dataclasses.replace(CFG, mixer=name, mixer_options=tuple(options), **overrides)
-    return CLASSES[name](cfg, rngs=nnx.Rngs(seed))
+    return mh.build_mixer(CLASSES[name], CFG, *options, seed=seed, mixer=name, **overrides)
 
 
-def _inputs(seed=0, length=T, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, length, CFG.d_model), dtype)
-    return x, jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions, cache=None):
-    return mixer(x, segment_ids=segment_ids, positions=positions, cache=cache)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model)
 
 
 @nnx.jit
@@ -112,7 +103,7 @@ def test_registered():
 def test_layer_matches_float64_reference(name):
     mixer = _mixer(name)
     x, positions = _inputs(1)
-    y, cache = _apply(mixer, x, None, positions)
+    y, cache = mh.apply_mixer(mixer, x, None, positions)
     assert cache is None and y.dtype == jnp.float32
     # The N(0, 0.02) init keeps y small; compare at the tolerance of the conformance table, relative to 1.
     np.testing.assert_allclose(y, _layer_reference(mixer, x), **F32)
@@ -124,13 +115,9 @@ def test_kda_default_prefill_and_steps_equal_forward():
     chunked prefills carry the recurrent and conv states, single steps use the recurrent form."""
     mixer = _mixer("kda")
     x, positions = _inputs(17)
-    expected, _ = _apply(mixer, x, None, positions)
-    cache, pieces, start = mixer.init_cache(B, 32, jnp.float32), [], 0
-    for size in (4, 1, 1, 4):
-        y, cache = _apply(mixer, x[:, start : start + size], None, positions[:, start : start + size], cache)
-        pieces.append(y)
-        start += size
-    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), expected, **F32)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
+    y, cache = mh.decode_in_chunks(mixer, x, positions, mixer.init_cache(B, 32, jnp.float32), (4, 1, 1, 4))
+    np.testing.assert_allclose(y, expected, **F32)
 
 
 def test_short_conv_matches_reference_and_never_crosses_a_segment():
@@ -210,11 +197,11 @@ def test_zero_beta_writes_nothing():
     state only decays it: S_T = exp(Σ_t g_t) S_0 per head, whatever the values."""
     mixer = _ZeroBeta(dataclasses.replace(CFG, mixer="gated_deltanet"), rngs=nnx.Rngs(9))
     x, positions = _inputs(10)
-    y, _ = _apply(mixer, x, None, positions)
+    y, _ = mh.apply_mixer(mixer, x, None, positions)
     np.testing.assert_array_equal(y, jnp.zeros_like(y))
     cache = mixer.init_cache(B, 32, jnp.float32)
     s0 = jax.random.normal(jax.random.key(11), cache["state"].shape)
-    _, new_cache = _apply(mixer, x, None, positions, {**cache, "state": s0})
+    _, new_cache = mh.apply_mixer(mixer, x, None, positions, {**cache, "state": s0})
     decay = jnp.exp(jnp.sum(mixer.log_decay(x), axis=1))  # [B, H]
     np.testing.assert_allclose(new_cache["state"], decay[..., None, None] * s0, **F32)
 
@@ -253,10 +240,10 @@ def test_implementation_and_chunk_size_options_reach_the_op():
     """The recurrent reference and a 16-step chunking give the default (chunked XLA, C = 64) outputs."""
     x, positions = _inputs(16)
     segments = jnp.asarray(SEGMENTS)
-    expected, _ = _apply(_mixer("gated_deltanet"), x, segments, positions)
+    expected, _ = mh.apply_mixer(_mixer("gated_deltanet"), x, segments, positions)
     other = _mixer("gated_deltanet", ("implementation", "reference"), ("chunk_size", 16))
     assert other.options.implementation == "reference" and other.options.chunk_size == 16
-    np.testing.assert_allclose(_apply(other, x, segments, positions)[0], expected, **F32)
+    np.testing.assert_allclose(mh.apply_mixer(other, x, segments, positions)[0], expected, **F32)
 
 
 def test_allow_neg_eigval_doubles_beta():
@@ -270,6 +257,6 @@ def test_bfloat16_compute_forward_is_finite(name):
     """bf16 activations with packed segments stay finite (test_conformance compares bf16 with fp32)."""
     mixer = _mixer(name, compute_dtype="bfloat16")
     x, positions = _inputs(14)
-    y, _ = _apply(mixer, 100.0 * x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), positions)
+    y, _ = mh.apply_mixer(mixer, 100.0 * x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), positions)
     assert y.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(y)))
     assert float(jnp.abs(y.astype(jnp.float32)).max()) > 0

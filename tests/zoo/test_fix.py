@@ -7,42 +7,28 @@ options. The model-level checks run in tests/zoo/test_conformance.py for every C
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from kernels.forgetting_attention import forgetting_attention
 from kernels.value_forget_attention import value_forget_attention
 from zoo.mixers.fix import FineGrainedForgettingAttention
 from zoo.mixers.fox import ForgettingAttention
-from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(mixer="fix", vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32)
+CFG = mh.small_config(mixer="fix")
 H, HKV, DH = CFG.num_heads, CFG.num_kv_heads, CFG.resolved_head_dim
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
-
-
-def _mixer(*options, seed=0, **overrides) -> FineGrainedForgettingAttention:
-    cfg = dataclasses.replace(CFG, mixer_options=tuple(options), **overrides)
-    return FineGrainedForgettingAttention(cfg, rngs=nnx.Rngs(seed))
-
-
-def _inputs(seed=0, length=T, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, length, CFG.d_model), dtype)
-    return x, jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions, cache=None):
-    return mixer(x, segment_ids=segment_ids, positions=positions, cache=cache)
+_mixer = functools.partial(mh.build_mixer, FineGrainedForgettingAttention, CFG)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model)
 
 
 def _w(linear) -> np.ndarray:
@@ -81,18 +67,13 @@ def _reference(mixer, x, segment_ids) -> np.ndarray:
     log_v, log_f = _reference_gates(mixer, x)
     cum_v = np.cumsum(log_v, axis=1)  # Λ in float64, where differencing is harmless
     cum_f = np.zeros((batch, length, H)) if log_f is None else np.cumsum(log_f, axis=1)
+    probs = mh.decayed_softmax_reference(q, k, cum_f, segment_ids)
     u = np.zeros((batch, length, H, DH))
-    causal = np.tril(np.ones((length, length), bool))
     for b in range(batch):
-        mask = causal & (segment_ids[b][:, None] == segment_ids[b][None, :])
+        mask = mh.segment_causal_mask(segment_ids[b])
         for head in range(H):
-            kv = head // (H // HKV)
-            s = q[b, :, head] @ k[b, :, kv].T / np.sqrt(DH) + cum_f[b, :, head, None] - cum_f[b, None, :, head]
-            s = np.where(mask, s, -np.inf)
-            p = np.exp(s - s.max(-1, keepdims=True))
-            p /= p.sum(-1, keepdims=True)
             decay = np.exp(np.where(mask[..., None], cum_v[b, :, None, head] - cum_v[b, None, :, head], -np.inf))
-            u[b, :, head] = np.einsum("ij,ijc,jc->ic", p, decay, v[b, :, kv])
+            u[b, :, head] = np.einsum("ij,ijc,jc->ic", probs[b, head], decay, v[b, :, head // (H // HKV)])
     o = u / np.sqrt(np.mean(u**2, axis=-1, keepdims=True) + 1e-6) * np.asarray(mixer.out_norm.scale[...])
     o = o.reshape(batch, length, H * DH)
     if mixer.out_gate is not None:
@@ -129,7 +110,7 @@ def test_matches_float64_reference_with_gqa_and_segments(options):
     mixer.vgate_up.kernel[...] = 30.0 * mixer.vgate_up.kernel[...]
     mixer.vgate_up.bias[...] = mixer.vgate_up.bias[...] - 3.0
     x, positions = _inputs(1)
-    y, cache = _apply(mixer, x, jnp.asarray(SEGMENTS), positions)
+    y, cache = mh.apply_mixer(mixer, x, jnp.asarray(SEGMENTS), positions)
     assert cache is None
     np.testing.assert_allclose(y, _reference(mixer, x, SEGMENTS), **F32)
 
@@ -147,7 +128,7 @@ def test_unit_value_gates_without_scalar_gate_are_rmsnorm_of_softmax_attention(v
     attention = jax.nn.dot_product_attention(q, k, v, is_causal=True)  # GQA: query head h reads h // 2
     normed = attention * jax.lax.rsqrt(jnp.mean(attention**2, axis=-1, keepdims=True) + 1e-6)
     gated = (normed * mixer.out_norm.scale[...]).reshape(B, T, H * DH) * jax.nn.sigmoid(mixer.out_gate(x))
-    np.testing.assert_allclose(_apply(mixer, x, None, positions)[0], mixer.o_proj(gated), **F32)
+    np.testing.assert_allclose(mh.apply_mixer(mixer, x, None, positions)[0], mixer.o_proj(gated), **F32)
 
 
 def _fox_with_output_norm(fix, **fox_options) -> ForgettingAttention:
@@ -170,7 +151,9 @@ def test_scalar_gate_with_unit_value_gates_equals_fox_with_output_norm():
     fox = _fox_with_output_norm(fix)
     x, positions = _inputs(4)
     segments = jnp.asarray(SEGMENTS)
-    np.testing.assert_allclose(_apply(fix, x, segments, positions)[0], _apply(fox, x, segments, positions)[0], **F32)
+    np.testing.assert_allclose(
+        mh.apply_mixer(fix, x, segments, positions)[0], mh.apply_mixer(fox, x, segments, positions)[0], **F32
+    )
 
 
 def test_uniform_channel_gates_differ_from_fox_in_the_op_but_not_after_the_norm():
@@ -199,7 +182,7 @@ def test_uniform_channel_gates_differ_from_fox_in_the_op_but_not_after_the_norm(
     np.testing.assert_allclose(u, o * jnp.moveaxis(z, 1, 2)[..., None], **F32)
     assert float(jnp.max(jnp.abs(u - o))) > 0.1 * float(jnp.max(jnp.abs(o)))
 
-    y_fix, y_fox = _apply(fix, x, None, positions)[0], _apply(fox, x, None, positions)[0]
+    y_fix, y_fox = mh.apply_mixer(fix, x, None, positions)[0], mh.apply_mixer(fox, x, None, positions)[0]
     np.testing.assert_allclose(y_fix, y_fox, **F32)
     # FoX without its (Pro) output norm keeps the renormalized scale: a different mixer.
     plain_fox = ForgettingAttention(
@@ -207,7 +190,7 @@ def test_uniform_channel_gates_differ_from_fox_in_the_op_but_not_after_the_norm(
     )
     _copy(fix, plain_fox, "q_proj", "k_proj", "v_proj", "o_proj")
     plain_fox.fgate_bias[...] = fox.fgate_bias[...]
-    assert float(jnp.max(jnp.abs(_apply(plain_fox, x, None, positions)[0] - y_fix))) > 1e-2
+    assert float(jnp.max(jnp.abs(mh.apply_mixer(plain_fox, x, None, positions)[0] - y_fix))) > 1e-2
 
 
 @pytest.mark.parametrize("vgate", ["low_rank", "mamba"])
@@ -247,13 +230,9 @@ def test_gates_are_nonpositive_bounded_and_finite_under_extreme_inputs(vgate):
 
 
 def _decode_in_chunks(mixer, x, positions, chunks, max_len=32):
-    cache, outputs, start = mixer.init_cache(B, max_len, x.dtype), [], 0
-    for size in chunks:
-        y, cache = _apply(mixer, x[:, start : start + size], None, positions[:, start : start + size], cache)
-        outputs.append(y)
-        start += size
-    assert start == x.shape[1] and bool(jnp.all(cache["length"] == start))
-    return jnp.concatenate(outputs, axis=1), cache
+    y, cache = mh.decode_in_chunks(mixer, x, positions, mixer.init_cache(B, max_len, x.dtype), chunks)
+    assert sum(chunks) == x.shape[1] and bool(jnp.all(cache["length"] == sum(chunks)))
+    return y, cache
 
 
 @pytest.mark.parametrize("cache", ["decayed", "pruned"])
@@ -270,7 +249,7 @@ def test_decode_in_chunks_equals_forward_under_strong_gates(cache):
     mixer.vgate_up.bias[...] = jnp.full((H * DH,), -3.0)
     mixer.v_proj.kernel[...] = 100.0 * mixer.v_proj.kernel[...]
     x, positions = _inputs(8, length=24)
-    expected, _ = _apply(mixer, x, None, positions)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
     decoded, state = _decode_in_chunks(mixer, x, positions, (8, 1, 1, 8, 1, 5))
     np.testing.assert_allclose(decoded, expected, **F32)
     assert state["v"].dtype == jnp.float32 and int(state["evicted"].max()) == 0
@@ -287,7 +266,7 @@ def test_pruned_cache_smaller_than_the_sequence_matches_when_gates_forget_fast()
     _set_value_gate(mixer, -8.0)
     mixer.v_proj.kernel[...] = 100.0 * mixer.v_proj.kernel[...]
     x, positions = _inputs(9, length=24)
-    expected, _ = _apply(mixer, x, None, positions)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
     decoded, state = _decode_in_chunks(mixer, x, positions, (10, 1, 2, 3, 1, 1, 3, 2, 1))
     assert state["k"].shape[1] == 6 and int(state["evicted"].max()) == 0
     np.testing.assert_allclose(decoded, expected, **F32)
@@ -296,18 +275,14 @@ def test_pruned_cache_smaller_than_the_sequence_matches_when_gates_forget_fast()
 def test_decode_in_bfloat16_keeps_float32_decayed_values():
     mixer = _mixer(compute_dtype="bfloat16")
     x, positions = _inputs(10, length=12, dtype=jnp.bfloat16)
-    expected, _ = _apply(mixer, x, None, positions)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
     decoded, state = _decode_in_chunks(mixer, x, positions, (5, 1, 6))
     assert decoded.dtype == jnp.bfloat16 and state["v"].dtype == jnp.float32 and state["k"].dtype == jnp.bfloat16
     np.testing.assert_allclose(decoded.astype(jnp.float32), expected.astype(jnp.float32), atol=5e-2, rtol=5e-2)
 
 
 def test_implementation_option_selects_the_op_path():
-    x, positions = _inputs(7)
-    segments = jnp.asarray(SEGMENTS)
-    default = _apply(_mixer(), x, segments, positions)[0]
-    reference = _apply(_mixer(("implementation", "reference")), x, segments, positions)[0]
-    np.testing.assert_allclose(reference, default, **F32)
+    mh.assert_reference_matches_default(_mixer, *_inputs(7))
 
 
 def test_parameters_follow_the_options():

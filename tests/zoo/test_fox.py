@@ -5,41 +5,26 @@ packed = padded, causality, ...) run in tests/zoo/test_conformance.py for every 
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from zoo.mixers.attention import Attention
 from zoo.mixers.fox import ForgettingAttention
 from zoo.mixers.fox_parts import cached_forgetting_attention, token_shift
-from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(mixer="fox", vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32)
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
-
-
-def _mixer(*options, seed=0, **overrides) -> ForgettingAttention:
-    cfg = dataclasses.replace(CFG, mixer_options=tuple(options), **overrides)
-    return ForgettingAttention(cfg, rngs=nnx.Rngs(seed))
-
-
-def _inputs(seed=0, length=T, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, length, CFG.d_model), dtype)
-    return x, jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions, cache=None):
-    return mixer(x, segment_ids=segment_ids, positions=positions, cache=cache)
+CFG = mh.small_config(mixer="fox")
+_mixer = functools.partial(mh.build_mixer, ForgettingAttention, CFG)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model)
 
 
 def _w(linear) -> np.ndarray:
@@ -55,16 +40,11 @@ def _reference(mixer: ForgettingAttention, x, segment_ids) -> np.ndarray:
     v = (x @ _w(mixer.v_proj)).reshape(B, T, hkv, dh)
     z = x @ _w(mixer.fgate_proj) + np.asarray(mixer.fgate_proj.bias[...], np.float64)
     cum = np.cumsum(-np.logaddexp(0.0, -z), axis=1)  # Λ in float64, where differencing is harmless
+    probs = mh.decayed_softmax_reference(q, k, cum, segment_ids)
     out = np.zeros((B, T, h, dh))
-    causal = np.tril(np.ones((T, T), bool))
     for b in range(B):
-        mask = causal & (segment_ids[b][:, None] == segment_ids[b][None, :])
         for head in range(h):
-            kv = head // (h // hkv)
-            s = q[b, :, head] @ k[b, :, kv].T / np.sqrt(dh) + cum[b, :, head, None] - cum[b, None, :, head]
-            s = np.where(mask, s, -np.inf)
-            p = np.exp(s - s.max(-1, keepdims=True))
-            out[b, :, head] = (p / p.sum(-1, keepdims=True)) @ v[b, :, kv]
+            out[b, :, head] = probs[b, head] @ v[b, :, head // (h // hkv)]
     return out.reshape(B, T, h * dh) @ _w(mixer.o_proj)
 
 
@@ -81,7 +61,7 @@ def test_registered():
 def test_full_gate_matches_float64_reference_with_gqa_and_segments():
     mixer = _mixer()
     x, positions = _inputs(1)
-    y, cache = _apply(mixer, x, jnp.asarray(SEGMENTS), positions)
+    y, cache = mh.apply_mixer(mixer, x, jnp.asarray(SEGMENTS), positions)
     assert cache is None
     np.testing.assert_allclose(y, _reference(mixer, x, SEGMENTS), **F32)
 
@@ -97,8 +77,8 @@ def test_gate_none_equals_baseline_attention(rope):
     x, positions = _inputs(2)
     attention_positions = positions if rope else jnp.zeros_like(positions)
     segments = jnp.asarray(SEGMENTS)
-    expected, _ = _apply(attention, x, segments, attention_positions)
-    np.testing.assert_allclose(_apply(fox, x, segments, positions)[0], expected, **F32)
+    expected, _ = mh.apply_mixer(attention, x, segments, attention_positions)
+    np.testing.assert_allclose(mh.apply_mixer(fox, x, segments, positions)[0], expected, **F32)
 
 
 def test_extreme_gate_preactivations_give_exact_finite_log_gates():
@@ -122,7 +102,7 @@ def test_strong_gates_attend_to_the_current_token_only_with_finite_gradients():
     mixer = _mixer()
     _set_gate(mixer, [-1e4] * CFG.num_heads)
     x, positions = _inputs(5)
-    y, _ = _apply(mixer, x, None, positions)
+    y, _ = mh.apply_mixer(mixer, x, None, positions)
     v = mixer.v_proj(x).reshape(B, T, CFG.num_kv_heads, 1, -1)
     v = jnp.broadcast_to(v, (*v.shape[:3], CFG.num_heads // CFG.num_kv_heads, v.shape[-1]))
     np.testing.assert_allclose(y, mixer.o_proj(v.reshape(B, T, -1)), **F32)
@@ -140,7 +120,7 @@ def test_gate_of_one_equals_gate_none():
     _set_gate(gated, [1e4] * CFG.num_heads)
     x, positions = _inputs(6)
     np.testing.assert_allclose(
-        _apply(gated, x, None, positions)[0], _apply(plain, x, None, positions)[0], **F32
+        mh.apply_mixer(gated, x, None, positions)[0], mh.apply_mixer(plain, x, None, positions)[0], **F32
     )
 
 
@@ -234,10 +214,10 @@ def test_pro_decode_in_chunks_equals_forward_under_strong_gates():
     mixer = _mixer(("pro", True), ("rope", True))
     mixer.fgate_proj.bias[...] = jnp.asarray([-4.0, -1.0, 2.0, 6.0])
     x, positions = _inputs(15, length=24)
-    expected, _ = _apply(mixer, x, None, positions)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
     cache, outputs, start = mixer.init_cache(B, 32, jnp.float32), [], 0
     for size in (7, 1, 1, 9, 1, 5):
-        y, cache = _apply(mixer, x[:, start : start + size], None, positions[:, start : start + size], cache)
+        y, cache = mh.apply_mixer(mixer, x[:, start : start + size], None, positions[:, start : start + size], cache)
         outputs.append(y)
         start += size
     assert int(cache["index"]) == 24
@@ -257,11 +237,7 @@ def test_pro_turns_on_all_flags_and_single_flags_override():
 
 
 def test_implementation_option_selects_the_op_path():
-    x, positions = _inputs(16)
-    segments = jnp.asarray(SEGMENTS)
-    default = _apply(_mixer(), x, segments, positions)[0]
-    reference = _apply(_mixer(("implementation", "reference")), x, segments, positions)[0]
-    np.testing.assert_allclose(reference, default, **F32)
+    mh.assert_reference_matches_default(_mixer, *_inputs(16))
 
 
 @pytest.mark.parametrize(
@@ -286,7 +262,7 @@ def test_bfloat16_forward_is_finite_with_strong_gates():
     mixer = _mixer(("pro", True), compute_dtype="bfloat16")
     _set_gate(mixer, [-1e4, -5.0, 0.0, 1e4])
     x, positions = _inputs(17, dtype=jnp.bfloat16)
-    y, _ = _apply(mixer, x, jnp.asarray(SEGMENTS), positions)
+    y, _ = mh.apply_mixer(mixer, x, jnp.asarray(SEGMENTS), positions)
     assert y.dtype == jnp.bfloat16 and y.shape == (B, T, CFG.d_model)
     assert bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))
     assert mixer.log_forget_gate(x).dtype == jnp.float32

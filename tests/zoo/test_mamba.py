@@ -6,12 +6,15 @@ run in tests/zoo/test_conformance.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from zoo.mixers.mamba import Mamba
 from zoo.models import ModelConfig
@@ -19,29 +22,9 @@ from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(mixer="mamba", vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32)
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
-
-
-def _mixer(*options, seed=0, **overrides) -> Mamba:
-    cfg = dataclasses.replace(CFG, mixer_options=tuple(options), **overrides)
-    return Mamba(cfg, rngs=nnx.Rngs(seed))
-
-
-def _inputs(seed=0, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, T, CFG.d_model), jnp.float32)
-    return x.astype(dtype), jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions):
-    return mixer(x, segment_ids=segment_ids, positions=positions)[0]
-
-
-def _p(value) -> np.ndarray:
-    return np.asarray(value[...], np.float64)
+CFG = mh.small_config(mixer="mamba")
+_mixer = functools.partial(mh.build_mixer, Mamba, CFG)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model, draw_dtype=jnp.float32)
 
 
 def _layer_reference(m: Mamba, x, segments) -> np.ndarray:
@@ -49,8 +32,8 @@ def _layer_reference(m: Mamba, x, segments) -> np.ndarray:
     silu = lambda v: v / (1.0 + np.exp(-v))
     x = np.asarray(x, np.float64)
     di, n, r = m.d_inner, m.state_size, m.dt_rank
-    xs, z = np.split(x @ _p(m.in_proj.kernel), [di], axis=-1)
-    w, bias = _p(m.conv_weight), _p(m.conv_bias)
+    xs, z = np.split(x @ mh.f64(m.in_proj.kernel), [di], axis=-1)
+    w, bias = mh.f64(m.conv_weight), mh.f64(m.conv_bias)
     width = w.shape[0]
     conv = np.zeros(xs.shape) + bias
     for b in range(B):
@@ -59,10 +42,10 @@ def _layer_reference(m: Mamba, x, segments) -> np.ndarray:
                 if t - lag >= 0 and segments[b, t - lag] == segments[b, t]:
                     conv[b, t] += w[width - 1 - lag] * xs[b, t - lag]
     xs = silu(conv)
-    proj = xs @ _p(m.x_proj.kernel)
+    proj = xs @ mh.f64(m.x_proj.kernel)
     dt_low, bm, cm = proj[..., :r], proj[..., r : r + n], proj[..., r + n :]
-    dt = np.logaddexp(0.0, dt_low @ _p(m.dt_proj.kernel) + _p(m.dt_proj.bias))  # [B, T, d_inner]
-    a = -np.exp(_p(m.A_log))
+    dt = np.logaddexp(0.0, dt_low @ mh.f64(m.dt_proj.kernel) + mh.f64(m.dt_proj.bias))  # [B, T, d_inner]
+    a = -np.exp(mh.f64(m.A_log))
     y = np.zeros((B, T, di))
     for b in range(B):
         h = np.zeros((di, n))
@@ -70,18 +53,18 @@ def _layer_reference(m: Mamba, x, segments) -> np.ndarray:
             if t > 0 and segments[b, t] != segments[b, t - 1]:
                 h = np.zeros((di, n))
             h = np.exp(dt[b, t][:, None] * a) * h + (dt[b, t] * xs[b, t])[:, None] * bm[b, t][None, :]
-            y[b, t] = h @ cm[b, t] + _p(m.D) * xs[b, t]
-    return (y * silu(z)) @ _p(m.out_proj.kernel)
+            y[b, t] = h @ cm[b, t] + mh.f64(m.D) * xs[b, t]
+    return (y * silu(z)) @ mh.f64(m.out_proj.kernel)
 
 
 def test_registered_and_init():
     assert MIXERS.get("mamba") is Mamba
     m = _mixer()
     assert m.dt_rank == 2 and m.d_inner == 64  # ceil(32 / 16), expand 2
-    np.testing.assert_allclose(-np.exp(_p(m.A_log))[5], -np.arange(1, 17))  # S4D-real
-    dt0 = np.logaddexp(0.0, _p(m.dt_proj.bias))
+    np.testing.assert_allclose(-np.exp(mh.f64(m.A_log))[5], -np.arange(1, 17))  # S4D-real
+    dt0 = np.logaddexp(0.0, mh.f64(m.dt_proj.bias))
     assert (dt0 >= 1e-4 - 1e-9).all() and (dt0 <= 0.1 + 1e-6).all()
-    assert np.abs(_p(m.dt_proj.kernel)).max() <= m.dt_rank**-0.5
+    assert np.abs(mh.f64(m.dt_proj.kernel)).max() <= m.dt_rank**-0.5
 
 
 @pytest.mark.parametrize("options", [(), (("state_size", 4), ("conv_size", 3), ("chunk_size", 16), ("dt_rank", 3))],
@@ -92,23 +75,18 @@ def test_layer_matches_float64_reference(options):
     m.dt_proj.bias[...] = m.dt_proj.bias[...] + 3.0
     x, pos = _inputs(1)
     want = _layer_reference(m, x, SEGMENTS)
-    np.testing.assert_allclose(_apply(m, x, jnp.asarray(SEGMENTS), pos), want, **F32)
+    np.testing.assert_allclose(mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos), want, **F32)
     # The segments matter: without them the second segments differ.
-    assert np.abs(np.asarray(_apply(m, x, None, pos)) - want).max() > 1e-3
+    assert np.abs(np.asarray(mh.mixer_output(m, x, None, pos)) - want).max() > 1e-3
 
 
 def test_decode_in_chunks_equals_forward():
     m = _mixer(("chunk_size", 16))
     m.dt_proj.bias[...] = m.dt_proj.bias[...] + 3.0
     x, pos = _inputs(2)
-    full = _apply(m, x, None, pos)
-    cache, pieces, start = m.init_cache(B, T, jnp.float32), [], 0
-    step = nnx.jit(lambda mod, xc, pc, c: mod(xc, positions=pc, cache=c))
-    for size in (1, 4, 1, 1, 3):
-        y, cache = step(m, x[:, start : start + size], pos[:, start : start + size], cache)
-        pieces.append(y)
-        start += size
-    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, **F32)
+    full = mh.mixer_output(m, x, None, pos)
+    y, cache = mh.decode_in_chunks(m, x, pos, m.init_cache(B, T, jnp.float32), (1, 4, 1, 1, 3))
+    np.testing.assert_allclose(y, full, **F32)
     assert cache["ssm"].dtype == jnp.float32 and cache["ssm"].shape == (B, m.d_inner, m.state_size)
 
 
@@ -130,7 +108,7 @@ def test_dt_min_above_dt_max_raises():
 def test_bfloat16_finite_and_close():
     m = _mixer(compute_dtype="bfloat16")
     x, pos = _inputs(3)
-    y = _apply(m, x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), pos)
+    y = mh.mixer_output(m, x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), pos)
     assert y.dtype == jnp.bfloat16 and np.isfinite(np.asarray(y, np.float32)).all()
     want = _layer_reference(m, x, SEGMENTS)
     assert np.abs(np.asarray(y, np.float64) - want).max() <= 0.05 * max(np.abs(want).max(), 1.0)

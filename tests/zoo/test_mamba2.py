@@ -6,44 +6,25 @@ tests/zoo/test_conformance.py for every CONFORMANCE_OPTIONS entry.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from zoo.layers.short_conv import short_conv
 from zoo.mixers.mamba2 import Mamba2
-from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(mixer="mamba2", vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32)
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
-
-
-def _mixer(*options, seed=0, **overrides) -> Mamba2:
-    cfg = dataclasses.replace(CFG, mixer_options=tuple(options), **overrides)
-    return Mamba2(cfg, rngs=nnx.Rngs(seed))
-
-
-def _inputs(seed=0, dtype=jnp.float32, scale=1.0):
-    x = scale * jax.random.normal(jax.random.key(seed), (B, T, CFG.d_model), jnp.float32)
-    return x.astype(dtype), jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions):
-    return mixer(x, segment_ids=segment_ids, positions=positions)[0]
-
-
-def _p(value) -> np.ndarray:
-    return np.asarray(value[...], np.float64)
+CFG = mh.small_config(mixer="mamba2")
+_mixer = functools.partial(mh.build_mixer, Mamba2, CFG)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model, draw_dtype=jnp.float32)
 
 
 def _conv_reference(u, weight, bias, segments) -> np.ndarray:
@@ -63,13 +44,13 @@ def _layer_reference(m: Mamba2, x, segments) -> np.ndarray:
     silu = lambda v: v / (1.0 + np.exp(-v))
     x = np.asarray(x, np.float64)
     h, p, n, g, di = m.num_heads, m.head_dim, m.state_size, m.num_groups, m.d_inner
-    z, xbc = np.split(x @ _p(m.in_proj.kernel), [di], axis=-1)
-    xbc = silu(_conv_reference(xbc, _p(m.conv_weight), _p(m.conv_bias), segments))
+    z, xbc = np.split(x @ mh.f64(m.in_proj.kernel), [di], axis=-1)
+    xbc = silu(_conv_reference(xbc, mh.f64(m.conv_weight), mh.f64(m.conv_bias), segments))
     xs = xbc[..., :di].reshape(B, T, h, p)
     bm = np.repeat(xbc[..., di : di + g * n].reshape(B, T, g, n), h // g, axis=2)
     cm = np.repeat(xbc[..., di + g * n :].reshape(B, T, g, n), h // g, axis=2)
-    dt = np.logaddexp(0.0, x @ _p(m.dt_proj.kernel) + _p(m.dt_bias))  # [B, T, H]
-    a = np.broadcast_to((-np.exp(_p(m.A_log))).reshape(h, -1), (h, n))  # scalar A: equal over n
+    dt = np.logaddexp(0.0, x @ mh.f64(m.dt_proj.kernel) + mh.f64(m.dt_bias))  # [B, T, H]
+    a = np.broadcast_to((-np.exp(mh.f64(m.A_log))).reshape(h, -1), (h, n))  # scalar A: equal over n
     y = np.zeros((B, T, h, p))
     for b in range(B):
         state = np.zeros((h, p, n))
@@ -78,10 +59,8 @@ def _layer_reference(m: Mamba2, x, segments) -> np.ndarray:
                 state = np.zeros((h, p, n))
             decay = np.exp(dt[b, t][:, None] * a)  # [H, N]
             state = state * decay[:, None, :] + (dt[b, t][:, None] * xs[b, t])[..., None] * bm[b, t][:, None, :]
-            y[b, t] = np.einsum("hpn,hn->hp", state, cm[b, t]) + _p(m.D)[:, None] * xs[b, t]
-    gated = y.reshape(B, T, di) * silu(z)
-    normed = gated / np.sqrt(np.mean(gated**2, axis=-1, keepdims=True) + m.norm.eps) * _p(m.norm.scale)
-    return normed @ _p(m.out_proj.kernel)
+            y[b, t] = np.einsum("hpn,hn->hp", state, cm[b, t]) + mh.f64(m.D)[:, None] * xs[b, t]
+    return mh.norm_and_project_reference(y.reshape(B, T, di) * silu(z), m.norm, m.out_proj)
 
 
 def test_registered():
@@ -96,7 +75,8 @@ def test_registered():
 def test_layer_matches_float64_recurrence(options):
     m = _mixer(*options)
     x, pos = _inputs(1)
-    np.testing.assert_allclose(_apply(m, x, jnp.asarray(SEGMENTS), pos), _layer_reference(m, x, SEGMENTS), **F32)
+    expected = _layer_reference(m, x, SEGMENTS)
+    np.testing.assert_allclose(mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos), expected, **F32)
 
 
 def test_conv_matches_reference_and_never_crosses_segments():
@@ -155,7 +135,8 @@ def test_diagonal_with_a_log_equal_across_n_equals_scalar():
     assert diagonal.A_log.shape == (scalar.num_heads, scalar.state_size)
     x, pos = _inputs(6)
     segments = jnp.asarray(SEGMENTS)
-    np.testing.assert_allclose(_apply(diagonal, x, segments, pos), _apply(scalar, x, segments, pos), **F32)
+    expected = mh.mixer_output(scalar, x, segments, pos)
+    np.testing.assert_allclose(mh.mixer_output(diagonal, x, segments, pos), expected, **F32)
 
 
 @pytest.mark.parametrize(
@@ -191,7 +172,7 @@ def test_bad_cache_raises():
 @pytest.mark.parametrize("decay", ["scalar", "diagonal"])
 def test_bfloat16_forward_finite(decay):
     m = _mixer(("decay", decay), compute_dtype="bfloat16")
-    x, pos = _inputs(8, jnp.bfloat16)
-    y = _apply(m, x, jnp.asarray(SEGMENTS), pos)
+    x, pos = _inputs(8, dtype=jnp.bfloat16)
+    y = mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos)
     assert y.dtype == jnp.bfloat16 and y.shape == (B, T, CFG.d_model)
     assert bool(jnp.isfinite(y.astype(jnp.float32)).all()) and float(jnp.abs(y.astype(jnp.float32)).max()) > 0

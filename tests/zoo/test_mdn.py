@@ -5,32 +5,29 @@ The model-level checks (decode = forward, packed = padded, causality, ...) run i
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B
 
 from zoo.mixers.mdn import MomentumDeltaNet
-from zoo.models import ModelConfig
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, max_seq_len=32, mixer="mdn")
-B = 2
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
+CFG = mh.small_config(mixer="mdn")
 # Non-default everything: d_v = 2·d_k, a shorter conv, 16-token chunks (T = 20 crosses a chunk boundary)
 # and the 1B-scale momentum floor and η temperature.
 OTHER = (("expand_v", 2), ("conv_size", 2), ("chunk_size", 16), ("min_log_mu", -1.0), ("tau_factor", 8.0))
 GATES = ("a_proj", "b_proj", "m_proj", "e_proj")
 
 
-def _mixer(*options, seed=0, **overrides):
-    return MomentumDeltaNet(dataclasses.replace(CFG, mixer_options=tuple(options), **overrides), rngs=nnx.Rngs(seed))
+_mixer = functools.partial(mh.build_mixer, MomentumDeltaNet, CFG)
 
 
 def _lively(mixer, seed=20):
@@ -42,14 +39,7 @@ def _lively(mixer, seed=20):
     return mixer
 
 
-def _inputs(seed=0, length=10, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, length, CFG.d_model), dtype)
-    return x, jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions, cache=None):
-    return mixer(x, segment_ids=segment_ids, positions=positions, cache=cache)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model)
 
 
 @nnx.jit
@@ -125,7 +115,7 @@ def test_registered():
 def test_layer_matches_float64_reference(options, length):
     mixer = _lively(_mixer(*options))
     x, positions = _inputs(1, length)
-    y, cache = _apply(mixer, x, None, positions)
+    y, cache = mh.apply_mixer(mixer, x, None, positions)
     assert cache is None and y.dtype == jnp.float32
     # The N(0, 0.02) output init keeps y small; compare at the conformance tolerance, relative to 1.
     np.testing.assert_allclose(y, _layer_reference(mixer, x), **F32)
@@ -155,7 +145,7 @@ def test_constraint_holds_for_extreme_pre_activations():
     assert eta.min() < 0.01 and eta.max() > 1.99  # both saturations of η = 1 + tanh were reached
     # The bound is attained where sigmoid(W_b x) saturates to 1 and the decay input to −∞ (softplus → 0).
     np.testing.assert_allclose(beta.max(axis=(0, 1)), (np.sin(theta) ** 2).max(axis=(0, 1)), rtol=1e-5)
-    y, _ = _apply(mixer, x, None, _inputs(0, 16)[1])
+    y, _ = mh.apply_mixer(mixer, x, None, _inputs(0, 16)[1])
     assert bool(jnp.all(jnp.isfinite(y)))  # the whole layer, not only the gates
 
 
@@ -164,14 +154,11 @@ def test_chunked_prefill_and_steps_equal_forward():
     states; single tokens go through the step op. Outputs and final states match the full forward."""
     mixer = _lively(_mixer(*OTHER))
     x, positions = _inputs(17, 22)
-    expected, _ = _apply(mixer, x, None, positions)
-    _, full_cache = _apply(mixer, x, None, positions, mixer.init_cache(B, 32, jnp.float32))
-    cache, pieces, start = mixer.init_cache(B, 32, jnp.float32), [], 0
-    for size in (3, 1, 17, 1):  # 3 compiles: T = 3, 1 and 17
-        y, cache = _apply(mixer, x[:, start : start + size], None, positions[:, start : start + size], cache)
-        pieces.append(y)
-        start += size
-    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), expected, **F32)
+    expected, _ = mh.apply_mixer(mixer, x, None, positions)
+    _, full_cache = mh.apply_mixer(mixer, x, None, positions, mixer.init_cache(B, 32, jnp.float32))
+    # 3 compiles: T = 3, 1 and 17
+    y, cache = mh.decode_in_chunks(mixer, x, positions, mixer.init_cache(B, 32, jnp.float32), (3, 1, 17, 1))
+    np.testing.assert_allclose(y, expected, **F32)
     for name in ("state_s", "state_m"):
         assert cache[name].dtype == jnp.float32 and float(jnp.abs(cache[name]).max()) > 0
         np.testing.assert_allclose(cache[name], full_cache[name], **F32)
@@ -211,6 +198,6 @@ def test_bfloat16_compute_forward_is_finite():
     """bf16 activations with packed segments stay finite (test_conformance compares bf16 with fp32)."""
     mixer = _lively(_mixer(compute_dtype="bfloat16"))
     x, positions = _inputs(14)
-    y, _ = _apply(mixer, 100.0 * x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), positions)
+    y, _ = mh.apply_mixer(mixer, 100.0 * x.astype(jnp.bfloat16), jnp.asarray(SEGMENTS), positions)
     assert y.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(y)))
     assert float(jnp.abs(y.astype(jnp.float32)).max()) > 0

@@ -7,47 +7,32 @@ model-level checks (causality, decode = forward, packed = padded, ...) run in te
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+import mixer_helpers as mh
 import numpy as np
 import optax
 import pytest
 from flax import nnx
+from mixer_helpers import F32, SEGMENTS, B, T
 
 from zoo.mixers import protot_hooks as hooks
 from zoo.mixers.protot import ProtoT
 from zoo.mixers.protot_parts import PrototypeEdit, channel_counts, read_memories, reference_recurrence
-from zoo.models import ModelConfig, build_model
+from zoo.models import build_model
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
-F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
-CFG = ModelConfig(mixer="protot", vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, max_seq_len=32)
-B, T = 2, 10
-SEGMENTS = np.array([[1] * 4 + [2] * 6, [5] * 7 + [6] * 3], np.int32)
+CFG = mh.small_config(mixer="protot", num_layers=2)
 SMALL = (("num_prototypes", 5), ("prototype_dim", 8))
 
 
-def _mixer(*options, seed=0, **overrides) -> ProtoT:
-    cfg = dataclasses.replace(CFG, mixer_options=SMALL + tuple(options), **overrides)
-    return ProtoT(cfg, rngs=nnx.Rngs(seed))
-
-
-def _inputs(seed=0, length=T, dtype=jnp.float32):
-    x = jax.random.normal(jax.random.key(seed), (B, length, CFG.d_model), jnp.float32)
-    return x.astype(dtype), jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (B, length))
-
-
-@nnx.jit
-def _apply(mixer, x, segment_ids, positions):
-    return mixer(x, segment_ids=segment_ids, positions=positions)[0]
-
-
-def _p(value) -> np.ndarray:
-    return np.asarray(value[...], np.float64)
+_mixer = functools.partial(mh.build_mixer, ProtoT, CFG, *SMALL)
+_inputs = functools.partial(mh.random_inputs, CFG.d_model, draw_dtype=jnp.float32)
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -58,7 +43,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 def _retention(m: ProtoT) -> np.ndarray:
     """λ [H, K] float64, straight from the options / parameters (λ = 1 − 2^(−e) or σ(θ))."""
     if m.options.decay == "learned":
-        return 1.0 / (1.0 + np.exp(-_p(m.decay_logit)))
+        return 1.0 / (1.0 + np.exp(-mh.f64(m.decay_logit)))
     lam = 1.0 - 2.0 ** -np.asarray(m.options.scale_exponents, np.float64)
     return np.broadcast_to(np.tile(lam, m.num_prototypes), (m.num_heads, m.num_channels))
 
@@ -67,13 +52,13 @@ def _layer_reference(m: ProtoT, x, segments) -> np.ndarray:
     """The ProtoT layer as a plain float64 loop over tokens (write, memory, read), state reset per segment."""
     x = np.asarray(x, np.float64)
     heads, k0, scales, dp, eps = m.num_heads, m.num_prototypes, m.num_scales, m.options.prototype_dim, m.options.eps
-    protos, lam = _p(m.prototypes), _retention(m)
-    match = lambda proj: np.einsum("bthd,hjd->bthj", (x @ _p(proj.kernel)).reshape(B, -1, heads, dp), protos)
+    protos, lam = mh.f64(m.prototypes), _retention(m)
+    match = lambda proj: np.einsum("bthd,hjd->bthj", (x @ mh.f64(proj.kernel)).reshape(B, -1, heads, dp), protos)
     write = _softmax(match(m.write_proj) / math.sqrt(dp))  # [B, T, H, K₀]
-    concept = np.repeat(match(m.read_proj) / math.sqrt(dp), scales, axis=-1) + _p(m.read_bias)
+    concept = np.repeat(match(m.read_proj) / math.sqrt(dp), scales, axis=-1) + mh.f64(m.read_bias)
     if m.options.read == "factored":
-        concept = concept + np.tile((x @ _p(m.scale_proj.kernel)).reshape(B, -1, heads, scales), k0)
-    values = (x @ _p(m.value_proj.kernel)).reshape(B, x.shape[1], heads, -1)
+        concept = concept + np.tile((x @ mh.f64(m.scale_proj.kernel)).reshape(B, -1, heads, scales), k0)
+    values = (x @ mh.f64(m.value_proj.kernel)).reshape(B, x.shape[1], heads, -1)
     reads = np.zeros(values.shape)
     for b in range(B):
         for t in range(x.shape[1]):
@@ -86,9 +71,7 @@ def _layer_reference(m: ProtoT, x, segments) -> np.ndarray:
             read = _softmax(logits)
             avg = mem / (norm[..., None] + eps) if m.options.memory == "avg" else mem
             reads[b, t] = np.einsum("hk,hkp->hp", read, avg)
-    r = reads.reshape(B, x.shape[1], -1)
-    normed = r / np.sqrt(np.mean(r**2, axis=-1, keepdims=True) + m.norm.eps) * _p(m.norm.scale)
-    return normed @ _p(m.out_proj.kernel)
+    return mh.norm_and_project_reference(reads.reshape(B, x.shape[1], -1), m.norm, m.out_proj)
 
 
 def test_registered():
@@ -107,7 +90,8 @@ def test_layer_matches_float64_recurrence(options):
     state["read_bias"] = nnx.Param(jax.random.normal(jax.random.key(9), m.read_bias.shape))  # β ≠ 0 matters
     nnx.update(m, state)
     x, pos = _inputs(1)
-    np.testing.assert_allclose(_apply(m, x, jnp.asarray(SEGMENTS), pos), _layer_reference(m, x, SEGMENTS), **F32)
+    expected = _layer_reference(m, x, SEGMENTS)
+    np.testing.assert_allclose(mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos), expected, **F32)
 
 
 def _core_inputs(length, seed=0, heads=2, channels=6, width=3):
@@ -200,21 +184,21 @@ def test_relabelling_prototypes_leaves_output_unchanged(options):
     state["read_bias"] = nnx.Param(beta)
     nnx.update(m, state)
     x, pos = _inputs(5)
-    expected = _apply(m, x, jnp.asarray(SEGMENTS), pos)
+    expected = mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos)
     state["prototypes"] = nnx.Param(m.prototypes[...][:, perm])
     state["read_bias"] = nnx.Param(beta[:, channels])
     if m.options.decay == "learned":
         state["decay_logit"] = nnx.Param(m.decay_logit[...][:, perm])
     nnx.update(m, state)
-    np.testing.assert_allclose(_apply(m, x, jnp.asarray(SEGMENTS), pos), expected, **F32)
+    np.testing.assert_allclose(mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos), expected, **F32)
 
 
 def test_zero_retention_is_pointwise():
     """All λ = 0 -> every token alone gives the same output: no mixing across time."""
     m = _mixer(("scale_exponents", (0,)))
     x, pos = _inputs(6)
-    together = _apply(m, x, None, pos)
-    alone = jnp.concatenate([_apply(m, x[:, t : t + 1], None, pos[:, :1]) for t in range(T)], axis=1)
+    together = mh.mixer_output(m, x, None, pos)
+    alone = jnp.concatenate([mh.mixer_output(m, x[:, t : t + 1], None, pos[:, :1]) for t in range(T)], axis=1)
     np.testing.assert_allclose(together, alone, **F32)
 
 
@@ -229,7 +213,7 @@ def test_one_prototype_one_scale_is_an_ema_of_values():
         ema = lam * ema + (1 - lam) * v[:, t]
         reads[:, t] = ema / (1 - lam ** (t + 1) + 1e-6)
     expected = m.out_proj(m.norm(jnp.asarray(reads, jnp.float32)))
-    np.testing.assert_allclose(_apply(m, x, None, pos), expected, **F32)
+    np.testing.assert_allclose(mh.mixer_output(m, x, None, pos), expected, **F32)
 
 
 def test_edits_block_writes_zero_memories_and_pin_reads():
@@ -240,16 +224,16 @@ def test_edits_block_writes_zero_memories_and_pin_reads():
     segments = jnp.asarray(SEGMENTS)
     channels = hooks.channels_of_prototype(m, 2)
     assert channels == (8, 9, 10, 11)
-    plain = _apply(m, x, segments, pos)
+    plain = mh.mixer_output(m, x, segments, pos)
     m.edit = PrototypeEdit(block_writes=(2,))
-    blocked = _apply(m, x, segments, pos)
+    blocked = mh.mixer_output(m, x, segments, pos)
     memories, counts = nnx.jit(hooks.channel_memories)(m, x, segment_ids=segments)
     assert float(jnp.abs(memories[..., channels, :]).max()) == 0.0 and float(jnp.abs(counts[..., channels]).max()) == 0
     assert float(jnp.abs(memories).max()) > 0 and float(jnp.abs(blocked - plain).max()) > 1e-4
     m.edit = PrototypeEdit(zero_memories=channels)
-    np.testing.assert_allclose(_apply(m, x, segments, pos), blocked, **F32)
+    np.testing.assert_allclose(mh.mixer_output(m, x, segments, pos), blocked, **F32)
     m.edit = PrototypeEdit(block_writes=(2,), pin_reads=tuple((k, 0.0) for k in channels))
-    np.testing.assert_allclose(_apply(m, x, segments, pos), blocked, **F32)
+    np.testing.assert_allclose(mh.mixer_output(m, x, segments, pos), blocked, **F32)
     m.edit = PrototypeEdit(block_writes=(2,), heads=(1,))
     a, _ = hooks.prototype_assignments(m, x)
     assert float(a[:, :, 1, 2].max()) == 0.0 and float(a[:, :, 0, 2].min()) > 0
@@ -274,14 +258,9 @@ def test_bad_edits_raise():
 def test_chunked_prefill_and_steps_equal_forward(options):
     m = _mixer(*options)
     x, pos = _inputs(9, length=23)
-    full = _apply(m, x, None, pos)
-    cache, pieces, start = m.init_cache(B, 32, jnp.float32), [], 0
-    step = nnx.jit(lambda m, x, p, c: m(x, positions=p, cache=c))
-    for size in (1, 7, 1, 1, 13):
-        y, cache = step(m, x[:, start : start + size], pos[:, start : start + size], cache)
-        pieces.append(y)
-        start += size
-    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, **F32)
+    full = mh.mixer_output(m, x, None, pos)
+    y, cache = mh.decode_in_chunks(m, x, pos, m.init_cache(B, 32, jnp.float32), (1, 7, 1, 1, 13))
+    np.testing.assert_allclose(y, full, **F32)
     assert cache["memory"].shape == (B, 1, 32, 20) and cache["count"].dtype == jnp.float32
     # O(K·d_v) state per row, whatever the length: decoding costs the same per token at any position.
     assert m.init_cache(B, 4096, jnp.float32)["memory"].shape == cache["memory"].shape
@@ -358,7 +337,7 @@ def test_bad_cache_raises():
 def test_bfloat16_forward_finite():
     m = _mixer(compute_dtype="bfloat16")
     x, pos = _inputs(11, dtype=jnp.bfloat16)
-    y = _apply(m, x, jnp.asarray(SEGMENTS), pos)
+    y = mh.mixer_output(m, x, jnp.asarray(SEGMENTS), pos)
     assert y.dtype == jnp.bfloat16 and bool(jnp.isfinite(y.astype(jnp.float32)).all())
 
 
