@@ -1,5 +1,6 @@
 """End-to-end tests of the data layer on real TFDS datasets built offline into a temporary directory."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -76,9 +77,6 @@ def assert_batches_equal(left, right):
             np.testing.assert_array_equal(a[name], b[name])
 
 
-# --- The Python standard library corpus -------------------------------------------------------------
-
-
 def test_stdlib_files_sorted_filtered_and_split_by_file():
     files = pystdlib.stdlib_files()
     assert files == sorted(files) and len(files) == len(set(files)) > 500
@@ -137,9 +135,6 @@ def test_tensorflow_is_never_imported(tmp_path):
     assert not marker.exists()
 
 
-# --- MQAR -------------------------------------------------------------------------------------------------
-
-
 def check_mqar_example(tokens, num_keys, num_values, num_pairs):
     """Keys distinct and in the key range, values in the value range, each answer the queried key's value."""
     keys, values = tokens[0 : 2 * num_pairs : 2].tolist(), tokens[1 : 2 * num_pairs : 2].tolist()
@@ -170,7 +165,7 @@ def test_mqar_dataset_and_batches_answer_the_queried_keys(data_root):
     np.testing.assert_array_equal(stored, mqar.generate(16, 8, 4, 50, np.random.SeedSequence([0, 0])))
     assert zoo_data.vocab_size(config) == 1 + 16 + 8 and zoo_data.bytes_per_token(config) is None
     for pack in (True, False):
-        batch = next(zoo_data.make_train_iterator(replace(config, pack=pack), batch_size=4, seq_len=40,
+        batch = next(zoo_data.make_train_iterator(dataclasses.replace(config, pack=pack), batch_size=4, seq_len=40,
                                                   seed=0, process_index=0, process_count=1))
         assert batch["weights"].sum() == 4 * 4 * (2 if pack else 1)  # 2 whole 15-pair examples per row.
         for row in range(4):
@@ -182,15 +177,6 @@ def test_mqar_dataset_and_batches_answer_the_queried_keys(data_root):
                 np.testing.assert_array_equal(batch["targets"][row][where][answers], tokens[9::2])
     with pytest.raises(ValueError, match="seq_len"):
         zoo_data.make_train_iterator(config, batch_size=4, seq_len=14, seed=0, process_count=1)
-
-
-def replace(config, **changes):
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)
-
-
-# --- Loaders: packing, resume, sharding, eval ----------------------------------------------------------
 
 
 def test_train_epoch_holds_every_pair_of_the_split_once(data_root):
@@ -274,9 +260,6 @@ def test_eval_pass_is_finite_padded_and_process_count_invariant(data_root, pack)
         np.testing.assert_array_equal(np.concatenate([s[step]["inputs"] for s in shards]), batch["inputs"])
     capped = list(zoo_data.make_eval_iterator(config, **kwargs, process_count=1, max_batches=1))
     assert_batches_equal(capped, single[:1])
-
-
-# --- Configuration, errors and preparation ------------------------------------------------------------------
 
 
 def test_bad_arguments_raise_value_errors_naming_them(data_root):
