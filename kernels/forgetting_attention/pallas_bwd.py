@@ -16,19 +16,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels._common import attention_tiles as tiles
 from kernels._common import gate_sums
-from kernels._common.attention_tiles import (
-    block_slice,
-    diag_logits,
-    dot_nn,
-    dot_nt,
-    dot_tn,
-    key_gate_terms,
-    off_logits,
-    optional_slice,
-    query_gate_terms,
-    unpack_refs,
-)
 from kernels._common.precision import ACCUM_DTYPE
 
 
@@ -36,32 +25,32 @@ def _ds(s: jax.Array, do: jax.Array, v: jax.Array, lse: jax.Array,
         delta: jax.Array) -> tuple[jax.Array, jax.Array]:
     """p = exp(s − lse) (0 where s = −inf), dS = p ⊙ (dO·Vᵀ − δ). s [Cq,Ck], do [Cq,D], v [Ck,D]."""
     p = jnp.exp(s - lse[:, None])
-    return p, p * (dot_nt(do, v) - delta[:, None])
+    return p, p * (tiles.dot_nt(do, v) - delta[:, None])
 
 
 def dq_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) -> None:
     """refs: q [C,D], k/v [Tp,D], (a [Tp]), (seg [Tp]), do [C,D], lse [C], delta [C]
     -> dq [C,D], (rows [C])."""
-    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
-                           ("do", True), ("lse", True), ("delta", True), ("dq", True), ("rows", has_gate)])
+    r = tiles.unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
+                                 ("do", True), ("lse", True), ("delta", True), ("dq", True), ("rows", has_gate)])
     i = pl.program_id(2)
     q, do, lse, delta = r["q"][...], r["do"][...], r["lse"][...], r["delta"][...]
-    a_q = optional_slice(r["a"], i, c)
-    seg_q = optional_slice(r["seg"], i, c)
-    k_i = block_slice(r["k"], i, c)
-    s = diag_logits(q, k_i, a_q, seg_q, scale)
-    _, ds = _ds(s, do, block_slice(r["v"], i, c), lse, delta)
+    a_q = tiles.optional_slice(r["a"], i, c)
+    seg_q = tiles.optional_slice(r["seg"], i, c)
+    k_i = tiles.block_slice(r["k"], i, c)
+    s = tiles.diag_logits(q, k_i, a_q, seg_q, scale)
+    _, ds = _ds(s, do, tiles.block_slice(r["v"], i, c), lse, delta)
     lam = gate_sums.prefix_sums(a_q) if has_gate else jnp.zeros((c,), ACCUM_DTYPE)
-    carry = (dot_nn(ds.astype(k_i.dtype), k_i), jnp.sum(ds, axis=1), jnp.zeros((), ACCUM_DTYPE))
+    carry = (tiles.dot_nn(ds.astype(k_i.dtype), k_i), jnp.sum(ds, axis=1), jnp.zeros((), ACCUM_DTYPE))
 
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dq, rows, gap = carry
         j = i - 1 - t
-        rho, lam_gap, gap = key_gate_terms(r["a"], j, c, lam, gap)
-        k_j = block_slice(r["k"], j, c)
-        s = off_logits(q, k_j, lam_gap, rho, seg_q, optional_slice(r["seg"], j, c), scale)
-        _, ds = _ds(s, do, block_slice(r["v"], j, c), lse, delta)
-        return dq + dot_nn(ds.astype(k_j.dtype), k_j), rows + jnp.sum(ds, axis=1), gap
+        rho, lam_gap, gap = tiles.key_gate_terms(r["a"], j, c, lam, gap)
+        k_j = tiles.block_slice(r["k"], j, c)
+        s = tiles.off_logits(q, k_j, lam_gap, rho, seg_q, tiles.optional_slice(r["seg"], j, c), scale)
+        _, ds = _ds(s, do, tiles.block_slice(r["v"], j, c), lse, delta)
+        return dq + tiles.dot_nn(ds.astype(k_j.dtype), k_j), rows + jnp.sum(ds, axis=1), gap
 
     dq, rows, _ = lax.fori_loop(0, i, key_block, carry)
     r["dq"][...] = (dq * scale).astype(r["dq"].dtype)
@@ -72,26 +61,27 @@ def dq_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) -
 def dkv_kernel(*refs: Any, c: int, n: int, scale: float, has_gate: bool, has_seg: bool) -> None:
     """refs: q [Tp,D], k/v [C,D], (a [Tp]), (seg [Tp]), do [Tp,D], lse [Tp], delta [Tp]
     -> dk [C,D], dv [C,D] (this query head's share), (cols [C])."""
-    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
-                           ("do", True), ("lse", True), ("delta", True), ("dk", True), ("dv", True),
-                           ("cols", has_gate)])
+    r = tiles.unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
+                                 ("do", True), ("lse", True), ("delta", True), ("dk", True), ("dv", True),
+                                 ("cols", has_gate)])
     j = pl.program_id(2)
     k, v = r["k"][...], r["v"][...]
-    a_k = optional_slice(r["a"], j, c)
-    seg_k = optional_slice(r["seg"], j, c)
+    a_k = tiles.optional_slice(r["a"], j, c)
+    seg_k = tiles.optional_slice(r["seg"], j, c)
     rho = gate_sums.suffix_sums(a_k) if has_gate else None
 
     def pair(i: jax.Array, s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        q_i, do_i = block_slice(r["q"], i, c), block_slice(r["do"], i, c)
-        p, ds = _ds(s, do_i, v, block_slice(r["lse"], i, c), block_slice(r["delta"], i, c))
-        return dot_tn(ds.astype(q_i.dtype), q_i), dot_tn(p.astype(do_i.dtype), do_i), jnp.sum(ds, axis=0)
+        q_i, do_i = tiles.block_slice(r["q"], i, c), tiles.block_slice(r["do"], i, c)
+        p, ds = _ds(s, do_i, v, tiles.block_slice(r["lse"], i, c), tiles.block_slice(r["delta"], i, c))
+        return tiles.dot_tn(ds.astype(q_i.dtype), q_i), tiles.dot_tn(p.astype(do_i.dtype), do_i), jnp.sum(ds, axis=0)
 
-    dk, dv, cols = pair(j, diag_logits(block_slice(r["q"], j, c), k, a_k, seg_k, scale))
+    dk, dv, cols = pair(j, tiles.diag_logits(tiles.block_slice(r["q"], j, c), k, a_k, seg_k, scale))
 
     def query_block(i: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dk, dv, cols, gap = carry
-        lam_gap, gap = query_gate_terms(r["a"], i, c, gap)
-        s = off_logits(block_slice(r["q"], i, c), k, lam_gap, rho, optional_slice(r["seg"], i, c), seg_k, scale)
+        lam_gap, gap = tiles.query_gate_terms(r["a"], i, c, gap)
+        seg_q = tiles.optional_slice(r["seg"], i, c)
+        s = tiles.off_logits(tiles.block_slice(r["q"], i, c), k, lam_gap, rho, seg_q, seg_k, scale)
         dk_i, dv_i, cols_i = pair(i, s)
         return dk + dk_i, dv + dv_i, cols + cols_i, gap
 

@@ -15,42 +15,33 @@ from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 
+from kernels._common import attention_tiles as tiles
 from kernels._common import gate_sums
-from kernels._common.attention_tiles import (
-    block_slice,
-    diag_logits,
-    dot_nn,
-    key_gate_terms,
-    off_logits,
-    optional_slice,
-    softmax_start,
-    softmax_step,
-    unpack_refs,
-)
 from kernels._common.precision import ACCUM_DTYPE
 
 
 def fwd_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) -> None:
     """refs: q [C,D], k/v [Tp,D], (a [Tp]), (seg [Tp]) -> o [C,D], lse [C]."""
-    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
-                           ("o", True), ("lse", True)])
+    r = tiles.unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("a", has_gate), ("seg", has_seg),
+                                 ("o", True), ("lse", True)])
     i = pl.program_id(2)
     q = r["q"][...]
-    a_q = optional_slice(r["a"], i, c)
-    seg_q = optional_slice(r["seg"], i, c)
-    m, p, l_sum = softmax_start(diag_logits(q, block_slice(r["k"], i, c), a_q, seg_q, scale))
-    v_i = block_slice(r["v"], i, c)
+    a_q = tiles.optional_slice(r["a"], i, c)
+    seg_q = tiles.optional_slice(r["seg"], i, c)
+    m, p, l_sum = tiles.softmax_start(tiles.diag_logits(q, tiles.block_slice(r["k"], i, c), a_q, seg_q, scale))
+    v_i = tiles.block_slice(r["v"], i, c)
     lam = gate_sums.prefix_sums(a_q) if has_gate else jnp.zeros((c,), ACCUM_DTYPE)
-    carry = (m, l_sum, dot_nn(p.astype(v_i.dtype), v_i), jnp.zeros((), ACCUM_DTYPE))
+    carry = (m, l_sum, tiles.dot_nn(p.astype(v_i.dtype), v_i), jnp.zeros((), ACCUM_DTYPE))
 
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, l_sum, acc, gap = carry
         j = i - 1 - t
-        rho, lam_gap, gap = key_gate_terms(r["a"], j, c, lam, gap)
-        s = off_logits(q, block_slice(r["k"], j, c), lam_gap, rho, seg_q, optional_slice(r["seg"], j, c), scale)
-        m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
-        v_j = block_slice(r["v"], j, c)
-        return m_new, l_sum, alpha[:, None] * acc + dot_nn(p.astype(v_j.dtype), v_j), gap
+        rho, lam_gap, gap = tiles.key_gate_terms(r["a"], j, c, lam, gap)
+        seg_k = tiles.optional_slice(r["seg"], j, c)
+        s = tiles.off_logits(q, tiles.block_slice(r["k"], j, c), lam_gap, rho, seg_q, seg_k, scale)
+        m_new, alpha, p, l_sum = tiles.softmax_step(m, l_sum, s)
+        v_j = tiles.block_slice(r["v"], j, c)
+        return m_new, l_sum, alpha[:, None] * acc + tiles.dot_nn(p.astype(v_j.dtype), v_j), gap
 
     m, l_sum, acc, _ = lax.fori_loop(0, i, key_block, carry)
     r["o"][...] = (acc / l_sum[:, None]).astype(r["o"].dtype)

@@ -26,18 +26,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels._common import attention_tiles as tiles
 from kernels._common import gate_sums
-from kernels._common.attention_tiles import (
-    block_slice,
-    diag_logits,
-    dot_nn,
-    key_gate_terms,
-    off_logits,
-    optional_slice,
-    softmax_start,
-    softmax_step,
-    unpack_refs,
-)
 
 _F32 = jnp.float32
 
@@ -68,15 +58,15 @@ def decayed_values(a: jax.Array, v: jax.Array) -> jax.Array:
 
 def fwd_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool) -> None:
     """refs: q [C,D], k [Tp,D], v [Tp,Dv], av [Tp,Dv], (af [Tp]), (seg [Tp]) -> u [C,Dv] f32, lse [C]."""
-    r = unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
-                           ("seg", has_seg), ("u", True), ("lse", True)])
+    r = tiles.unpack_refs(refs, [("q", True), ("k", True), ("v", True), ("av", True), ("af", has_fgate),
+                                 ("seg", has_seg), ("u", True), ("lse", True)])
     i = pl.program_id(2)
     q = r["q"][...]
-    av_q = block_slice(r["av"], i, c)
-    af_q = optional_slice(r["af"], i, c)
-    seg_q = optional_slice(r["seg"], i, c)
-    m_diag, p, l_sum = softmax_start(diag_logits(q, block_slice(r["k"], i, c), af_q, seg_q, scale))
-    v_i = block_slice(r["v"], i, c).astype(_F32)
+    av_q = tiles.block_slice(r["av"], i, c)
+    af_q = tiles.optional_slice(r["af"], i, c)
+    seg_q = tiles.optional_slice(r["seg"], i, c)
+    m_diag, p, l_sum = tiles.softmax_start(tiles.diag_logits(q, tiles.block_slice(r["k"], i, c), af_q, seg_q, scale))
+    v_i = tiles.block_slice(r["v"], i, c).astype(_F32)
     diag = jnp.sum(p[:, :, None] * channel_segment_decays(av_q) * v_i[None, :, :], axis=1)
     lam_f = gate_sums.prefix_sums(af_q) if has_fgate else jnp.zeros((c,), _F32)
     carry = (m_diag, l_sum, jnp.zeros(diag.shape, _F32), jnp.zeros(diag.shape[1:], _F32), jnp.zeros((), _F32))
@@ -84,12 +74,13 @@ def fwd_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool)
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, l_sum, acc, gap_v, gap_f = carry
         j = i - 1 - t
-        rho_f, lam_gap_f, gap_f = key_gate_terms(r["af"], j, c, lam_f, gap_f)
-        s = off_logits(q, block_slice(r["k"], j, c), lam_gap_f, rho_f, seg_q, optional_slice(r["seg"], j, c), scale)
-        m_new, alpha, p, l_sum = softmax_step(m, l_sum, s)
-        av_k = block_slice(r["av"], j, c)
-        v_j = block_slice(r["v"], j, c)
-        pv = dot_nn(p.astype(v_j.dtype), decayed_values(av_k, v_j).astype(v_j.dtype))
+        rho_f, lam_gap_f, gap_f = tiles.key_gate_terms(r["af"], j, c, lam_f, gap_f)
+        seg_k = tiles.optional_slice(r["seg"], j, c)
+        s = tiles.off_logits(q, tiles.block_slice(r["k"], j, c), lam_gap_f, rho_f, seg_q, seg_k, scale)
+        m_new, alpha, p, l_sum = tiles.softmax_step(m, l_sum, s)
+        av_k = tiles.block_slice(r["av"], j, c)
+        v_j = tiles.block_slice(r["v"], j, c)
+        pv = tiles.dot_nn(p.astype(v_j.dtype), decayed_values(av_k, v_j).astype(v_j.dtype))
         acc = alpha[:, None] * acc + pv * jnp.exp(gap_v)[None, :]
         return m_new, l_sum, acc, gap_v + jnp.sum(av_k, axis=0), gap_f
 
