@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import jax
@@ -38,6 +38,20 @@ def check_segment_ids(op: str, segment_ids: jax.Array | None, batch: int, length
         fail_shape(op, "segment_ids", segment_ids.shape, f"{(batch, length)} = [B, T]")
     if not jnp.issubdtype(segment_ids.dtype, jnp.integer):
         raise ValueError(f"{op}: `segment_ids` has dtype {segment_ids.dtype}, expected an integer dtype")
+
+
+def check_gqa_keys(q: jax.Array, k: jax.Array, bad: Callable[[str, jax.Array, str], ValueError]) -> int:
+    """k [B, T, Hkv, D] for q [B, T, H, D], with Hkv dividing H; returns Hkv.
+
+    `bad(name, array, expected)` builds the op's own shape error (the attention ops word it their way).
+    """
+    b, t, h, d = q.shape
+    if k.ndim != 4 or k.shape[:2] != (b, t) or k.shape[3] != d:
+        raise bad("k", k, f"[B, T, Hkv, D] = [{b}, {t}, Hkv, {d}]")
+    hkv = k.shape[2]
+    if hkv == 0 or h % hkv != 0:
+        raise bad("k", k, f"a number of key/value heads Hkv that divides H = {h}")
+    return hkv
 
 
 def check_chunk_size(op: str, chunk_size: int) -> None:

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._common import checks
 from kernels._dispatch import select_implementation
 from kernels.forgetting_attention import pallas, reference, xla
 
@@ -34,12 +35,8 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array
     """Raise ValueError naming the argument, its shape and the expected shape."""
     if q.ndim != 4:
         raise _bad("q", q, "[B, T, H, D]")
-    b, t, h, d = q.shape
-    if k.ndim != 4 or k.shape[:2] != (b, t) or k.shape[3] != d:
-        raise _bad("k", k, f"[B, T, Hkv, D] = [{b}, {t}, Hkv, {d}]")
-    hkv = k.shape[2]
-    if hkv == 0 or h % hkv != 0:
-        raise _bad("k", k, f"a number of key/value heads Hkv that divides H = {h}")
+    b, t, h, _ = q.shape
+    checks.check_gqa_keys(q, k, _bad)
     if v.shape != k.shape:
         raise _bad("v", v, f"the shape of k {tuple(k.shape)}")
     if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._common import checks
 from kernels._dispatch import select_implementation
 from kernels.value_forget_attention import pallas, reference, xla
 
@@ -47,12 +48,8 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array
     """Raise ValueError naming the argument, its shape or value and what was expected."""
     if q.ndim != 4 or q.shape[1] < 1:
         raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
-    b, t, h, d = q.shape
-    if k.ndim != 4 or k.shape[:2] != (b, t) or k.shape[3] != d:
-        raise _bad("k", k, f"[B, T, Hkv, D] = [{b}, {t}, Hkv, {d}]")
-    hkv = k.shape[2]
-    if hkv == 0 or h % hkv != 0:
-        raise _bad("k", k, f"a number of key/value heads Hkv that divides H = {h}")
+    b, t, h, _ = q.shape
+    hkv = checks.check_gqa_keys(q, k, _bad)
     if v.ndim != 4 or v.shape[:3] != (b, t, hkv):
         raise _bad("v", v, f"[B, T, Hkv, Dv] = [{b}, {t}, {hkv}, Dv]")
     if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:
