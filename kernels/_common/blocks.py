@@ -7,6 +7,8 @@ is only visible to padded queries, which are dropped by `from_blocks(...)[:, :T]
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -56,6 +58,34 @@ def segment_blocks(segment_ids: jax.Array | None, block: int, padded: int) -> ja
         return None
     seg = pad_time(segment_ids.astype(jnp.int32), padded - segment_ids.shape[1])
     return seg.reshape(-1, padded // block, block).swapaxes(0, 1)
+
+
+class AttentionBlocks(NamedTuple):
+    """One attention call in block layout: q [N, B, Hkv, G, C, D], k [N, B, Hkv, C, D], v [N, B, Hkv, C, Dv],
+    seg [N, B, C] (or None), the logit scale, and the layout (block C, padded length Tp, Hkv)."""
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    seg: jax.Array | None
+    scale: float
+    block: int
+    padded: int
+    num_kv_heads: int
+
+
+def attention_blocks(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, scale: float | None,
+                     block_size: int) -> AttentionBlocks:
+    """q [B, T, H, D], k [B, T, Hkv, D], v [B, T, Hkv, Dv], segment_ids [B, T] or None -> block layout.
+
+    scale None means D**-0.5; the block is C = min(block_size, T) and T is zero-padded to whole blocks.
+    """
+    t, d = q.shape[1], q.shape[3]
+    hkv = k.shape[2]
+    c, tp = block_length(t, block_size)
+    return AttentionBlocks(q=padded_blocks(q, c, tp, hkv), k=kv_blocks(k, c, tp), v=kv_blocks(v, c, tp),
+                           seg=segment_blocks(segment_ids, c, tp), scale=d**-0.5 if scale is None else float(scale),
+                           block=c, padded=tp, num_kv_heads=hkv)
 
 
 def pick(x: jax.Array | None, i: jax.Array | int) -> jax.Array | None:

@@ -184,12 +184,7 @@ def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: ja
     tail is zero-padded (padded keys are only visible to padded queries, which are dropped).
     Returns o [B, T, H, D] in q.dtype.
     """
-    _, t, h, d = q.shape
-    hkv = k.shape[2]
-    scale = d**-0.5 if scale is None else float(scale)
-    c, tp = blocks.block_length(t, block_size)
-    qb = blocks.padded_blocks(q, c, tp, hkv)
-    kb, vb = blocks.kv_blocks(k, c, tp), blocks.kv_blocks(v, c, tp)
-    a = blocks.gate_blocks(log_fgate, c, tp, hkv)
-    o = _blocked(qb, kb, vb, a, blocks.segment_blocks(segment_ids, c, tp), scale)
-    return blocks.from_blocks(o)[:, :t]
+    x = blocks.attention_blocks(q, k, v, segment_ids, scale, block_size)
+    a = blocks.gate_blocks(log_fgate, x.block, x.padded, x.num_kv_heads)
+    o = _blocked(x.q, x.k, x.v, a, x.seg, x.scale)
+    return blocks.from_blocks(o)[:, :q.shape[1]]

@@ -380,13 +380,8 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
     zero-padded (padded keys are only visible to padded queries, which are dropped).
     Returns u [B, T, H, Dv] in v.dtype (softmax-normalized, no RMSNorm).
     """
-    _, t, h, d = q.shape
-    hkv = k.shape[2]
-    scale = d**-0.5 if scale is None else float(scale)
-    c, tp = blocks.block_length(t, block_size)
-    qb = blocks.padded_blocks(q, c, tp, hkv)
-    kb, vb = blocks.kv_blocks(k, c, tp), blocks.kv_blocks(v, c, tp)
-    av = jnp.swapaxes(blocks.padded_blocks(log_vgate.astype(_F32), c, tp, hkv), -1, -2)
-    af = blocks.gate_blocks(log_fgate, c, tp, hkv)
-    u = _blocked(qb, kb, vb, av, af, blocks.segment_blocks(segment_ids, c, tp), scale)
-    return blocks.from_blocks(u)[:, :t]
+    x = blocks.attention_blocks(q, k, v, segment_ids, scale, block_size)
+    av = jnp.swapaxes(blocks.padded_blocks(log_vgate.astype(_F32), x.block, x.padded, x.num_kv_heads), -1, -2)
+    af = blocks.gate_blocks(log_fgate, x.block, x.padded, x.num_kv_heads)
+    u = _blocked(x.q, x.k, x.v, av, af, x.seg, x.scale)
+    return blocks.from_blocks(u)[:, :q.shape[1]]
