@@ -8,7 +8,7 @@ J < I adds (λ_i + gap) + ρ_j, with gap the running sum of the block totals wal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -41,10 +41,17 @@ def unpack_refs(refs: Sequence[Any], layout: Sequence[tuple[str, bool]]) -> dict
     return {name: (next(it) if present else None) for name, present in layout}
 
 
-def optional_operands(arrays_specs: Sequence[tuple[jax.Array | None, Any]]) -> tuple[list[jax.Array], list[Any]]:
-    """Drop the (array, BlockSpec) pairs whose array is None (no gate / no segments): (arrays, specs)."""
-    kept = [(x, s) for x, s in arrays_specs if x is not None]
-    return [x for x, _ in kept], [s for _, s in kept]
+def grid_call(kernel: Callable[..., None], name: str, grid: tuple[int, ...],
+              inputs: Sequence[tuple[jax.Array | None, pl.BlockSpec]],
+              outputs: Sequence[tuple[pl.BlockSpec, jax.ShapeDtypeStruct]], interpret: bool) -> list[jax.Array]:
+    """`pl.pallas_call` of kernel over grid from (array, BlockSpec) inputs and (BlockSpec, shape) outputs.
+
+    Inputs whose array is None (no gate / no segments) are left out; the kernel's flags say which are there.
+    """
+    kept = [(x, spec) for x, spec in inputs if x is not None]
+    return pl.pallas_call(
+        kernel, grid=grid, in_specs=[spec for _, spec in kept], out_specs=[spec for spec, _ in outputs],
+        out_shape=[shape for _, shape in outputs], interpret=interpret, name=name)(*[x for x, _ in kept])
 
 
 def row_specs(padded: int, block: int) -> tuple[pl.BlockSpec, pl.BlockSpec, pl.BlockSpec]:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels._common.attention_tiles import optional_operands, row_specs
+from kernels._common import attention_tiles as tiles
 from kernels._common.blocks import block_length
 from kernels._common.gate_sums import segmented_reverse_cumsum
 from kernels._common.layout import pad_time
@@ -37,7 +37,7 @@ class _Specs:
         self.kv_blk = pl.BlockSpec((None, c, None, d), lambda b, h, i: (b, i, h // groups, 0))
         self.full = pl.BlockSpec((None, tp, None, d), lambda b, h, i: (b, 0, h, 0))
         self.kv_full = pl.BlockSpec((None, tp, None, d), lambda b, h, i: (b, 0, h // groups, 0))
-        self.row_full, self.row_blk, self.seg_full = row_specs(tp, c)
+        self.row_full, self.row_blk, self.seg_full = tiles.row_specs(tp, c)
 
 
 def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, scale: float,
@@ -45,14 +45,13 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg:
     """q [B,Tp,H,D], k/v [B,Tp,Hkv,D], a [B,H,Tp] f32 | None, seg [B,Tp] | None -> o, lse [B,H,Tp]."""
     b, tp, h, d = q.shape
     sp = _Specs(tp, c, d, h // k.shape[2])
-    args, in_specs = optional_operands([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
-                                        (seg, sp.seg_full)])
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_gate=a is not None,
                                has_seg=seg is not None)
-    return pl.pallas_call(
-        kernel, grid=(b, h, tp // c), in_specs=in_specs, out_specs=[sp.blk, sp.row_blk],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, tp), _F32)],
-        interpret=interpret, name="forgetting_attention_fwd")(*args)
+    return tiles.grid_call(
+        kernel, "forgetting_attention_fwd", (b, h, tp // c),
+        [(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full), (seg, sp.seg_full)],
+        [(sp.blk, jax.ShapeDtypeStruct(q.shape, q.dtype)), (sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))],
+        interpret)
 
 
 def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg: jax.Array | None, o: jax.Array,
@@ -65,25 +64,22 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg
     has_gate, has_seg = a is not None, seg is not None
     delta = jnp.swapaxes(jnp.sum(do.astype(_F32) * o.astype(_F32), axis=-1), 1, 2)  # [B,H,Tp]
     flags = dict(c=c, scale=scale, has_gate=has_gate, has_seg=has_seg)
-    row_shape = jax.ShapeDtypeStruct((b, h, tp), _F32)
+    grid = (b, h, tp // c)
+    rows = [(sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))] if has_gate else []
 
-    args, in_specs = optional_operands([(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full),
-                                        (seg, sp.seg_full), (do, sp.blk), (lse, sp.row_blk), (delta, sp.row_blk)])
-    dq_out = pl.pallas_call(
-        functools.partial(dq_kernel, **flags), grid=(b, h, tp // c), in_specs=in_specs,
-        out_specs=[sp.blk] + ([sp.row_blk] if has_gate else []),
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)] + ([row_shape] if has_gate else []),
-        interpret=interpret, name="forgetting_attention_dq")(*args)
+    dq_out = tiles.grid_call(
+        functools.partial(dq_kernel, **flags), "forgetting_attention_dq", grid,
+        [(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full), (seg, sp.seg_full), (do, sp.blk),
+         (lse, sp.row_blk), (delta, sp.row_blk)],
+        [(sp.blk, jax.ShapeDtypeStruct(q.shape, q.dtype))] + rows, interpret)
 
-    args, in_specs = optional_operands([(q, sp.full), (k, sp.kv_blk), (v, sp.kv_blk), (a, sp.row_full),
-                                        (seg, sp.seg_full), (do, sp.full), (lse, sp.row_full),
-                                        (delta, sp.row_full)])
-    per_head = jax.ShapeDtypeStruct(q.shape, _F32)  # dk, dv per query head, summed over the group below
-    dkv_out = pl.pallas_call(
-        functools.partial(dkv_kernel, n=tp // c, **flags), grid=(b, h, tp // c), in_specs=in_specs,
-        out_specs=[sp.blk, sp.blk] + ([sp.row_blk] if has_gate else []),
-        out_shape=[per_head, per_head] + ([row_shape] if has_gate else []),
-        interpret=interpret, name="forgetting_attention_dkv")(*args)
+    # dk, dv per query head, summed over the group below
+    per_head = (sp.blk, jax.ShapeDtypeStruct(q.shape, _F32))
+    dkv_out = tiles.grid_call(
+        functools.partial(dkv_kernel, n=tp // c, **flags), "forgetting_attention_dkv", grid,
+        [(q, sp.full), (k, sp.kv_blk), (v, sp.kv_blk), (a, sp.row_full), (seg, sp.seg_full), (do, sp.full),
+         (lse, sp.row_full), (delta, sp.row_full)],
+        [per_head, per_head] + rows, interpret)
 
     def group_sum(x: jax.Array, like: jax.Array) -> jax.Array:
         return x.reshape(b, tp, hkv, h // hkv, d).sum(axis=3).astype(like.dtype)

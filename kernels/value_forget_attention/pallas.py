@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels._common.attention_tiles import optional_operands, row_specs
+from kernels._common import attention_tiles as tiles
 from kernels._common.blocks import block_length
 from kernels._common.gate_sums import segmented_reverse_cumsum
 from kernels._common.layout import pad_time
@@ -46,7 +46,7 @@ class _Specs:
         self.v_blk, self.v_full = tile(c, dv, True), tile(tp, dv, True)
         # Per query head, Dv wide: the value gate, u, du and the per-head dv.
         self.hv_blk, self.hv_full = tile(c, dv, False), tile(tp, dv, False)
-        self.row_full, self.row_blk, self.seg_full = row_specs(tp, c)
+        self.row_full, self.row_blk, self.seg_full = tiles.row_specs(tp, c)
 
 
 def _specs(q: jax.Array, k: jax.Array, v: jax.Array, c: int) -> _Specs:
@@ -59,13 +59,12 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Ar
     seg [B,Tp] | None -> u [B,Tp,H,Dv] f32, lse [B,H,Tp] f32."""
     b, tp, h, _ = q.shape
     sp = _specs(q, k, v, c)
-    args, in_specs = optional_operands([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
-                                        (af, sp.row_full), (seg, sp.seg_full)])
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_fgate=af is not None, has_seg=seg is not None)
-    return pl.pallas_call(
-        kernel, grid=(b, h, tp // c), in_specs=in_specs, out_specs=[sp.hv_blk, sp.row_blk],
-        out_shape=[jax.ShapeDtypeStruct(av.shape, _F32), jax.ShapeDtypeStruct((b, h, tp), _F32)],
-        interpret=interpret, name="value_forget_attention_fwd")(*args)
+    return tiles.grid_call(
+        kernel, "value_forget_attention_fwd", (b, h, tp // c),
+        [(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full)],
+        [(sp.hv_blk, jax.ShapeDtypeStruct(av.shape, _F32)), (sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))],
+        interpret)
 
 
 def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Array | None, seg: jax.Array | None,
@@ -78,27 +77,22 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.A
     du = du.astype(_F32)
     delta = jnp.swapaxes(jnp.sum(du * u, axis=-1), 1, 2)  # δ_i = du_i · u_i, [B,H,Tp]
     flags = dict(c=c, scale=scale, has_fgate=has_fgate, has_seg=has_seg)
-    row_shape = jax.ShapeDtypeStruct((b, h, tp), _F32)
+    grid = (b, h, tp // c)
+    rows = [(sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))] if has_fgate else []
 
-    args, in_specs = optional_operands([(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full),
-                                        (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_blk), (lse, sp.row_blk),
-                                        (delta, sp.row_blk)])
-    dq_out = pl.pallas_call(
-        functools.partial(dq_kernel, **flags), grid=(b, h, tp // c), in_specs=in_specs,
-        out_specs=[sp.q_blk] + ([sp.row_blk] if has_fgate else []),
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)] + ([row_shape] if has_fgate else []),
-        interpret=interpret, name="value_forget_attention_dq")(*args)
+    dq_out = tiles.grid_call(
+        functools.partial(dq_kernel, **flags), "value_forget_attention_dq", grid,
+        [(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full),
+         (du, sp.hv_blk), (lse, sp.row_blk), (delta, sp.row_blk)],
+        [(sp.q_blk, jax.ShapeDtypeStruct(q.shape, q.dtype))] + rows, interpret)
 
-    args, in_specs = optional_operands([(q, sp.q_full), (k, sp.k_blk), (v, sp.v_blk), (av, sp.hv_full),
-                                        (af, sp.row_full), (seg, sp.seg_full), (du, sp.hv_full), (lse, sp.row_full),
-                                        (delta, sp.row_full)])
     # dk and dv per query head, summed over the GQA group below; dv per head also feeds dΛ^v.
-    dkv_out = pl.pallas_call(
-        functools.partial(dkv_kernel, n=tp // c, **flags), grid=(b, h, tp // c), in_specs=in_specs,
-        out_specs=[sp.q_blk, sp.hv_blk] + ([sp.row_blk] if has_fgate else []),
-        out_shape=[jax.ShapeDtypeStruct(q.shape, _F32), jax.ShapeDtypeStruct(av.shape, _F32)]
-        + ([row_shape] if has_fgate else []),
-        interpret=interpret, name="value_forget_attention_dkv")(*args)
+    dkv_out = tiles.grid_call(
+        functools.partial(dkv_kernel, n=tp // c, **flags), "value_forget_attention_dkv", grid,
+        [(q, sp.q_full), (k, sp.k_blk), (v, sp.v_blk), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full),
+         (du, sp.hv_full), (lse, sp.row_full), (delta, sp.row_full)],
+        [(sp.q_blk, jax.ShapeDtypeStruct(q.shape, _F32)), (sp.hv_blk, jax.ShapeDtypeStruct(av.shape, _F32))] + rows,
+        interpret)
 
     def group_sum(x: jax.Array, like: jax.Array) -> jax.Array:
         return x.reshape(b, tp, hkv, h // hkv, x.shape[3]).sum(axis=3).astype(like.dtype)
