@@ -13,22 +13,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_cases import check_packed_grads_equal_loop
-from harness import (
-    LENGTHS,
-    OpCase,
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    make_case_inputs,
-    random_cotangents,
-)
 from tolerances import tolerance
 
 from kernels import forgetting_attention
@@ -66,7 +56,7 @@ def _one_token_step(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Arr
     return o[:, 0], state
 
 
-CASE = OpCase(
+CASE = harness.OpCase(
     name="forgetting_attention",
     make_inputs=_make,
     reference=reference.forgetting_attention,
@@ -85,34 +75,34 @@ PATHS = {"reference": reference.forgetting_attention,
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["gqa", "packed"])
-@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("length", harness.LENGTHS)
 def test_parity_forward_and_all_gradients(length, packed):
-    check_forward_and_grads(CASE, length, chunk_size=BLOCK, packed=packed)
+    harness.check_forward_and_grads(CASE, length, chunk_size=BLOCK, packed=packed)
 
 
 def test_parity_other_block_sizes():
     """Block 64 (xla) and the api's default dispatch (xla with its default block on CPU), packed, T = 257."""
-    check_forward_and_grads(CASE, 257, chunk_size=64, packed=True, impls=["xla"])
-    check_forward_and_grads(dataclasses.replace(CASE, fast={"api": forgetting_attention}), 257, packed=True)
+    harness.check_forward_and_grads(CASE, 257, chunk_size=64, packed=True, impls=["xla"])
+    harness.check_forward_and_grads(dataclasses.replace(CASE, fast={"api": forgetting_attention}), 257, packed=True)
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_packed_equals_loop_over_segments(impl):
     """Forward and every gradient of packed rows equal each segment run alone (lengths 16, 1, 31 / 31, 1, 16)."""
     bounds = [[0, 16, 17, 48], [0, 31, 32, 48]]
-    check_packed_equals_loop(CASE, bounds, impl=impl, chunk_size=BLOCK)
-    check_packed_grads_equal_loop(CASE, impl, make_case_inputs(CASE, 0, bounds=bounds), bounds, BLOCK)
+    harness.check_packed_equals_loop(CASE, bounds, impl=impl, chunk_size=BLOCK)
+    check_packed_grads_equal_loop(CASE, impl, harness.make_case_inputs(CASE, 0, bounds=bounds), bounds, BLOCK)
 
 
 @pytest.mark.parametrize("length", [1, 63])
 def test_decode_equals_forward(length):
     """One token at a time through `forgetting_attention_step` equals the reference forward."""
-    check_decode_equals_forward(CASE, length)
+    harness.check_decode_equals_forward(CASE, length)
 
 
 def test_chunked_prefill_equals_forward():
     """Chunks of 1, 5, 1, 20 and 36 tokens, with and without the gate, equal the reference forward."""
-    x = make_case_inputs(CASE, 63)
+    x = harness.make_case_inputs(CASE, 63)
     step = jax.jit(forgetting_attention_step)
     for gated in (True, False):
         args = (x["q"], x["k"], x["v"], x["log_fgate"] if gated else None)
@@ -123,7 +113,7 @@ def test_chunked_prefill_equals_forward():
             outputs.append(o)
             start += size
         expected = reference.forgetting_attention(*args)
-        assert_close(jnp.concatenate(outputs, axis=1), expected, TOL, what=f"chunked prefill, gated={gated}")
+        harness.assert_close(jnp.concatenate(outputs, axis=1), expected, TOL, what=f"chunked prefill, gated={gated}")
         assert int(state.index) == 63
 
 
@@ -146,7 +136,7 @@ def test_strong_gates_match_float64(impl):
     """Gates U(−20, 0) at T = 257: |Λ_T| ≈ 2.6e3; a global float32 cumsum is 5.6e-5 off here (measured)."""
     x = _make(np.random.default_rng(257), 2, 257, gate=(-20.0, 0.0))
     args = [x[n] for n in INPUTS]
-    assert_close(jax.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
+    harness.assert_close(jax.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
 
 
 @pytest.mark.parametrize("impl", list(PATHS))
@@ -155,24 +145,25 @@ def test_zero_gate_is_causal_dot_product_attention(impl):
     q, k, v = x["q"], x["k"], x["v"]
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     zeros = jnp.zeros(q.shape[:3], jnp.float32)
-    assert_close(jax.jit(PATHS[impl])(q, k, v, zeros), expected, TOL, what="zeros gate")
-    assert_close(jax.jit(PATHS[impl])(q, k, v, None), expected, TOL, what="no gate")
+    harness.assert_close(jax.jit(PATHS[impl])(q, k, v, zeros), expected, TOL, what="zeros gate")
+    harness.assert_close(jax.jit(PATHS[impl])(q, k, v, None), expected, TOL, what="no gate")
 
 
 @pytest.mark.parametrize("length", [1, 63])
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_very_strong_gates_are_finite_and_local(impl, length):
     """log f = −1e4: every query sees only itself, o_i = v_i of its kv head; all gradients finite."""
-    inputs = make_case_inputs(CASE, length)
+    inputs = harness.make_case_inputs(CASE, length)
     inputs["log_fgate"] = jnp.full(inputs["q"].shape[:3], -1e4, jnp.float32)
-    cotangent = random_cotangents(np.random.default_rng(1), jax.ShapeDtypeStruct(inputs["q"].shape, jnp.float32))
-    o, grads = forward_and_grads(CASE, impl, inputs, cotangent, None if impl == "reference" else BLOCK)
-    assert_close(o, jnp.repeat(inputs["v"], 2, axis=2), TOL, what="o")
+    out_shape = jax.ShapeDtypeStruct(inputs["q"].shape, jnp.float32)
+    cotangent = harness.random_cotangents(np.random.default_rng(1), out_shape)
+    o, grads = harness.forward_and_grads(CASE, impl, inputs, cotangent, None if impl == "reference" else BLOCK)
+    harness.assert_close(o, jnp.repeat(inputs["v"], 2, axis=2), TOL, what="o")
     for g in grads.values():
         assert np.all(np.isfinite(np.asarray(g)))
     # Only the diagonal survives: P_ii = 1 so dS = 0 everywhere and no gradient reaches q, k or the gate.
-    assert_close(grads["q"], jnp.zeros_like(inputs["q"]), TOL, kind="grad", what="dq")
-    assert_close(grads["log_fgate"], jnp.zeros_like(inputs["log_fgate"]), TOL, kind="grad", what="dlog_fgate")
+    harness.assert_close(grads["q"], jnp.zeros_like(inputs["q"]), TOL, kind="grad", what="dq")
+    harness.assert_close(grads["log_fgate"], jnp.zeros_like(inputs["log_fgate"]), TOL, kind="grad", what="dlog_fgate")
 
 
 @pytest.mark.parametrize("impl", list(PATHS))
@@ -197,8 +188,8 @@ def test_bfloat16_forward(impl):
     args = [x[n] for n in INPUTS]
     o = jax.jit(PATHS[impl])(*args)
     assert o.dtype == jnp.bfloat16
-    assert_close(o, reference.forgetting_attention(*args), tolerance("forgetting_attention", jnp.bfloat16),
-                 what="o bf16")
+    harness.assert_close(o, reference.forgetting_attention(*args), tolerance("forgetting_attention", jnp.bfloat16),
+                         what="o bf16")
 
 
 def test_implementation_dispatch(monkeypatch):
@@ -206,14 +197,14 @@ def test_implementation_dispatch(monkeypatch):
     expected = reference.forgetting_attention(*args)
     for impl in [None, "reference", "xla", "pallas", ("pallas", "xla")]:
         fn = jax.jit(functools.partial(forgetting_attention, implementation=impl))
-        assert_close(fn(*args), expected, TOL, what=str(impl))
+        harness.assert_close(fn(*args), expected, TOL, what=str(impl))
     with pytest.raises(ValueError, match="unknown"):
         forgetting_attention(*args, implementation="cuda")
     monkeypatch.setattr(api.jax, "default_backend", lambda: "tpu")
     with pytest.raises(RuntimeError, match="pallas"):
         forgetting_attention(*args, implementation="pallas")
     # A sequence is tried in order: on TPU "pallas" cannot run, "xla" can.
-    assert_close(forgetting_attention(*args, implementation=["pallas", "xla"]), expected, TOL, what="seq")
+    harness.assert_close(forgetting_attention(*args, implementation=["pallas", "xla"]), expected, TOL, what="seq")
 
 
 def _bad_cases() -> dict[str, tuple[dict, str]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,15 +28,6 @@ from attention_cases import (
     fix_case,
     fix_float64_oracle,
     make_fix_inputs,
-)
-from harness import (
-    assert_close,
-    check_decode_equals_forward,
-    check_forward_and_grads,
-    check_packed_equals_loop,
-    forward_and_grads,
-    max_normalized_error,
-    random_cotangents,
 )
 from tolerances import tolerance
 
@@ -59,7 +51,7 @@ def _inputs(length: int, *, seed: int = 0, **kwargs) -> dict[str, jax.Array]:
 def _cotangent(inputs: dict[str, jax.Array]) -> jax.Array:
     """A random cotangent [B, T, H, Dv] for the op's output (not .sum())."""
     shape = jax.ShapeDtypeStruct(inputs["q"].shape[:3] + inputs["v"].shape[-1:], jnp.float32)
-    return random_cotangents(np.random.default_rng(1), shape)
+    return harness.random_cotangents(np.random.default_rng(1), shape)
 
 
 @functools.cache
@@ -99,30 +91,30 @@ def test_reference_equals_float64_loops():
     x = make_fix_inputs(np.random.default_rng(11), 2, 11, dv=6)
     q, k, v, av, af = (x[n][..., :8] if n in ("q", "k") else x[n] for n in INPUTS)
     u = reference.value_forget_attention(q, k, v, av, log_fgate=af)
-    assert_close(u, _loop_oracle(q, k, v, av, af), TOL, what="u")
+    harness.assert_close(u, _loop_oracle(q, k, v, av, af), TOL, what="u")
     seg = jnp.asarray([[0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3], [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]], jnp.int32)
-    assert_close(reference.value_forget_attention(q, k, v, av, log_fgate=af, segment_ids=seg),
-                 fix_float64_oracle(q, k, v, av, af, seg)[0], TOL, what="u packed")
+    harness.assert_close(reference.value_forget_attention(q, k, v, av, log_fgate=af, segment_ids=seg),
+                         fix_float64_oracle(q, k, v, av, af, seg)[0], TOL, what="u packed")
 
 
 @pytest.mark.parametrize("length, packed, with_fgate, block, dv", CASES)
 def test_xla_matches_reference_forward_and_all_gradients(length, packed, with_fgate, block, dv):
-    check_forward_and_grads(fix_case(with_fgate, dv), length, chunk_size=block, packed=packed)
+    harness.check_forward_and_grads(fix_case(with_fgate, dv), length, chunk_size=block, packed=packed)
 
 
 def test_packed_equals_loop_over_segments_and_no_gradient_crosses():
     """Two segments of 50 tokens per row (not block-aligned with block 16, ids 0, 1 and 5, 9) against each
     segment alone, outputs and every gradient; then a loss on the later segments only."""
     bounds = [[0, 50, 100], [0, 50, 100]]
-    check_packed_equals_loop(FIX_CASE, bounds, impl="xla", chunk_size=16)
+    harness.check_packed_equals_loop(FIX_CASE, bounds, impl="xla", chunk_size=16)
     inputs = _inputs(100)
     seg = jnp.asarray([np.repeat([0, 1], 50), np.repeat([5, 9], 50)], jnp.int32)
     check_packed_grads_equal_loop(FIX_CASE, "xla", inputs | {"segment_ids": seg}, bounds, 16)
     # A loss on the later segments only: exactly zero gradient for every first-segment input.
     later_only = _cotangent(inputs) * (seg != seg[:, :1]).astype(jnp.float32)[..., None, None]
     for impl in ("xla", "reference"):
-        _, grads = forward_and_grads(FIX_CASE, impl, inputs | {"segment_ids": seg}, later_only,
-                                     None if impl == "reference" else 16)
+        _, grads = harness.forward_and_grads(FIX_CASE, impl, inputs | {"segment_ids": seg}, later_only,
+                                             None if impl == "reference" else 16)
         for name, grad in grads.items():
             np.testing.assert_array_equal(np.asarray(grad[:, :50]), 0.0, err_msg=f"{impl} d{name} leaked")
             assert np.any(np.asarray(grad[:, 50:]) != 0.0), f"{impl} d{name}: no gradient at all"
@@ -133,9 +125,9 @@ def test_strong_gates_match_float64():
     x = _inputs(257, gate=(-20.0, 0.0))
     args = [x[n] for n in INPUTS]
     expected = fix_float64_oracle(*args)[0]
-    assert_close(jax.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4]), expected, TOL,
-                 what="reference")
-    assert_close(jax.jit(_xla(64))(*args[:4], log_fgate=args[4]), expected, TOL, what="xla")
+    harness.assert_close(jax.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4]), expected, TOL,
+                         what="reference")
+    harness.assert_close(jax.jit(_xla(64))(*args[:4], log_fgate=args[4]), expected, TOL, what="xla")
 
 
 def test_zero_gates_are_causal_dot_product_attention():
@@ -145,7 +137,7 @@ def test_zero_gates_are_causal_dot_product_attention():
     zeros = jnp.zeros(q.shape[:3] + (16,), jnp.float32)
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     for name, fn in (("xla", _xla(16)), ("reference", reference.value_forget_attention)):
-        assert_close(jax.jit(fn)(q, k, v, zeros), expected, TOL, what=name)
+        harness.assert_close(jax.jit(fn)(q, k, v, zeros), expected, TOL, what=name)
 
 
 def test_uniform_gates_equal_fox_only_after_rms_norm():
@@ -159,8 +151,8 @@ def test_uniform_gates_equal_fox_only_after_rms_norm():
     uniform = jnp.broadcast_to(af[..., None], q.shape[:3] + (16,))
     u_fix = jax.jit(_xla(16))(q, k, v, uniform)
     o_fox = fox_reference.forgetting_attention(q, k, v, af)
-    assert_close(_rms_norm(u_fix), _rms_norm(o_fox), TOL, what="RMSNorm(FiX) vs RMSNorm(FoX)")
-    assert max_normalized_error(u_fix, o_fox) > 0.05, "raw FiX u must differ from FoX (FoX renormalizes)"
+    harness.assert_close(_rms_norm(u_fix), _rms_norm(o_fox), TOL, what="RMSNorm(FiX) vs RMSNorm(FoX)")
+    assert harness.max_normalized_error(u_fix, o_fox) > 0.05, "raw FiX u must differ from FoX (FoX renormalizes)"
 
 
 def test_denominator_is_redundant_under_rms_norm():
@@ -169,7 +161,7 @@ def test_denominator_is_redundant_under_rms_norm():
     seg = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, size=(2, 100)), axis=1), jnp.int32)
     u = jax.jit(_xla(16))(*[x[n] for n in INPUTS[:4]], log_fgate=x["log_fgate"], segment_ids=seg)
     numerator = fix_float64_oracle(*[x[n] for n in INPUTS], seg)[1]
-    assert_close(_rms_norm(u), _rms_norm(numerator), TOL, what="RMSNorm")
+    harness.assert_close(_rms_norm(u), _rms_norm(numerator), TOL, what="RMSNorm")
 
 
 def test_long_sequence_bf16_strong_gates_stay_finite():
@@ -184,8 +176,8 @@ def test_long_sequence_bf16_strong_gates_stay_finite():
     u = jax.jit(_xla(128))(q, k, v, av, log_fgate=af)
     assert u.dtype == jnp.bfloat16
     assert np.all(np.isfinite(np.asarray(u, np.float32)))
-    assert_close(_rms_norm(u), _rms_norm(v), tolerance("value_forget_attention", jnp.bfloat16),
-                 what="RMSNorm(u) ≈ RMSNorm(v)")
+    harness.assert_close(_rms_norm(u), _rms_norm(v), tolerance("value_forget_attention", jnp.bfloat16),
+                         what="RMSNorm(u) ≈ RMSNorm(v)")
 
 
 @pytest.mark.parametrize("length", [1, 100])
@@ -198,18 +190,19 @@ def test_very_strong_gates_are_finite_and_local(length):
         inputs["segment_ids"] = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, (2, length)), 1),
                                             jnp.int32)
     for impl in ("xla", "reference"):
-        u, grads = forward_and_grads(FIX_CASE, impl, inputs, _cotangent(inputs), None if impl == "reference" else 16)
-        assert_close(u, jnp.repeat(inputs["v"], 2, axis=2), TOL, what=f"{impl} u")
+        block = None if impl == "reference" else 16
+        u, grads = harness.forward_and_grads(FIX_CASE, impl, inputs, _cotangent(inputs), block)
+        harness.assert_close(u, jnp.repeat(inputs["v"], 2, axis=2), TOL, what=f"{impl} u")
         for name, g in grads.items():
             assert np.all(np.isfinite(np.asarray(g))), f"{impl} d{name} not finite"
             if name != "v":
-                assert_close(g, jnp.zeros_like(g), TOL, kind="grad", what=f"{impl} d{name}")
+                harness.assert_close(g, jnp.zeros_like(g), TOL, kind="grad", what=f"{impl} d{name}")
 
 
 @pytest.mark.parametrize("with_fgate", [True, False])
 def test_decode_one_token_at_a_time_equals_forward(with_fgate):
     """The harness's decode check: `value_forget_attention_step` per token against the reference forward."""
-    check_decode_equals_forward(fix_case(with_fgate), 63)
+    harness.check_decode_equals_forward(fix_case(with_fgate), 63)
 
 
 @functools.cache
@@ -240,7 +233,7 @@ def test_decode_equals_full_forward_at_every_position(with_fgate):
     args = [x[n] for n in INPUTS]
     u, state = _decode_all(args, [1, 5, 1, 5, 5, 1, 5, 1, 5, 1], capacity=32, with_fgate=with_fgate)
     expected = fix_float64_oracle(*args[:4], args[4] if with_fgate else None)[0]
-    assert_close(u, expected, TOL, what="decode")
+    harness.assert_close(u, expected, TOL, what="decode")
     assert state.v.dtype == jnp.float32
     np.testing.assert_array_equal(state.length, [30, 30])
     np.testing.assert_array_equal(state.evicted, [0, 0])
@@ -251,7 +244,7 @@ def test_long_prefill_runs_in_pieces():
     """A 30-token prompt in one call with prefill_block 8: a scan over 3 pieces plus a remainder of 6."""
     args = [_inputs(30)[n] for n in INPUTS]
     u, state = _decode_all(args, [30], capacity=32, prefill_block=8)
-    assert_close(u, fix_float64_oracle(*args)[0], TOL, what="prefill")
+    harness.assert_close(u, fix_float64_oracle(*args)[0], TOL, what="prefill")
     np.testing.assert_array_equal(state.length, [30, 30])
 
 
@@ -268,12 +261,12 @@ def test_pruned_decode_with_small_capacity_matches_forward_after_rms_norm():
     q = x["q"] * 0.3  # logits O(1): a dropped term's weight e^{s_ij} stays within a few e of the kept ones
     expected = _rms_norm(fix_float64_oracle(q, k, v, av)[0])
     u, state = _decode_all((q, k, v, av, None), [1] * 40, capacity=8, with_fgate=False, prune_eps=1e-6)
-    assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u)")
+    harness.assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u)")
     np.testing.assert_array_equal(state.evicted, [0, 0])
     assert int(state.valid.sum(axis=1).max()) <= 6  # e^-3 per step: gone below 1e-6 after at most 5 steps
     # The whole prompt in one call, T = 40 > capacity: pieces of 8 tokens, each freed by the next piece's decay.
     u, state = _decode_all((q, k, v, av, None), [40], capacity=8, with_fgate=False, prune_eps=1e-6)
-    assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u), one call")
+    harness.assert_close(_rms_norm(u), expected, TOL, what="RMSNorm(u), one call")
     np.testing.assert_array_equal(state.evicted, [0, 0])
 
 
@@ -288,7 +281,7 @@ def test_full_cache_evicts_the_most_forgotten_slot_and_counts_it():
     for i in range(12):
         lo = max(0, i - 4)
         window = fix_float64_oracle(*(y[:, lo:i + 1] for y in (q, k, v, av)))[0]
-        assert_close(u[:, i], window[:, -1], TOL, what=f"u[{i}]")
+        harness.assert_close(u[:, i], window[:, -1], TOL, what=f"u[{i}]")
     np.testing.assert_array_equal(state.evicted, [8, 8])
 
 
@@ -320,7 +313,7 @@ def test_implementation_dispatch():
         pick("cuda")
     args = [_inputs(8)[n] for n in INPUTS]
     u = jax.jit(functools.partial(value_forget_attention, block_size=4))(*args[:4], log_fgate=args[4])
-    assert_close(u, reference.value_forget_attention(*args[:4], log_fgate=args[4]), TOL, what="default path")
+    harness.assert_close(u, reference.value_forget_attention(*args[:4], log_fgate=args[4]), TOL, what="default path")
 
 
 def _bad_cases() -> dict[str, tuple[dict, str]]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import harness
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_cases import FIX_CASE, fix_case, fix_float64_oracle, make_fix_inputs
-from harness import LENGTHS, OpCase, assert_close, check_forward_and_grads, forward_and_grads, random_cotangents
 from tolerances import tolerance
 
 import kernels._dispatch
@@ -30,7 +30,7 @@ INPUTS = FIX_CASE.time_inputs
 
 
 @functools.cache
-def _case(with_fgate: bool) -> OpCase:
+def _case(with_fgate: bool) -> harness.OpCase:
     """The FiX harness case with the Pallas path as its only fast path."""
     return dataclasses.replace(fix_case(with_fgate), fast={"pallas": pallas.value_forget_attention})
 
@@ -46,16 +46,16 @@ def _inputs(length: int, **kwargs) -> dict[str, jax.Array]:
 # Every T runs once without segments or scalar gate and once packed with the scalar gate (GQA in both):
 # each case costs one interpret-mode compile of the three kernels, the file's main runtime.
 @pytest.mark.parametrize(("packed", "with_fgate"), [(False, False), (True, True)], ids=["gqa-vgate", "packed-fgate"])
-@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("length", harness.LENGTHS)
 def test_parity_forward_and_all_gradients(length, packed, with_fgate):
-    check_forward_and_grads(_case(with_fgate), length, chunk_size=BLOCK, packed=packed)
+    harness.check_forward_and_grads(_case(with_fgate), length, chunk_size=BLOCK, packed=packed)
 
 
 def test_strong_gates_match_float64():
     """Gates U(−20, 0) at T = 257: |Λ_T| ≈ 2.6e3, so any difference of global float32 cumsums shows up."""
     args = [_inputs(257, gate=(-20.0, 0.0))[n] for n in INPUTS]
     u = jax.jit(functools.partial(_pallas, log_fgate=args[4]))(*args[:4])
-    assert_close(u, fix_float64_oracle(*args)[0], TOL, what="u")
+    harness.assert_close(u, fix_float64_oracle(*args)[0], TOL, what="u")
 
 
 @pytest.mark.parametrize("with_fgate", [False, True], ids=["vgate", "vgate+fgate"])
@@ -67,24 +67,24 @@ def test_very_strong_gates_are_finite(with_fgate, length=63):
     if with_fgate:
         inputs["log_fgate"] = jnp.full(inputs["q"].shape[:3], -1e4, jnp.float32)
     shape = jax.ShapeDtypeStruct(inputs["q"].shape[:3] + inputs["v"].shape[-1:], jnp.float32)
-    cotangent = random_cotangents(np.random.default_rng(1), shape)
-    u, grads = forward_and_grads(case, "pallas", inputs, cotangent, BLOCK)
+    cotangent = harness.random_cotangents(np.random.default_rng(1), shape)
+    u, grads = harness.forward_and_grads(case, "pallas", inputs, cotangent, BLOCK)
     for x in [u, *grads.values()]:
         assert np.all(np.isfinite(np.asarray(x)))
-    u_ref, grads_ref = forward_and_grads(case, "reference", inputs, cotangent)
-    assert_close(u, u_ref, TOL, what="u")
+    u_ref, grads_ref = harness.forward_and_grads(case, "reference", inputs, cotangent)
+    harness.assert_close(u, u_ref, TOL, what="u")
     for name in case.differentiable:
-        assert_close(grads[name], grads_ref[name], TOL, kind="grad", what=f"d{name}")
+        harness.assert_close(grads[name], grads_ref[name], TOL, kind="grad", what=f"d{name}")
     if with_fgate:
         # Only the diagonal survives the scalar gate: P_ii = 1, so u_i = v_i of its kv head.
-        assert_close(u, jnp.repeat(inputs["v"], 2, axis=2), TOL, what="u")
+        harness.assert_close(u, jnp.repeat(inputs["v"], 2, axis=2), TOL, what="u")
 
 
 def test_zero_gates_are_causal_dot_product_attention():
     x = _inputs(100, dv=16)
     zeros = jnp.zeros(x["q"].shape, jnp.float32)
     expected = jax.nn.dot_product_attention(x["q"], x["k"], x["v"], is_causal=True)
-    assert_close(jax.jit(_pallas)(x["q"], x["k"], x["v"], zeros), expected, TOL, what="zero gates")
+    harness.assert_close(jax.jit(_pallas)(x["q"], x["k"], x["v"], zeros), expected, TOL, what="zero gates")
 
 
 def test_no_gradient_crosses_a_segment_boundary():
@@ -108,7 +108,7 @@ def test_bfloat16_forward():
     u = jax.jit(functools.partial(_pallas, log_fgate=args[4]))(*args[:4])
     assert u.dtype == jnp.bfloat16
     expected = reference.value_forget_attention(*args[:4], log_fgate=args[4])
-    assert_close(u, expected, tolerance("value_forget_attention", jnp.bfloat16), what="u bf16")
+    harness.assert_close(u, expected, tolerance("value_forget_attention", jnp.bfloat16), what="u bf16")
 
 
 def test_api_dispatch_runs_pallas_on_cpu_only(monkeypatch):
@@ -117,7 +117,7 @@ def test_api_dispatch_runs_pallas_on_cpu_only(monkeypatch):
     args = [_inputs(100)[n] for n in INPUTS]
     fn = jax.jit(lambda *x: value_forget_attention(*x[:4], log_fgate=x[4], implementation="pallas"))
     expected = reference.value_forget_attention(*args[:4], log_fgate=args[4])
-    assert_close(fn(*args), expected, TOL, what="api pallas")
+    harness.assert_close(fn(*args), expected, TOL, what="api pallas")
     for backend in ["gpu", "tpu"]:
         monkeypatch.setattr(kernels._dispatch.jax, "default_backend", lambda backend=backend: backend)
         with pytest.raises(RuntimeError, match="pallas"):
