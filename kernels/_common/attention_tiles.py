@@ -41,16 +41,18 @@ def unpack_refs(refs: Sequence[Any], layout: Sequence[tuple[str, bool]]) -> dict
     return {name: (next(it) if present else None) for name, present in layout}
 
 
-def grid_call(kernel: Callable[..., None], name: str, grid: tuple[int, ...],
+def grid_call(kernel: Callable[..., None], name: str, block: int,
               inputs: Sequence[tuple[jax.Array | None, pl.BlockSpec]],
               outputs: Sequence[tuple[pl.BlockSpec, jax.ShapeDtypeStruct]], interpret: bool) -> list[jax.Array]:
-    """`pl.pallas_call` of kernel over grid from (array, BlockSpec) inputs and (BlockSpec, shape) outputs.
+    """`pl.pallas_call` of kernel from (array, BlockSpec) inputs and (BlockSpec, shape) outputs.
 
+    The grid is (batch, query head, block), read off the first input, q [B, Tp, H, D] (Tp a multiple of block).
     Inputs whose array is None (no gate / no segments) are left out; the kernel's flags say which are there.
     """
+    b, tp, h = inputs[0][0].shape[:3]
     kept = [(x, spec) for x, spec in inputs if x is not None]
     return pl.pallas_call(
-        kernel, grid=grid, in_specs=[spec for _, spec in kept], out_specs=[spec for spec, _ in outputs],
+        kernel, grid=(b, h, tp // block), in_specs=[spec for _, spec in kept], out_specs=[spec for spec, _ in outputs],
         out_shape=[shape for _, shape in outputs], interpret=interpret, name=name)(*[x for x, _ in kept])
 
 
@@ -108,6 +110,16 @@ def key_gate_terms(a_ref: Any | None, j: jax.Array | int, c: int, lam: jax.Array
         return None, None, gap
     a_k = block_slice(a_ref, j, c)
     return gate_sums.suffix_sums(a_k), lam + gap, gap + jnp.sum(a_k)
+
+
+def key_logits(q: jax.Array, k_j: jax.Array, a_ref: Any | None, seg_ref: Any | None, j: jax.Array | int, c: int,
+               lam: jax.Array, gap: jax.Array, seg_q: jax.Array | None,
+               scale: float) -> tuple[jax.Array, jax.Array]:
+    """Masked logits [C, C] of the query tile q [C, D] against key tile j (k_j [C, D]), walking keys backwards
+    from the query tile, and the next gap. lam, gap as in `key_gate_terms`; seg_q the query tile's segment ids.
+    """
+    rho, lam_gap, gap = key_gate_terms(a_ref, j, c, lam, gap)
+    return off_logits(q, k_j, lam_gap, rho, seg_q, optional_slice(seg_ref, j, c), scale), gap
 
 
 def query_gate_terms(a_ref: Any | None, i: jax.Array | int, c: int,

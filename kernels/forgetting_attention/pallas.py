@@ -48,7 +48,7 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg:
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_gate=a is not None,
                                has_seg=seg is not None)
     return tiles.grid_call(
-        kernel, "forgetting_attention_fwd", (b, h, tp // c),
+        kernel, "forgetting_attention_fwd", c,
         [(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full), (seg, sp.seg_full)],
         [(sp.blk, jax.ShapeDtypeStruct(q.shape, q.dtype)), (sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))],
         interpret)
@@ -64,11 +64,10 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg
     has_gate, has_seg = a is not None, seg is not None
     delta = jnp.swapaxes(jnp.sum(do.astype(_F32) * o.astype(_F32), axis=-1), 1, 2)  # [B,H,Tp]
     flags = dict(c=c, scale=scale, has_gate=has_gate, has_seg=has_seg)
-    grid = (b, h, tp // c)
     rows = [(sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))] if has_gate else []
 
     dq_out = tiles.grid_call(
-        functools.partial(dq_kernel, **flags), "forgetting_attention_dq", grid,
+        functools.partial(dq_kernel, **flags), "forgetting_attention_dq", c,
         [(q, sp.blk), (k, sp.kv_full), (v, sp.kv_full), (a, sp.row_full), (seg, sp.seg_full), (do, sp.blk),
          (lse, sp.row_blk), (delta, sp.row_blk)],
         [(sp.blk, jax.ShapeDtypeStruct(q.shape, q.dtype))] + rows, interpret)
@@ -76,7 +75,7 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array | None, seg
     # dk, dv per query head, summed over the group below
     per_head = (sp.blk, jax.ShapeDtypeStruct(q.shape, _F32))
     dkv_out = tiles.grid_call(
-        functools.partial(dkv_kernel, n=tp // c, **flags), "forgetting_attention_dkv", grid,
+        functools.partial(dkv_kernel, n=tp // c, **flags), "forgetting_attention_dkv", c,
         [(q, sp.full), (k, sp.kv_blk), (v, sp.kv_blk), (a, sp.row_full), (seg, sp.seg_full), (do, sp.full),
          (lse, sp.row_full), (delta, sp.row_full)],
         [per_head, per_head] + rows, interpret)

@@ -46,9 +46,8 @@ def dq_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) -
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dq, rows, gap = carry
         j = i - 1 - t
-        rho, lam_gap, gap = tiles.key_gate_terms(r["a"], j, c, lam, gap)
         k_j = tiles.block_slice(r["k"], j, c)
-        s = tiles.off_logits(q, k_j, lam_gap, rho, seg_q, tiles.optional_slice(r["seg"], j, c), scale)
+        s, gap = tiles.key_logits(q, k_j, r["a"], r["seg"], j, c, lam, gap, seg_q, scale)
         _, ds = _ds(s, do, tiles.block_slice(r["v"], j, c), lse, delta)
         return dq + tiles.dot_nn(ds.astype(k_j.dtype), k_j), rows + jnp.sum(ds, axis=1), gap
 

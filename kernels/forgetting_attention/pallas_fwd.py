@@ -36,9 +36,8 @@ def fwd_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) 
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, l_sum, acc, gap = carry
         j = i - 1 - t
-        rho, lam_gap, gap = tiles.key_gate_terms(r["a"], j, c, lam, gap)
-        seg_k = tiles.optional_slice(r["seg"], j, c)
-        s = tiles.off_logits(q, tiles.block_slice(r["k"], j, c), lam_gap, rho, seg_q, seg_k, scale)
+        k_j = tiles.block_slice(r["k"], j, c)
+        s, gap = tiles.key_logits(q, k_j, r["a"], r["seg"], j, c, lam, gap, seg_q, scale)
         m_new, alpha, p, l_sum = tiles.softmax_step(m, l_sum, s)
         v_j = tiles.block_slice(r["v"], j, c)
         return m_new, l_sum, alpha[:, None] * acc + tiles.dot_nn(p.astype(v_j.dtype), v_j), gap

@@ -61,7 +61,7 @@ def _forward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.Ar
     sp = _specs(q, k, v, c)
     kernel = functools.partial(fwd_kernel, c=c, scale=scale, has_fgate=af is not None, has_seg=seg is not None)
     return tiles.grid_call(
-        kernel, "value_forget_attention_fwd", (b, h, tp // c),
+        kernel, "value_forget_attention_fwd", c,
         [(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full)],
         [(sp.hv_blk, jax.ShapeDtypeStruct(av.shape, _F32)), (sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))],
         interpret)
@@ -77,18 +77,17 @@ def _backward(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, af: jax.A
     du = du.astype(_F32)
     delta = jnp.swapaxes(jnp.sum(du * u, axis=-1), 1, 2)  # δ_i = du_i · u_i, [B,H,Tp]
     flags = dict(c=c, scale=scale, has_fgate=has_fgate, has_seg=has_seg)
-    grid = (b, h, tp // c)
     rows = [(sp.row_blk, jax.ShapeDtypeStruct((b, h, tp), _F32))] if has_fgate else []
 
     dq_out = tiles.grid_call(
-        functools.partial(dq_kernel, **flags), "value_forget_attention_dq", grid,
+        functools.partial(dq_kernel, **flags), "value_forget_attention_dq", c,
         [(q, sp.q_blk), (k, sp.k_full), (v, sp.v_full), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full),
          (du, sp.hv_blk), (lse, sp.row_blk), (delta, sp.row_blk)],
         [(sp.q_blk, jax.ShapeDtypeStruct(q.shape, q.dtype))] + rows, interpret)
 
     # dk and dv per query head, summed over the GQA group below; dv per head also feeds dΛ^v.
     dkv_out = tiles.grid_call(
-        functools.partial(dkv_kernel, n=tp // c, **flags), "value_forget_attention_dkv", grid,
+        functools.partial(dkv_kernel, n=tp // c, **flags), "value_forget_attention_dkv", c,
         [(q, sp.q_full), (k, sp.k_blk), (v, sp.v_blk), (av, sp.hv_full), (af, sp.row_full), (seg, sp.seg_full),
          (du, sp.hv_full), (lse, sp.row_full), (delta, sp.row_full)],
         [(sp.q_blk, jax.ShapeDtypeStruct(q.shape, _F32)), (sp.hv_blk, jax.ShapeDtypeStruct(av.shape, _F32))] + rows,

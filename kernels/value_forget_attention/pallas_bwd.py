@@ -73,10 +73,9 @@ def dq_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool) 
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         dq, rows, gap_v, gap_f = carry
         j = i - 1 - t
-        rho_f, lam_gap_f, gap_f = tiles.key_gate_terms(r["af"], j, c, lam_f, gap_f)
         k_j, v_j = tiles.block_slice(r["k"], j, c), tiles.block_slice(r["v"], j, c)
         av_k = tiles.block_slice(r["av"], j, c)
-        s = tiles.off_logits(q, k_j, lam_gap_f, rho_f, seg_q, tiles.optional_slice(r["seg"], j, c), scale)
+        s, gap_f = tiles.key_logits(q, k_j, r["af"], r["seg"], j, c, lam_f, gap_f, seg_q, scale)
         du_decayed = du * jnp.exp(lam_v + gap_v[None, :])
         _, ds = _off_pair(s, du_decayed, decayed_values(av_k, v_j), lse, delta, v_j.dtype)
         gap_v = gap_v + jnp.sum(av_k, axis=0)

@@ -74,9 +74,8 @@ def fwd_kernel(*refs: Any, c: int, scale: float, has_fgate: bool, has_seg: bool)
     def key_block(t: jax.Array, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         m, l_sum, acc, gap_v, gap_f = carry
         j = i - 1 - t
-        rho_f, lam_gap_f, gap_f = tiles.key_gate_terms(r["af"], j, c, lam_f, gap_f)
-        seg_k = tiles.optional_slice(r["seg"], j, c)
-        s = tiles.off_logits(q, tiles.block_slice(r["k"], j, c), lam_gap_f, rho_f, seg_q, seg_k, scale)
+        k_j = tiles.block_slice(r["k"], j, c)
+        s, gap_f = tiles.key_logits(q, k_j, r["af"], r["seg"], j, c, lam_f, gap_f, seg_q, scale)
         m_new, alpha, p, l_sum = tiles.softmax_step(m, l_sum, s)
         av_k = tiles.block_slice(r["av"], j, c)
         v_j = tiles.block_slice(r["v"], j, c)
