@@ -1,9 +1,9 @@
 """The EDEN comparison: the synthetic nucleotide generator and dataset, the matched presets, the script."""
 
+import importlib.util
 import itertools
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -179,11 +179,9 @@ def test_preset_files_and_datasets():
 
 
 def test_compare_script_trains_every_cell_and_writes_table_and_plot(tmp_path):
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import eden_compare
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    spec = importlib.util.spec_from_file_location("eden_compare", REPO / "scripts" / "eden_compare.py")
+    eden_compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eden_compare)
     out = tmp_path / "out"
     result = eden_compare.main(["--out", str(out), "--sizes", "tiny", "--steps", "2", "--seq-len", "32",
                                 "--data-dir", str(tmp_path / "data")])

@@ -15,9 +15,10 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
+from kernels.forgetting_attention.decode import cached_forgetting_attention
 from zoo.mixers.attention import Attention
 from zoo.mixers.fox import ForgettingAttention
-from zoo.mixers.fox_parts import cached_forgetting_attention, token_shift
+from zoo.mixers.fox_parts import token_shift
 from zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")

@@ -13,8 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Re-exported: the decode maths lives with the op (tests/zoo/test_fox.py imports it from here).
-from kernels.forgetting_attention.decode import cached_forgetting_attention  # noqa: F401
 from zoo.layers.options import check_choice, check_implementation
 from zoo.mixers.base import read_mixer_options
 from zoo.models.config import ModelConfig
