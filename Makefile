@@ -10,14 +10,14 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m train --config configs/default.py --workdir $(WORKDIR)
+	$(PY) -m icml26zoo.train --config configs/default.py --workdir $(WORKDIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)

@@ -5,7 +5,7 @@ The same data and schedule as fox_mqar with the "circulation" mixer;
 options: `model.mixer_options`, e.g. (("alpha", 1.05),).
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

@@ -5,7 +5,7 @@ The same shape and schedule as fox_tiny with the "circulation" mixer;
 options: `model.mixer_options`, e.g. (("alpha", 1.05),).
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

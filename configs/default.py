@@ -3,9 +3,9 @@
 250 steps of 16 x 256 bytes (about 1M tokens) take about 1.2 s each on a quiet 2-core machine.
 """
 
-from train.config import TrainConfig
-from train.presets import stdlib_lm
-from zoo.models.config import ModelConfig
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.presets import stdlib_lm
 
 
 def get_config() -> TrainConfig:

@@ -4,7 +4,7 @@ The same shape and schedule as llama_tiny with the "deltanet" mixer: 4 value hea
 (num_kv_heads), short conv width 4. Options: `(('allow_neg_eigval', True),)` lets β reach 2.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

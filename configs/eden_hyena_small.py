@@ -4,7 +4,7 @@ Sizes and widths are in train.presets.EDEN_SHAPES (parameter counts matched acro
 The same backbone on the byte corpus: `data.name=pystdlib eval_batches=16`. The whole grid: scripts/eden_compare.py.
 """
 
-from train.presets import eden_lm
+from icml26zoo.train.presets import eden_lm
 
 
 def get_config():

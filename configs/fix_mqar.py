@@ -5,7 +5,7 @@ vocabulary (64) covers padding + keys + values (33). Without the FoX scalar gate
 `model.mixer_options="(('scalar_gate', False),)"`.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

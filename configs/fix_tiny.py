@@ -5,7 +5,7 @@ r = 16), the FoX scalar gate, the fp32 output RMSNorm and output gate, no RoPE. 
 from the paper's abstract. Mamba-style gates: `model.mixer_options="(('vgate', 'mamba'),)"`.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

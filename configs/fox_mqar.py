@@ -4,7 +4,7 @@
 vocabulary (64) covers padding + keys + values (33). The Pro block: `model.mixer_options="(('pro', True),)"`.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

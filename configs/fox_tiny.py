@@ -4,7 +4,7 @@ The same shape and schedule as llama_tiny with the "fox" mixer (data-dependent f
 The Pro block: `model.mixer_options="(('pro', True),)"`; other gates: `(('gate', 'bias_only'),)` etc.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

@@ -4,7 +4,7 @@
 vocabulary (64) covers padding + keys + values (33). Options: `(('allow_neg_eigval', True),)` lets β reach 2.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

@@ -5,7 +5,7 @@ covers model.max_seq_len (64) ≥ the 32-token rows. Order 3 (one more gate and 
 `model.mixer_options="(('order', 3),)"`.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

@@ -4,7 +4,7 @@ The same shape and schedule as llama_tiny with the "hyena" mixer: filter FFN wid
 conv 3 (EDEN's small settings). The implicit filter covers model.max_seq_len (256) ≥ the 64-token rows.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

@@ -4,7 +4,7 @@
 vocabulary (64) covers padding + keys + values (33). Options: the safe gate g ∈ (−5, 0): `(('safe_gate', True),)`.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

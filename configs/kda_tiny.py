@@ -4,7 +4,7 @@ The same shape and schedule as llama_tiny with the "kda" mixer: 4 value heads sh
 (num_kv_heads), short conv width 4. Options: the safe gate g ∈ (−5, 0): `(('safe_gate', True),)`.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """A 2-layer, 64-wide Llama for tests and quick experiments (byte corpus; `data.name=mqar` for recall)."""
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

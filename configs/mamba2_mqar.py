@@ -6,7 +6,7 @@ N = 32 per head (H = 8 heads of width 16). The diagonal decay:
 `model.mixer_options="(('decay', 'diagonal'), ('state_size', 32))"`.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

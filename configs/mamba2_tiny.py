@@ -5,7 +5,7 @@ The same shape and schedule as llama_tiny with the "mamba2" mixer: expand 2 (d_i
 settings). The generalized diagonal decay: `model.mixer_options="(('decay', 'diagonal'),)"`.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

@@ -4,7 +4,7 @@
 fixed-size state (d_inner × N = 128 × 32 here), so the state size is raised to N = 32 as for mamba2_mqar.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

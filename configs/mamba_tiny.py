@@ -4,7 +4,7 @@ The same shape and schedule as llama_tiny with the "mamba" mixer: expand 2 (d_in
 N = 16, dt_rank = ceil(64 / 16) = 4, conv width 4, chunk 64 (mamba_simple's defaults at this width).
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

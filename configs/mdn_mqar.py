@@ -4,7 +4,7 @@
 vocabulary (64) covers padding + keys + values (33). Options: `(('expand_v', 2),)` gives d_v = 2·d_k.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

@@ -5,7 +5,7 @@ The same shape and schedule as gated_deltanet_tiny with the "mdn" mixer: 4 value
 `(('expand_v', 2),)` gives d_v = 2·d_k as at 400M; `(('min_log_mu', -1.0), ('tau_factor', 8.0))` the 1B gates.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

@@ -6,7 +6,7 @@ routed into a channel that its later query reads, so there is one prototype per 
 scales, e ∈ {1, 3, 5} (half-lives ≈ 1.4, 5.5 and 22 tokens: the 32-token row), d_p = 32, d_v = 64.
 """
 
-from train.presets import tiny_mqar
+from icml26zoo.train.presets import tiny_mqar
 
 
 def get_config():

@@ -6,7 +6,7 @@ d_p = 32, d_v = d_model = 64, normalized ("avg") memories, one head. Learned tim
 `model.mixer_options="(('decay', 'learned'), ('num_prototypes', 16))"`.
 """
 
-from train.presets import tiny_byte_lm
+from icml26zoo.train.presets import tiny_byte_lm
 
 
 def get_config():

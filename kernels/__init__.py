@@ -1,13 +1,13 @@
 """Pure array ops: one folder per op (reference, xla, pallas, api, decode), re-exported here with each op's
 single-step decode form."""
 
-from kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
-from kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
-from kernels.long_conv import causal_long_conv, causal_long_conv_step
-from kernels.momentum_delta_rule import momentum_delta_rule, momentum_delta_rule_step
-from kernels.selective_scan import selective_scan, selective_scan_step
-from kernels.ssd import ssd, ssd_step
-from kernels.value_forget_attention import value_forget_attention, value_forget_attention_step
+from icml26zoo.kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
+from icml26zoo.kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
+from icml26zoo.kernels.long_conv import causal_long_conv, causal_long_conv_step
+from icml26zoo.kernels.momentum_delta_rule import momentum_delta_rule, momentum_delta_rule_step
+from icml26zoo.kernels.selective_scan import selective_scan, selective_scan_step
+from icml26zoo.kernels.ssd import ssd, ssd_step
+from icml26zoo.kernels.value_forget_attention import value_forget_attention, value_forget_attention_step
 
 __all__ = [
     "causal_long_conv",

@@ -48,13 +48,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kernels.forgetting_attention import pallas, reference, xla  # noqa: E402
-from kernels.value_forget_attention import reference as fix_reference  # noqa: E402
-from kernels.value_forget_attention import xla as fix_xla  # noqa: E402
+from icml26zoo.kernels.forgetting_attention import pallas, reference, xla  # noqa: E402
+from icml26zoo.kernels.value_forget_attention import reference as fix_reference  # noqa: E402
+from icml26zoo.kernels.value_forget_attention import xla as fix_xla  # noqa: E402
 
-HAS_FIX_PALLAS = importlib.util.find_spec("kernels.value_forget_attention.pallas") is not None
+HAS_FIX_PALLAS = importlib.util.find_spec("icml26zoo.kernels.value_forget_attention.pallas") is not None
 if HAS_FIX_PALLAS:
-    from kernels.value_forget_attention import pallas as fix_pallas  # noqa: E402
+    from icml26zoo.kernels.value_forget_attention import pallas as fix_pallas  # noqa: E402
 
 GOALS = {"c1_max": 3.0, "c2_time_max": 4.5, "c2_mem_max": 2.3, "c5_fox_max": 1.25, "c5_fix_max": 1.30,
          "c5_prior_max": 1.25}

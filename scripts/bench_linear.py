@@ -30,9 +30,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kernels.delta_rule import gated_delta_rule  # noqa: E402
-from kernels.forgetting_attention import forgetting_attention  # noqa: E402
-from kernels.momentum_delta_rule import momentum_delta_rule  # noqa: E402
+from icml26zoo.kernels.delta_rule import gated_delta_rule  # noqa: E402
+from icml26zoo.kernels.forgetting_attention import forgetting_attention  # noqa: E402
+from icml26zoo.kernels.momentum_delta_rule import momentum_delta_rule  # noqa: E402
 
 B, H, D = 1, 4, 64
 

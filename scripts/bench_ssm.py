@@ -30,7 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kernels.ssd import pallas_chunk, reference, xla  # noqa: E402
+from icml26zoo.kernels.ssd import pallas_chunk, reference, xla  # noqa: E402
 
 CHUNK = 64
 GOALS = {"C0_max_abs": 1e-4, "C1_interpret_max": 10.0, "C2_time_max": 2.3, "C2_mem_max": 2.3,
@@ -104,7 +104,7 @@ def bench_decay(diagonal, repeats, skip_pallas):
 def bench_gdn(repeats):
     """Chunked Gated DeltaNet fwd+bwd at the SSD shape (K = N, V = P), or None when the op is absent."""
     try:
-        from kernels.delta_rule import xla as gdn
+        from icml26zoo.kernels.delta_rule import xla as gdn
     except ImportError:
         return None
     x, a, b, c, dy, ds = inputs(2048, False)

@@ -31,12 +31,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from train import data as data_lib  # noqa: E402
-from train.config import TrainConfig  # noqa: E402
-from train.data import nucleotide  # noqa: E402
-from train.loop import train  # noqa: E402
-from train.presets import EDEN_ARCHS, EDEN_DATASETS, EDEN_SHAPES, eden_lm  # noqa: E402
-from zoo.models import build_model, count_params  # noqa: E402
+from icml26zoo.models import build_model, count_params  # noqa: E402
+from icml26zoo.train import data as data_lib  # noqa: E402
+from icml26zoo.train.config import TrainConfig  # noqa: E402
+from icml26zoo.train.data import nucleotide  # noqa: E402
+from icml26zoo.train.loop import train  # noqa: E402
+from icml26zoo.train.presets import EDEN_ARCHS, EDEN_DATASETS, EDEN_SHAPES, eden_lm  # noqa: E402
 
 COLUMNS = ("arch", "size", "d_model", "layers", "params", "tokens", "eval_loss", "bits_per_base",
            "gap_to_entropy_rate", "gap_to_bayes_optimum", "wall_s")

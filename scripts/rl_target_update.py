@@ -23,10 +23,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from zoo.rl.dqn import DQNTrace, train_dqn  # noqa: E402
-from zoo.rl.envs import random_mdp, value_iteration  # noqa: E402
-from zoo.rl.schedules import GeometricTargetSchedule, adaptive_schedule, constant_schedule  # noqa: E402
-from zoo.rl.tabular import QLearningTrace, periodic_q_learning, steps_to_reach  # noqa: E402
+from icml26zoo.rl.dqn import DQNTrace, train_dqn  # noqa: E402
+from icml26zoo.rl.envs import random_mdp, value_iteration  # noqa: E402
+from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_schedule, constant_schedule  # noqa: E402
+from icml26zoo.rl.tabular import QLearningTrace, periodic_q_learning, steps_to_reach  # noqa: E402
 
 TAB_EPS = (0.3, 0.1, 0.03, 0.01)
 DQN_EPS = (1.0, 0.3, 0.2)

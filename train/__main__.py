@@ -1,4 +1,4 @@
-"""Command line: `python -m train --config configs/<preset>.py --workdir DIR [key=value ...]`."""
+"""Command line: `python -m icml26zoo.train --config configs/<preset>.py --workdir DIR [key=value ...]`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m icml26zoo.train", description=__doc__)
     parser.add_argument("--config", required=True, help="preset file defining get_config()")
     parser.add_argument("--workdir", required=True, help="run directory (metrics, checkpoints, plots)")
     parser.add_argument("--coordinator", help="multi-host: coordinator host:port for jax.distributed")
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     # Our own messages at INFO; absl, orbax and TFDS stay at WARNING so the progress bar stays readable.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("train").setLevel(logging.INFO)
-    from train.config import apply_overrides, load_preset
-    from train.distributed import initialize_distributed
+    from icml26zoo.train.config import apply_overrides, load_preset
+    from icml26zoo.train.distributed import initialize_distributed
 
     try:
         config = apply_overrides(load_preset(args.config), args.overrides)
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
-    from train.loop import train
-    from train.report import print_summary
+    from icml26zoo.train.loop import train
+    from icml26zoo.train.report import print_summary
 
     summary = train(config, args.workdir)
     print_summary(summary, args.workdir)

@@ -14,9 +14,9 @@ import types
 import typing
 from typing import Any
 
-from zoo.models.config import ModelConfig
-from zoo.registry import OBJECTIVES
-from zoo.validation import (
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import OBJECTIVES
+from icml26zoo.validation import (
     check_int,
     check_non_negative,
     check_pairs,
@@ -65,7 +65,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         # Imported here: the dataset modules import this one.
-        from train.data.registry import check_dataset_name
+        from icml26zoo.train.data.registry import check_dataset_name
 
         check_dataset_name("data.name", self.name)
         for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",

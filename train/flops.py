@@ -12,7 +12,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from zoo.models.config import ModelConfig
+from icml26zoo.models.config import ModelConfig
 
 
 def matmul_params(cfg: ModelConfig) -> int:

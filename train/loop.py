@@ -15,19 +15,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from train import data as data_lib
-from train.checkpoint import Checkpointer, NonFiniteStateError
-from train.config import TrainConfig
-from train.flops import mesh_peak_flops, train_flops_per_token
-from train.metrics import create_writer, read_metrics
-from train.monitor import flagged_steps, make_spike_monitor
-from train.optim import build_optimizer, custom_update, learning_rate_schedule
-from train.plotting import plot_loss_curves
-from train.progress import Progress
-from train.sharding import global_batch, make_mesh, tree_shardings
-from train.step import TrainState, make_eval_step, make_train_step, summarize_eval
-from zoo.models import build_model
-from zoo.registry import OBJECTIVES
+from icml26zoo.models import build_model
+from icml26zoo.registry import OBJECTIVES
+from icml26zoo.train import data as data_lib
+from icml26zoo.train.checkpoint import Checkpointer, NonFiniteStateError
+from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
+from icml26zoo.train.metrics import create_writer, read_metrics
+from icml26zoo.train.monitor import flagged_steps, make_spike_monitor
+from icml26zoo.train.optim import build_optimizer, custom_update, learning_rate_schedule
+from icml26zoo.train.plotting import plot_loss_curves
+from icml26zoo.train.progress import Progress
+from icml26zoo.train.sharding import global_batch, make_mesh, tree_shardings
+from icml26zoo.train.step import TrainState, make_eval_step, make_train_step, summarize_eval
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer) -> dict[s
 
 def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def ") -> str:
     """Decodes `config.sample_length` bytes after `prompt` with the configured temperature and top-k."""
-    from zoo.models import generate
+    from icml26zoo.models import generate
 
     model = nnx.merge(run.graphdef, jax.device_get(params))
     prompt_tokens = jnp.asarray(data_lib.encode(prompt), jnp.int32)[None, :]

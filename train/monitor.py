@@ -16,10 +16,10 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
-from train.config import OptimConfig
-from train.step import TrainState, objective_loss, step_keys
-from zoo.losses import Objective
-from zoo.optim.spike_monitor import spike_diagnostics
+from icml26zoo.losses import Objective
+from icml26zoo.optim.spike_monitor import spike_diagnostics
+from icml26zoo.train.config import OptimConfig
+from icml26zoo.train.step import TrainState, objective_loss, step_keys
 
 PREFIX = "spike/"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import optax
 
-from train.config import OptimConfig
-from zoo.registry import OPTIMIZERS, UpdateFn
+from icml26zoo.registry import OPTIMIZERS, UpdateFn
+from icml26zoo.train.config import OptimConfig
 
 
 def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:

@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # Never open a window: this runs on headless training mac
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from train.metrics import read_metrics  # noqa: E402
+from icml26zoo.train.metrics import read_metrics  # noqa: E402
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 

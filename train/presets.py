@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.config import DataConfig, OptimConfig, TrainConfig
-from zoo.models.config import ModelConfig
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 
 Options = tuple[tuple[str, Any], ...]
 

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from zoo.losses import Objective
-from zoo.registry import UpdateFn
+from icml26zoo.losses import Objective
+from icml26zoo.registry import UpdateFn
 
 LossFn = Callable[[dict, dict[str, jax.Array]], jax.Array]
 

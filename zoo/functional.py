@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.models.config import ModelConfig
-from zoo.registry import MIXERS, MODELS
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import MIXERS, MODELS
 
 Params = dict[str, Any]
 
@@ -101,7 +101,7 @@ def init(config: Config, key: jax.Array) -> Params:
 
 def _default_positions(inputs: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
     """[B, T] int32 positions: the index inside each segment, arange(T) without segments."""
-    from zoo.models.lm import positions_from_segments
+    from icml26zoo.models.lm import positions_from_segments
 
     if segment_ids is not None:
         return positions_from_segments(segment_ids)

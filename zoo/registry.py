@@ -26,7 +26,7 @@ UpdateFactory = Callable[[Any], UpdateFn]
 
 # Modules whose import registers the built-in entries. Imported lazily on first lookup so that
 # `import zoo.registry` stays cheap and free of import cycles.
-_BUILTIN_MODULES = ("zoo.mixers", "zoo.models", "zoo.optim")
+_BUILTIN_MODULES = ("icml26zoo.mixers", "icml26zoo.models", "icml26zoo.optim")
 
 
 class Registry(Generic[T]):
@@ -127,7 +127,7 @@ MODELS: Registry[Callable[..., Any]] = Registry("model")
 MIXERS: Registry[type] = Registry("mixer")
 OPTIMIZERS = OptimizerRegistry("optimizer")
 # Objectives `objective(model, batch, rng) -> (loss, metrics)` (see zoo.losses.objectives).
-OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective", modules=("zoo.losses",))
+OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective", modules=("icml26zoo.losses",))
 
 register_model = MODELS.register
 register_mixer = MIXERS.register

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels._common import gate_sums
-from kernels._common.precision import ACCUM_DTYPE, HIGHEST
+from icml26zoo.kernels._common import gate_sums
+from icml26zoo.kernels._common.precision import ACCUM_DTYPE, HIGHEST
 
 
 def dot_nt(x: jax.Array, y: jax.Array) -> jax.Array:

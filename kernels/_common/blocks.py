@@ -12,8 +12,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels._common.gate_sums import segmented_reverse_cumsum
-from kernels._common.layout import pad_time, padded_length
+from icml26zoo.kernels._common.gate_sums import segmented_reverse_cumsum
+from icml26zoo.kernels._common.layout import pad_time, padded_length
 
 
 def block_length(length: int, block_size: int) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from typing import NoReturn
 import jax
 import jax.numpy as jnp
 
-from kernels._common.chunks import CHUNK_SIZES
+from icml26zoo.kernels._common.chunks import CHUNK_SIZES
 
 
 def fail_shape(op: str, name: str, shape: Sequence[int], expected: str) -> NoReturn:

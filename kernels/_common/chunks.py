@@ -12,9 +12,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels._common.layout import pad_time, padded_length
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_counts
+from icml26zoo.kernels._common.layout import pad_time, padded_length
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_counts
 
 # Chunk lengths the chunked paths accept: powers of two (the UT solve's block doubling), small enough to keep
 # the [C, C] products cheap.

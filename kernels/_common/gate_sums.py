@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.segments import reverse_cumsum
+from icml26zoo.kernels._common.segments import reverse_cumsum
 
 
 def prefix_sums(a: jax.Array) -> jax.Array:

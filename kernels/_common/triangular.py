@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 def _ein(spec: str, *xs: jax.Array) -> jax.Array:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels._common import checks
-from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
-from kernels.delta_rule import pallas_chunk, reference, xla
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
+from icml26zoo.kernels.delta_rule import pallas_chunk, reference, xla
 
 # name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only: the kernels have
 # not been lowered and checked on a GPU/TPU backend yet, so naming it there raises instead of guessing.

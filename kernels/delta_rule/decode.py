@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 def gated_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,

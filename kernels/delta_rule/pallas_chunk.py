@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.pallas import call, dot, shape_dtype
-from kernels.delta_rule import xla
+from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
+from icml26zoo.kernels.delta_rule import xla
 
 
 def _fwd_sub(a: jax.Array, r: jax.Array) -> jax.Array:

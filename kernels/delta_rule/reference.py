@@ -19,9 +19,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from kernels._common.chunks import gate_rows
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_starts
+from icml26zoo.kernels._common.chunks import gate_rows
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_starts
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))

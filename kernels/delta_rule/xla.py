@@ -37,9 +37,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels._common.chunks import ChunkInputs, chunk_inputs, prefix_sum, scale_rows
-from kernels._common.precision import HIGHEST
-from kernels._common.triangular import unit_lower_solve
+from icml26zoo.kernels._common.chunks import ChunkInputs, chunk_inputs, prefix_sum, scale_rows
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.triangular import unit_lower_solve
 
 _NEG_INF = float("-inf")
 

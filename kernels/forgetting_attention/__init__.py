@@ -1,7 +1,7 @@
 """Forgetting attention (FoX): causal softmax attention with a per-head scalar forget gate."""
 
-from kernels.forgetting_attention.api import forgetting_attention
-from kernels.forgetting_attention.decode import (
+from icml26zoo.kernels.forgetting_attention.api import forgetting_attention
+from icml26zoo.kernels.forgetting_attention.decode import (
     ForgettingAttentionState,
     forgetting_attention_step,
     init_forgetting_attention_state,

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels._common import attention_tiles as tiles
-from kernels._common import gate_sums
-from kernels._common.precision import ACCUM_DTYPE
+from icml26zoo.kernels._common import attention_tiles as tiles
+from icml26zoo.kernels._common import gate_sums
+from icml26zoo.kernels._common.precision import ACCUM_DTYPE
 
 
 def _ds(s: jax.Array, do: jax.Array, v: jax.Array, lse: jax.Array,

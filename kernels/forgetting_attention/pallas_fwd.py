@@ -15,9 +15,9 @@ from jax import lax
 from jax import numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels._common import attention_tiles as tiles
-from kernels._common import gate_sums
-from kernels._common.precision import ACCUM_DTYPE
+from icml26zoo.kernels._common import attention_tiles as tiles
+from icml26zoo.kernels._common import gate_sums
+from icml26zoo.kernels._common.precision import ACCUM_DTYPE
 
 
 def fwd_kernel(*refs: Any, c: int, scale: float, has_gate: bool, has_seg: bool) -> None:

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common import gate_sums
-from kernels._common.masks import attention_mask
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common import gate_sums
+from icml26zoo.kernels._common.masks import attention_mask
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common import blocks, gate_sums
-from kernels._common.attention_tiles import softmax_start, softmax_step
-from kernels._common.precision import einsum_f32
+from icml26zoo.kernels._common import blocks, gate_sums
+from icml26zoo.kernels._common.attention_tiles import softmax_start, softmax_step
+from icml26zoo.kernels._common.precision import einsum_f32
 
 DEFAULT_BLOCK_SIZE = 128
 _F32 = jnp.float32

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import jax
 
-from kernels._common import checks
-from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
-from kernels.long_conv import reference, xla
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
+from icml26zoo.kernels.long_conv import reference, xla
 
 _NAME = "causal_long_conv"
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 class LongConvState(NamedTuple):

@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.pallas import call, dot, shape_dtype
-from kernels._common.precision import HIGHEST
-from kernels.momentum_delta_rule import xla
+from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels.momentum_delta_rule import xla
 
 
 def _dot_tn(a: jax.Array, b: jax.Array) -> jax.Array:

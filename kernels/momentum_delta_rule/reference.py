@@ -20,8 +20,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_starts
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_starts
 
 
 def initial_states(initial_state: tuple[jax.Array, jax.Array] | None,

@@ -39,11 +39,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels._common.chunks import chunk_inputs, prefix_sum, scale_rows, to_chunk_major, to_chunks
-from kernels._common.layout import pad_time
-from kernels._common.precision import HIGHEST
-from kernels._common.triangular import unit_lower_solve
-from kernels.momentum_delta_rule.reference import initial_states
+from icml26zoo.kernels._common.chunks import chunk_inputs, prefix_sum, scale_rows, to_chunk_major, to_chunks
+from icml26zoo.kernels._common.layout import pad_time
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.triangular import unit_lower_solve
+from icml26zoo.kernels.momentum_delta_rule.reference import initial_states
 
 _NEG_INF = float("-inf")
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from kernels._common import checks
-from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
-from kernels.selective_scan import reference, xla
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
+from icml26zoo.kernels.selective_scan import reference, xla
 
 _NAME = "selective_scan"
 

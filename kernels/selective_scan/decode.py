@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 def selective_scan_step(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_starts
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_starts
 
 
 def initial(initial_state: jax.Array | None, bsz: int, d_in: int, n: int) -> jax.Array:

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_starts
-from kernels.selective_scan.reference import initial, skip
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_starts
+from icml26zoo.kernels.selective_scan.reference import initial, skip
 
 
 def _combine(left: tuple[jax.Array, jax.Array], right: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels._common import checks
-from kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
-from kernels.ssd import attention_form, pallas_chunk, reference, xla
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
+from icml26zoo.kernels.ssd import attention_form, pallas_chunk, reference, xla
 
 _NAME = "ssd"
 

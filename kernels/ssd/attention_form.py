@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.precision import einsum_f32
-from kernels._common.segments import segment_counts
+from icml26zoo.kernels._common.precision import einsum_f32
+from icml26zoo.kernels._common.segments import segment_counts
 
 
 def _heads_first(x: jax.Array, a: jax.Array, b: jax.Array,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.precision import HIGHEST
 
 
 def ssd_step(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *,

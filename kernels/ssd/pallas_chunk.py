@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels._common.pallas import call, shape_dtype
-from kernels.ssd import _chunk
+from icml26zoo.kernels._common.pallas import call, shape_dtype
+from icml26zoo.kernels.ssd import _chunk
 
 # The int32 segment counts (input 4 of both kernels) are [B, Tp], read by every head.
 _SEGMENT_COUNTS = (4,)

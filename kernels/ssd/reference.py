@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import segment_counts
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import segment_counts
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))

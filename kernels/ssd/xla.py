@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.precision import einsum_f32
-from kernels.ssd import _chunk
+from icml26zoo.kernels._common.precision import einsum_f32
+from icml26zoo.kernels.ssd import _chunk
 
 
 def _chunked(z: jax.Array, q: int) -> jax.Array:

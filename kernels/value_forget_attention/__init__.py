@@ -4,8 +4,8 @@ A reconstruction from the abstract of "FiX: Introducing Fine-grained Forget Gate
 (ICML 2026); the authors' code is not available (docs/papers.md).
 """
 
-from kernels.value_forget_attention.api import value_forget_attention
-from kernels.value_forget_attention.decode import (
+from icml26zoo.kernels.value_forget_attention.api import value_forget_attention
+from icml26zoo.kernels.value_forget_attention.decode import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,
     value_forget_attention_step,

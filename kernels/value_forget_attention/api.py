@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._common import checks
-from kernels._dispatch import select_implementation
-from kernels.value_forget_attention import pallas, reference, xla
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import select_implementation
+from icml26zoo.kernels.value_forget_attention import pallas, reference, xla
 
 _ALL = ("cpu", "gpu", "tpu")
 

@@ -41,9 +41,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common.gate_sums import segment_sums
-from kernels._common.precision import HIGHEST
-from kernels._common.segments import reverse_cumsum
+from icml26zoo.kernels._common.gate_sums import segment_sums
+from icml26zoo.kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common.segments import reverse_cumsum
 
 _F32 = jnp.float32
 

@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels._common import attention_tiles as tiles
-from kernels._common.blocks import block_length
-from kernels._common.gate_sums import segmented_reverse_cumsum
-from kernels._common.layout import pad_time
-from kernels.value_forget_attention.pallas_bwd import dkv_kernel, dq_kernel
-from kernels.value_forget_attention.pallas_fwd import fwd_kernel
+from icml26zoo.kernels._common import attention_tiles as tiles
+from icml26zoo.kernels._common.blocks import block_length
+from icml26zoo.kernels._common.gate_sums import segmented_reverse_cumsum
+from icml26zoo.kernels._common.layout import pad_time
+from icml26zoo.kernels.value_forget_attention.pallas_bwd import dkv_kernel, dq_kernel
+from icml26zoo.kernels.value_forget_attention.pallas_fwd import fwd_kernel
 
 DEFAULT_BLOCK_SIZE = 64
 _F32 = jnp.float32

@@ -25,9 +25,13 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels._common import attention_tiles as tiles
-from kernels._common.gate_sums import prefix_sums, suffix_sums
-from kernels.value_forget_attention.pallas_fwd import channel_segment_decays, channel_suffix_sums, decayed_values
+from icml26zoo.kernels._common import attention_tiles as tiles
+from icml26zoo.kernels._common.gate_sums import prefix_sums, suffix_sums
+from icml26zoo.kernels.value_forget_attention.pallas_fwd import (
+    channel_segment_decays,
+    channel_suffix_sums,
+    decayed_values,
+)
 
 _F32 = jnp.float32
 

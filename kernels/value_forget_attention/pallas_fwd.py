@@ -26,8 +26,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels._common import attention_tiles as tiles
-from kernels._common import gate_sums
+from icml26zoo.kernels._common import attention_tiles as tiles
+from icml26zoo.kernels._common import gate_sums
 
 _F32 = jnp.float32
 

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels._common import gate_sums
-from kernels._common.masks import attention_mask
-from kernels._common.precision import HIGHEST
+from icml26zoo.kernels._common import gate_sums
+from icml26zoo.kernels._common.masks import attention_mask
+from icml26zoo.kernels._common.precision import HIGHEST
 
 _F32 = jnp.float32
 

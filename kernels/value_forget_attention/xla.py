@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels._common import blocks, gate_sums
-from kernels._common.attention_tiles import softmax_start, softmax_step
-from kernels._common.precision import einsum_f32
+from icml26zoo.kernels._common import blocks, gate_sums
+from icml26zoo.kernels._common.attention_tiles import softmax_start, softmax_step
+from icml26zoo.kernels._common.precision import einsum_f32
 
 DEFAULT_BLOCK_SIZE = 64
 SUB_CHUNK = 8

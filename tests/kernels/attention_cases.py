@@ -12,7 +12,7 @@ import numpy as np
 from harness import OpCase, assert_close, forward_and_grads, random_cotangents
 from tolerances import tolerance
 
-from kernels.value_forget_attention import (
+from icml26zoo.kernels.value_forget_attention import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,
     reference,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-from kernels.delta_rule import api, gated_delta_rule, gated_delta_rule_step
+from icml26zoo.kernels.delta_rule import api, gated_delta_rule, gated_delta_rule_step
 
 B, H, K, V = 2, 2, 16, 16
 IMPLS = ("xla", "pallas")

@@ -21,8 +21,8 @@ import pytest
 from attention_cases import check_packed_grads_equal_loop
 from tolerances import tolerance
 
-from kernels import forgetting_attention
-from kernels.forgetting_attention import (
+from icml26zoo.kernels import forgetting_attention
+from icml26zoo.kernels.forgetting_attention import (
     ForgettingAttentionState,
     api,
     forgetting_attention_step,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-from kernels import causal_long_conv
-from kernels.long_conv import LongConvState, causal_long_conv_init, causal_long_conv_step
+from icml26zoo.kernels import causal_long_conv
+from icml26zoo.kernels.long_conv import LongConvState, causal_long_conv_init, causal_long_conv_step
 
 D = 3
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-from kernels import gated_delta_rule
-from kernels.momentum_delta_rule import api, momentum_delta_rule, momentum_delta_rule_step
+from icml26zoo.kernels import gated_delta_rule
+from icml26zoo.kernels.momentum_delta_rule import api, momentum_delta_rule, momentum_delta_rule_step
 
 B, H, K, V = 2, 2, 16, 16
 SEQ = ("q", "k", "v", "p", "g", "log_mu", "beta", "eta")  # per-step inputs

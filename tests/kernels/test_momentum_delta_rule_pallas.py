@@ -17,7 +17,7 @@ import pytest
 from test_momentum_delta_rule import CASE, REFERENCE, STRONG, TOL_BF16, with_gates
 from tolerances import tolerance
 
-from kernels.momentum_delta_rule import api, momentum_delta_rule
+from icml26zoo.kernels.momentum_delta_rule import api, momentum_delta_rule
 
 PALLAS = dataclasses.replace(CASE, name="momentum_delta_rule.pallas",
                              fast={"pallas": functools.partial(momentum_delta_rule, implementation="pallas")})

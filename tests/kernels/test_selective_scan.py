@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-import kernels
-from kernels.selective_scan import reference, selective_scan, selective_scan_step, xla
+from icml26zoo import kernels
+from icml26zoo.kernels.selective_scan import reference, selective_scan, selective_scan_step, xla
 
 F32, F64 = tolerance("selective_scan"), tolerance("selective_scan.float64")
 B, D_IN, N = 2, 6, 4

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-from kernels.ssd import api, attention_form, kernel_matrix, ssd, ssd_step, xla
-from kernels.ssd import pallas_chunk as pallas
-from kernels.ssd import reference as ref
+from icml26zoo.kernels.ssd import api, attention_form, kernel_matrix, ssd, ssd_step, xla
+from icml26zoo.kernels.ssd import pallas_chunk as pallas
+from icml26zoo.kernels.ssd import reference as ref
 
 F32, F64, BF16 = tolerance("ssd"), tolerance("ssd.float64"), tolerance("ssd", jnp.bfloat16)
 B, H, P, N = 2, 2, 16, 16

@@ -31,10 +31,10 @@ from attention_cases import (
 )
 from tolerances import tolerance
 
-from kernels import value_forget_attention
-from kernels._dispatch import select_implementation
-from kernels.forgetting_attention import reference as fox_reference
-from kernels.value_forget_attention import api, decode, reference, xla
+from icml26zoo.kernels import value_forget_attention
+from icml26zoo.kernels._dispatch import select_implementation
+from icml26zoo.kernels.forgetting_attention import reference as fox_reference
+from icml26zoo.kernels.value_forget_attention import api, decode, reference, xla
 
 TOL = tolerance("value_forget_attention")
 INPUTS = FIX_CASE.time_inputs

@@ -21,8 +21,8 @@ import pytest
 from attention_cases import FIX_CASE, fix_case, fix_float64_oracle, make_fix_inputs
 from tolerances import tolerance
 
-import kernels._dispatch
-from kernels.value_forget_attention import pallas, reference, value_forget_attention
+from icml26zoo.kernels import _dispatch
+from icml26zoo.kernels.value_forget_attention import pallas, reference, value_forget_attention
 
 TOL = tolerance("value_forget_attention")
 BLOCK = 16  # small blocks so that T = 63, 100, 257 span several blocks plus a padded tail
@@ -119,6 +119,6 @@ def test_api_dispatch_runs_pallas_on_cpu_only(monkeypatch):
     expected = reference.value_forget_attention(*args[:4], log_fgate=args[4])
     harness.assert_close(fn(*args), expected, TOL, what="api pallas")
     for backend in ["gpu", "tpu"]:
-        monkeypatch.setattr(kernels._dispatch.jax, "default_backend", lambda backend=backend: backend)
+        monkeypatch.setattr(_dispatch.jax, "default_backend", lambda backend=backend: backend)
         with pytest.raises(RuntimeError, match="pallas"):
             value_forget_attention(*args[:4], log_fgate=args[4], implementation="pallas")

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from train.checkpoint import Checkpointer, CheckpointRestoreError, NonFiniteStateError
+from icml26zoo.train.checkpoint import Checkpointer, CheckpointRestoreError, NonFiniteStateError
 
 # When Orbax's restore fails on a missing file, TensorStore completes the other pending reads on a thread
 # after Orbax's asyncio loop has closed, and Python reports "RuntimeError: Event loop is closed" as an

@@ -2,7 +2,7 @@
 
 import pathlib
 
-from train.__main__ import main
+from icml26zoo.train.__main__ import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -4,10 +4,11 @@ import pathlib
 
 import pytest
 
-from train.config import DataConfig, OptimConfig, TrainConfig, apply_overrides, load_preset
-from zoo.models.config import ModelConfig
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig, apply_overrides, load_preset
 
-PRESETS = sorted(pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.py"))
+PRESETS = sorted(p for p in pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.py")
+                 if p.name != "__init__.py")
 
 
 def test_there_are_presets():
@@ -80,7 +81,7 @@ def test_missing_preset_file(tmp_path):
 
 
 def test_two_gradient_optimizers_reject_gradient_accumulation():
-    from train.optim import build_optimizer, custom_update
+    from icml26zoo.train.optim import build_optimizer, custom_update
 
     with pytest.raises(ValueError, match="optim.grad_accum_steps must be 1 for optim.name='sam_polyak'"):
         build_optimizer(OptimConfig(name="sam_polyak", grad_accum_steps=2), num_steps=10)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from train import data as zoo_data
-from train.config import DataConfig
-from train.data import mqar, pipeline, pystdlib
+from icml26zoo.train import data as zoo_data
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data import mqar, pipeline, pystdlib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY_TRAIN, TINY_EVAL = 40, 9

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from train.data import bytes_codec
-from train.data.pipeline import Layout, build_row
+from icml26zoo.train.data import bytes_codec
+from icml26zoo.train.data.pipeline import Layout, build_row
 
 
 class ListDocuments:

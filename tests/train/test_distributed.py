@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from train import data as data_lib
-from train.config import DataConfig
+from icml26zoo.train import data as data_lib
+from icml26zoo.train.config import DataConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from train import data as zoo_data
-from train.config import DataConfig, load_preset
-from train.data import nucleotide, nucleotide_hmm
-from train.presets import EDEN_ARCHS, EDEN_SHAPES, eden_lm, eden_model
-from zoo.models import build_model, count_params
+from icml26zoo.models import build_model, count_params
+from icml26zoo.train import data as zoo_data
+from icml26zoo.train.config import DataConfig, load_preset
+from icml26zoo.train.data import nucleotide, nucleotide_hmm
+from icml26zoo.train.presets import EDEN_ARCHS, EDEN_SHAPES, eden_lm, eden_model
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SMALL = dict(length=65, train_examples=48, eval_examples=16)

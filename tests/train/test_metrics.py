@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train.metrics import (
+from icml26zoo.train.metrics import (
     JsonlWriter,
     MultiWriter,
     NullWriter,
@@ -16,7 +16,7 @@ from train.metrics import (
     create_writer,
     read_metrics,
 )
-from train.plotting import plot_loss_curves
+from icml26zoo.train.plotting import plot_loss_curves
 
 
 def test_jsonl_lines_parse_and_scalars_convert(tmp_path):

@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from train import data as data_lib
-from train.__main__ import main
-from train.config import DataConfig, TrainConfig
-from train.data import topics
-from zoo.losses import classification_objective, lm_objective, pooled_logits, weighted_cross_entropy
-from zoo.registry import OBJECTIVES, OPTIMIZERS
+from icml26zoo.losses import classification_objective, lm_objective, pooled_logits, weighted_cross_entropy
+from icml26zoo.registry import OBJECTIVES, OPTIMIZERS
+from icml26zoo.train import data as data_lib
+from icml26zoo.train.__main__ import main
+from icml26zoo.train.config import DataConfig, TrainConfig
+from icml26zoo.train.data import topics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from train.sharding import batch_sharding, fsdp_spec, global_batch, make_mesh, tree_shardings
+from icml26zoo.train.sharding import batch_sharding, fsdp_spec, global_batch, make_mesh, tree_shardings
 
 
 def test_mesh_uses_every_device():

@@ -16,9 +16,9 @@ import jax
 import numpy as np
 import pytest
 
-from train.checkpoint import Checkpointer
-from train.config import apply_overrides, load_preset
-from train.loop import NonFiniteError, train
+from icml26zoo.train.checkpoint import Checkpointer
+from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.loop import NonFiniteError, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -146,9 +146,9 @@ def test_vocab_smaller_than_dataset_is_rejected(mqar_dir, tmp_path):
 
 def test_train_step_compiles_once(mqar_dir):
     """Successive batches reuse one executable: no retracing or recompiling between steps."""
-    from train import data as data_lib
-    from train.loop import build_run
-    from train.sharding import global_batch
+    from icml26zoo.train import data as data_lib
+    from icml26zoo.train.loop import build_run
+    from icml26zoo.train.sharding import global_batch
 
     config = tiny_config(mqar_dir, "num_steps=3")
     run, state = build_run(config, jax.devices()[:1])
@@ -172,7 +172,7 @@ def test_resume_skips_a_corrupt_latest_checkpoint(mqar_dir, tmp_path):
 
 
 def test_spike_monitor_logs_flags_and_leaves_training_unchanged(mqar_dir, tmp_path):
-    from train.monitor import flagged_steps
+    from icml26zoo.train.monitor import flagged_steps
 
     devices = jax.devices()[:1]
     common = ("num_steps=4", "log_every=1", "checkpoint_every=0", "optim.warmup_steps=0", "optim.learning_rate=3.0")

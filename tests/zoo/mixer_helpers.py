@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from zoo.models import ModelConfig
+from icml26zoo.models import ModelConfig
 
 F32 = {"atol": 1e-5, "rtol": 1e-5}  # the float32 row of the tolerance table (test_conformance.py)
 B, T = 2, 10

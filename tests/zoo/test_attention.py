@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.mixers.attention import Attention, decode_mask, training_mask
-from zoo.models import ModelConfig
-from zoo.registry import MIXERS
+from icml26zoo.mixers.attention import Attention, decode_mask, training_mask
+from icml26zoo.models import ModelConfig
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

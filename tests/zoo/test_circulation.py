@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.mixers.attention import Attention
-from zoo.mixers.circulation import CirculationAttention, circulation_logits, reference_logits
-from zoo.mixers.circulation_stats import stability_measures, sym_skew_frobenius, symmetric_skew_parts
-from zoo.models import ModelConfig
+from icml26zoo.mixers.attention import Attention
+from icml26zoo.mixers.circulation import CirculationAttention, circulation_logits, reference_logits
+from icml26zoo.mixers.circulation_stats import stability_measures, sym_skew_frobenius, symmetric_skew_parts
+from icml26zoo.models import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

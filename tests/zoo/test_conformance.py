@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.mixers.base import conformance_options
-from zoo.models import ModelConfig, build_model, convert_layer_layout, count_params, stack_layers
-from zoo.registry import MIXERS, MODELS
+from icml26zoo.mixers.base import conformance_options
+from icml26zoo.models import ModelConfig, build_model, convert_layer_layout, count_params, stack_layers
+from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -17,9 +17,9 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from zoo.layers.short_conv import ShortConv
-from zoo.mixers.delta_net import DeltaNet, GatedDeltaNet, KimiDeltaAttention
-from zoo.registry import MIXERS
+from icml26zoo.layers.short_conv import ShortConv
+from icml26zoo.mixers.delta_net import DeltaNet, GatedDeltaNet, KimiDeltaAttention
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.diagnostics import (
+from icml26zoo.diagnostics import (
     attention_sinks,
     capture_forward,
     diagnose,
@@ -17,9 +17,9 @@ from zoo.diagnostics import (
     sink_removal,
     spike_clamp,
 )
-from zoo.mixers.base import conformance_options
-from zoo.models import ModelConfig, build_model, convert_layer_layout
-from zoo.registry import MIXERS
+from icml26zoo.mixers.base import conformance_options
+from icml26zoo.models import ModelConfig, build_model, convert_layer_layout
+from icml26zoo.registry import MIXERS
 
 # Tiny models: compile time dominates, and every comparison is within one compile setting.
 pytestmark = pytest.mark.usefixtures("fast_compile")

@@ -17,11 +17,11 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from kernels.forgetting_attention import forgetting_attention
-from kernels.value_forget_attention import value_forget_attention
-from zoo.mixers.fix import FineGrainedForgettingAttention
-from zoo.mixers.fox import ForgettingAttention
-from zoo.registry import MIXERS
+from icml26zoo.kernels.forgetting_attention import forgetting_attention
+from icml26zoo.kernels.value_forget_attention import value_forget_attention
+from icml26zoo.mixers.fix import FineGrainedForgettingAttention
+from icml26zoo.mixers.fox import ForgettingAttention
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -15,11 +15,11 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from kernels.forgetting_attention.decode import cached_forgetting_attention
-from zoo.mixers.attention import Attention
-from zoo.mixers.fox import ForgettingAttention
-from zoo.mixers.fox_parts import token_shift
-from zoo.registry import MIXERS
+from icml26zoo.kernels.forgetting_attention.decode import cached_forgetting_attention
+from icml26zoo.mixers.attention import Attention
+from icml26zoo.mixers.fox import ForgettingAttention
+from icml26zoo.mixers.fox_parts import token_shift
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -1,4 +1,4 @@
-"""zoo.functional: init/apply equal the NNX modules, and work under jit, grad and vmap (every model and mixer)."""
+"""icml26zoo.functional: init/apply equal the NNX modules, and work under jit, grad and vmap (every model and mixer)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo import functional
-from zoo.functional import MixerConfig
-from zoo.mixers.base import conformance_options
-from zoo.models import ModelConfig
-from zoo.registry import MIXERS, MODELS
+from icml26zoo import functional
+from icml26zoo.functional import MixerConfig
+from icml26zoo.mixers.base import conformance_options
+from icml26zoo.models import ModelConfig
+from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.models import ModelConfig, build_model, generate, sample_logits
+from icml26zoo.models import ModelConfig, build_model, generate, sample_logits
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

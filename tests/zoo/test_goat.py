@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.mixers.attention import Attention
-from zoo.mixers.goat import GOATAttention, alibi_slopes, fourier_frequencies, sink_features
-from zoo.models import ModelConfig
+from icml26zoo.mixers.attention import Attention
+from icml26zoo.mixers.goat import GOATAttention, alibi_slopes, fourier_frequencies, sink_features
+from icml26zoo.models import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

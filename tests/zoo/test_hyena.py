@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo.mixers.hyena import Hyena, decay_rates
-from zoo.models import ModelConfig
+from icml26zoo.mixers.hyena import Hyena, decay_rates
+from icml26zoo.models import ModelConfig
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

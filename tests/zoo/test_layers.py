@@ -14,8 +14,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from train.config import OptimConfig
-from zoo.layers import (
+from icml26zoo.layers import (
     NORM_PLACEMENTS,
     Embedding,
     GatedRMSNorm,
@@ -26,9 +25,10 @@ from zoo.layers import (
     apply_rope,
     rope_inverse_frequencies,
 )
-from zoo.layers.options import build_options
-from zoo.models import config
-from zoo.registry import MIXERS, OPTIMIZERS
+from icml26zoo.layers.options import build_options
+from icml26zoo.models import config
+from icml26zoo.registry import MIXERS, OPTIMIZERS
+from icml26zoo.train.config import OptimConfig
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

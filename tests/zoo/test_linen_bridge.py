@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from zoo.models import DecoderLM, ModelConfig, count_params
+from icml26zoo.models import DecoderLM, ModelConfig, count_params
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

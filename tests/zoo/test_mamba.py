@@ -16,9 +16,9 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from zoo.mixers.mamba import Mamba
-from zoo.models import ModelConfig
-from zoo.registry import MIXERS
+from icml26zoo.mixers.mamba import Mamba
+from icml26zoo.models import ModelConfig
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
@@ -117,7 +117,7 @@ def test_bfloat16_finite_and_close():
 @pytest.mark.parametrize("scan_layers", [True, False])
 def test_backbone_without_mlp_is_the_mixer_stack(scan_layers):
     """mlp_dim=0 (Mamba's own backbone, EDEN presets): blocks hold no MLP, and decoding still equals the forward."""
-    from zoo.models import build_model, count_params
+    from icml26zoo.models import build_model, count_params
 
     cfg = ModelConfig(mixer="mamba", vocab_size=32, d_model=16, num_layers=2, num_heads=2, num_kv_heads=2,
                       max_seq_len=16, mlp_dim=0, scan_layers=scan_layers)

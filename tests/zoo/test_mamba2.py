@@ -16,9 +16,9 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from zoo.layers.short_conv import short_conv
-from zoo.mixers.mamba2 import Mamba2
-from zoo.registry import MIXERS
+from icml26zoo.layers.short_conv import short_conv
+from icml26zoo.mixers.mamba2 import Mamba2
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

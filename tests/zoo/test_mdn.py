@@ -15,8 +15,8 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B
 
-from zoo.mixers.mdn import MomentumDeltaNet
-from zoo.registry import MIXERS
+from icml26zoo.mixers.mdn import MomentumDeltaNet
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

@@ -19,8 +19,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from train.config import OptimConfig
-from zoo.registry import OPTIMIZERS
+from icml26zoo.registry import OPTIMIZERS
+from icml26zoo.train.config import OptimConfig
 
 NAMES = OPTIMIZERS.names()
 # Peak learning rates for the convergence checks (a cosine schedule decays them to 0); anything
@@ -212,9 +212,9 @@ def test_strict_dtype_promotion(name, dtype):
 def test_decay_mask_selects_weight_matrices_by_name():
     from flax import nnx
 
-    from zoo import ModelConfig
-    from zoo.models import build_model
-    from zoo.optim import decay_mask
+    from icml26zoo import ModelConfig
+    from icml26zoo.models import build_model
+    from icml26zoo.optim import decay_mask
 
     model = build_model(ModelConfig(d_model=32, num_layers=2, num_heads=2, num_kv_heads=1), rngs=nnx.Rngs(0))
     params = nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])

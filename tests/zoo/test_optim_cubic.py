@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from zoo.optim import cubic_damping as cd
+from icml26zoo.optim import cubic_damping as cd
 
 EPS32 = float(np.finfo(np.float32).eps)
 

@@ -6,9 +6,9 @@ import numpy as np
 import optax
 import pytest
 
-from train.config import OptimConfig
-from zoo.optim import muon_finetune as mf
-from zoo.registry import OPTIMIZERS
+from icml26zoo.optim import muon_finetune as mf
+from icml26zoo.registry import OPTIMIZERS
+from icml26zoo.train.config import OptimConfig
 
 
 def _lm_params(scanned):

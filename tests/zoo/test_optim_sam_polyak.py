@@ -6,8 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from train.config import OptimConfig
-from zoo.optim import sam_polyak as sp
+from icml26zoo.optim import sam_polyak as sp
+from icml26zoo.train.config import OptimConfig
 
 
 def _least_squares(num=64, dim=10, seed=0):

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from zoo.optim import spike_monitor as sm
+from icml26zoo.optim import spike_monitor as sm
 
 
 def _adam_state(mu, nu, count):

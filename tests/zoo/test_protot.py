@@ -19,11 +19,11 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from zoo.mixers import protot_hooks as hooks
-from zoo.mixers.protot import ProtoT
-from zoo.mixers.protot_parts import PrototypeEdit, channel_counts, read_memories, reference_recurrence
-from zoo.models import build_model
-from zoo.registry import MIXERS
+from icml26zoo.mixers import protot_hooks as hooks
+from icml26zoo.mixers.protot import ProtoT
+from icml26zoo.mixers.protot_parts import PrototypeEdit, channel_counts, read_memories, reference_recurrence
+from icml26zoo.models import build_model
+from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 

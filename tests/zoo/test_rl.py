@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.rl.dqn import train_dqn
-from zoo.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_transitions, step, value_iteration
-from zoo.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
-from zoo.rl.tabular import periodic_q_learning, steps_to_reach
+from icml26zoo.rl.dqn import train_dqn
+from icml26zoo.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_transitions, step, value_iteration
+from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
+from icml26zoo.rl.tabular import periodic_q_learning, steps_to_reach
 
 
 def test_geometric_periods_match_formula_grow_by_ratio_and_respect_cap():

@@ -8,8 +8,8 @@ import pytest
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
-from zoo.models import ModelConfig, build_model
-from zoo.sparsity import (
+from icml26zoo.models import ModelConfig, build_model
+from icml26zoo.sparsity import (
     apply_mask,
     grasp_hessian_gradient,
     grasp_mask,

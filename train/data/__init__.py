@@ -12,10 +12,10 @@ See pipeline.py for the batch format and the packing scheme; pystdlib.py, mqar.p
 datasets.
 """
 
-from train.data.baseline import unigram_bits_per_byte
-from train.data.bytes_codec import decode, encode
-from train.data.pipeline import make_eval_iterator, make_train_iterator, num_eval_batches
-from train.data.sources import bytes_per_token, data_dir, prepare, vocab_size
+from icml26zoo.train.data.baseline import unigram_bits_per_byte
+from icml26zoo.train.data.bytes_codec import decode, encode
+from icml26zoo.train.data.pipeline import make_eval_iterator, make_train_iterator, num_eval_batches
+from icml26zoo.train.data.sources import bytes_per_token, data_dir, prepare, vocab_size
 
 __all__ = [
     "bytes_per_token",

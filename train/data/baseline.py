@@ -17,8 +17,8 @@ import functools
 
 import numpy as np
 
-from train.config import DataConfig
-from train.data import bytes_codec, sources
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data import bytes_codec, sources
 
 
 @functools.lru_cache(maxsize=16)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow_datasets as tfds
 
-from train.config import DataConfig
-from train.data import mqar, nucleotide, pystdlib
-from train.data.documents import ArrayDocuments, Documents, read_arrays
-from train.data.registry import Dataset, register_dataset, text_documents
-from train.data.sources import mqar_config, nucleotide_config
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data import mqar, nucleotide, pystdlib
+from icml26zoo.train.data.documents import ArrayDocuments, Documents, read_arrays
+from icml26zoo.train.data.registry import Dataset, register_dataset, text_documents
+from icml26zoo.train.data.sources import mqar_config, nucleotide_config
 
 
 @register_dataset("pystdlib")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from train.data import bytes_codec
+from icml26zoo.train.data import bytes_codec
 
 _DOC_CACHE_SIZE = 32
 _LENGTHS_CACHE: dict[tuple, np.ndarray] = {}

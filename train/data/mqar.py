@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-from train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
 
 
 def vocab_size(num_keys: int, num_values: int) -> int:

@@ -28,8 +28,8 @@ import functools
 import numpy as np
 import tensorflow_datasets as tfds
 
-from train.data import nucleotide_hmm
-from train.data.generated import SPLITS, Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.train.data import nucleotide_hmm
+from icml26zoo.train.data.generated import SPLITS, Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
 
 ASCII_CODES = np.frombuffer(nucleotide_hmm.BASES.encode("ascii"), np.uint8)
 LABELS = ("background", "variant", "offset")

@@ -43,10 +43,10 @@ import threading
 import grain
 import numpy as np
 
-from train.config import DataConfig
-from train.data import sources
-from train.data.documents import ArrayDocuments, Documents
-from train.data.registry import LAYOUTS, dataset_for
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data import sources
+from icml26zoo.train.data.documents import ArrayDocuments, Documents
+from icml26zoo.train.data.registry import LAYOUTS, dataset_for
 
 FIELDS = ("inputs", "targets", "segment_ids", "positions", "weights")
 # Each element is a whole batch; a couple of threads keep a few ready without holding much memory.

@@ -30,7 +30,7 @@ import sysconfig
 
 import tensorflow_datasets as tfds
 
-from train.data.generated import Examples, GeneratedBuilder
+from icml26zoo.train.data.generated import Examples, GeneratedBuilder
 
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 VALIDATION_PER_MILLE = 30

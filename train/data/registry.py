@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from train.data import bytes_codec
-from train.data.documents import ArrayDocuments, Documents, byte_decoder
-from zoo.registry import Registry
+from icml26zoo.registry import Registry
+from icml26zoo.train.data import bytes_codec
+from icml26zoo.train.data.documents import ArrayDocuments, Documents, byte_decoder
 
 if TYPE_CHECKING:
     import tensorflow_datasets as tfds
 
-    from train.config import DataConfig
+    from icml26zoo.train.config import DataConfig
 
 # Modules whose import registers the built-in datasets, imported on the first lookup.
-BUILTIN_MODULES = ("train.data.catalog", "train.data.topics")
+BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics")
 LAYOUTS = ("concat", "whole", "single")
 
 

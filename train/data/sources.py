@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import tensorflow_datasets as tfds
 
-from train.config import DataConfig
-from train.data import mqar, nucleotide
-from train.data.documents import ArrayDocuments, Documents
-from train.data.registry import dataset_for
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data import mqar, nucleotide
+from icml26zoo.train.data.documents import ArrayDocuments, Documents
+from icml26zoo.train.data.registry import dataset_for
 
 DEFAULT_DATA_DIR = "~/.cache/zoo/tensorflow_datasets"
 

@@ -25,10 +25,10 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-from train.config import DataConfig
-from train.data.documents import ArrayDocuments, read_arrays
-from train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
-from train.data.registry import Dataset, register_dataset
+from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data.documents import ArrayDocuments, read_arrays
+from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.train.data.registry import Dataset, register_dataset
 
 
 def vocab_size(num_classes: int, num_tokens: int) -> int:

@@ -14,9 +14,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from zoo.diagnostics.capture import Hooks, capture_forward, next_token_loss
-from zoo.diagnostics.interventions import decoupling_check, implicit_parameter_test, sink_removal, spike_clamp
-from zoo.diagnostics.stats import (
+from icml26zoo.diagnostics.capture import Hooks, capture_forward, next_token_loss
+from icml26zoo.diagnostics.interventions import decoupling_check, implicit_parameter_test, sink_removal, spike_clamp
+from icml26zoo.diagnostics.stats import (
     attention_sinks,
     co_occurrence,
     key_mass,

@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.models.block import convert_layer_layout
-from zoo.models.lm import _check_tokens, positions_from_segments
+from icml26zoo.models.block import convert_layer_layout
+from icml26zoo.models.lm import _check_tokens, positions_from_segments
 
 # h [B, T, D] at layer l -> h' [B, T, D]
 ResidualHook = Callable[[int, jax.Array], jax.Array]

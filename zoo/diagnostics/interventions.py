@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from zoo.diagnostics.capture import Hooks, capture_forward, next_token_loss
-from zoo.diagnostics.stats import attention_sinks, massive_activations, sink_locality
+from icml26zoo.diagnostics.capture import Hooks, capture_forward, next_token_loss
+from icml26zoo.diagnostics.stats import attention_sinks, massive_activations, sink_locality
 
 
 def _summary(cap: dict[str, Any], *, i0: int, eps: float) -> dict[str, Any]:
@@ -147,8 +147,8 @@ def decoupling_check(
 
     Returns {placement: diagnose(...) result}. Parameter counts differ only by the norms' scales.
     """
-    from zoo.diagnostics import diagnose
-    from zoo.models import build_model
+    from icml26zoo.diagnostics import diagnose
+    from icml26zoo.models import build_model
 
     results = {}
     for placement in placements:

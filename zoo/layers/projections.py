@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers.rope import apply_rope
+from icml26zoo.layers.rope import apply_rope
 
 
 def linear(n_in: int, n_out: int, *, dtype: Any, rngs: nnx.Rngs, use_bias: bool = False, **kwargs: Any) -> nnx.Linear:

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 from flax import nnx
 
-from zoo.layers.norms import RMSNorm
-from zoo.validation import check_choice
+from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.validation import check_choice
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 

@@ -4,8 +4,8 @@
 registered training objectives (`lm`, `classification`), looked up by name in `zoo.registry.OBJECTIVES`.
 """
 
-from zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
-from zoo.losses.objectives import Objective, classification_objective, lm_objective, pooled_logits
+from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
+from icml26zoo.losses.objectives import Objective, classification_objective, lm_objective, pooled_logits
 
 __all__ = [
     "CrossEntropySums",

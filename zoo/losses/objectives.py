@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
-from zoo.registry import register_objective
+from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
+from icml26zoo.registry import register_objective
 
 Batch = dict[str, jax.Array]
 Objective = Callable[[nnx.Module, Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]

@@ -3,7 +3,7 @@
 The interface a mixer implements is documented in zoo/mixers/base.py.
 """
 
-from zoo.mixers import (
+from icml26zoo.mixers import (
     attention,  # noqa: F401  (registers "attention")
     circulation,  # noqa: F401  (registers "circulation")
     delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
@@ -16,6 +16,6 @@ from zoo.mixers import (
     mdn,  # noqa: F401  (registers "mdn")
     protot,  # noqa: F401  (registers "protot")
 )
-from zoo.mixers.base import SequenceMixer, conformance_options
+from icml26zoo.mixers.base import SequenceMixer, conformance_options
 
 __all__ = ["SequenceMixer", "conformance_options"]

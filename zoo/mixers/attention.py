@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers import projections
-from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 
 @dataclasses.dataclass(frozen=True)

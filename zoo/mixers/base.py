@@ -60,10 +60,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_che
 
 import jax
 
-from zoo.layers.options import build_options, option_values
+from icml26zoo.layers.options import build_options, option_values
 
 if TYPE_CHECKING:
-    from zoo.models.config import ModelConfig
+    from icml26zoo.models.config import ModelConfig
 
 T = TypeVar("T")
 

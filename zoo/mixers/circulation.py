@@ -49,13 +49,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers import projections
-from zoo.layers.options import check_choice
-from zoo.mixers.attention import causal_mask, decode_mask
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.layers import projections
+from icml26zoo.layers.options import check_choice
+from icml26zoo.mixers.attention import causal_mask, decode_mask
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
+from icml26zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 _HP = jax.lax.Precision.HIGHEST
 ADAPTIVE = (None, "dev", "scale")

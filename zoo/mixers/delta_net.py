@@ -40,12 +40,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
-from zoo.layers import projections
-from zoo.layers.norms import GatedRMSNorm, gated_norm_output
-from zoo.layers.short_conv import ShortConv
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
-from zoo.mixers.delta_parts import (
+from icml26zoo.kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import GatedRMSNorm, gated_norm_output
+from icml26zoo.layers.short_conv import ShortConv
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
+from icml26zoo.mixers.delta_parts import (
     SAFE_GATE_LOWER_BOUND,
     SMALL_INIT,
     init_a_log,
@@ -53,8 +53,8 @@ from zoo.mixers.delta_parts import (
     l2_normalize,
     parse_options,
 )
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 _CONVS = ("q", "k", "v")
 

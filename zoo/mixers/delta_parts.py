@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.delta_rule import CHUNK_SIZES
-from zoo.layers.options import check_choice, check_implementation
-from zoo.mixers.base import read_mixer_options
-from zoo.models.config import ModelConfig
+from icml26zoo.kernels.delta_rule import CHUNK_SIZES
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.mixers.base import read_mixer_options
+from icml26zoo.models.config import ModelConfig
 
 IMPLEMENTATIONS = ("reference", "xla", "pallas")
 SMALL_INIT = nnx.initializers.normal(0.02)  # every projection and the short convs (fla's init)

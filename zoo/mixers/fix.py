@@ -48,19 +48,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.value_forget_attention import (
+from icml26zoo.kernels.value_forget_attention import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,
     value_forget_attention,
     value_forget_attention_step,
 )
-from kernels.value_forget_attention.reference import attention_weights as softmax_weights
-from zoo.layers import projections
-from zoo.layers.norms import HeadRMSNorm
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
-from zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
+from icml26zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 _SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for gate projections (FoX's code)
 _OUTPUT_NORM_EPS = 1e-6  # a small ε, or strongly decayed outputs collapse towards 0

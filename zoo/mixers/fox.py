@@ -43,18 +43,22 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.forgetting_attention import ForgettingAttentionState, forgetting_attention, forgetting_attention_step
-from kernels.value_forget_attention.reference import attention_weights as softmax_weights
-from zoo.layers import projections
-from zoo.layers.norms import HeadRMSNorm
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
-from zoo.mixers.fox_parts import (
+from icml26zoo.kernels.forgetting_attention import (
+    ForgettingAttentionState,
+    forgetting_attention,
+    forgetting_attention_step,
+)
+from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
+from icml26zoo.mixers.fox_parts import (
     decay_bias,
     parse_options,
     token_shift,
 )
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 _SMALL_INIT = nnx.initializers.normal(0.02)  # FoX's init for its own projections
 

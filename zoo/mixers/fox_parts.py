@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.layers.options import check_choice, check_implementation
-from zoo.mixers.base import read_mixer_options
-from zoo.models.config import ModelConfig
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.mixers.base import read_mixer_options
+from icml26zoo.models.config import ModelConfig
 
 GATES = ("full", "bias_only", "fixed", "none")
 PRO_FLAGS = ("qk_norm", "token_shift", "output_norm", "output_gate")

@@ -54,12 +54,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from zoo.layers import projections
-from zoo.layers.options import check_choice
-from zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.layers import projections
+from icml26zoo.layers.options import check_choice
+from icml26zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 INITS = ("seeded", "uniform")
 _HIDDEN = 4  # the sink MLP's hidden width: min(2·in, max(2·out, 4)) = 4 for out = 1 (GOAT's code)

@@ -42,12 +42,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.long_conv import LongConvState, causal_long_conv, causal_long_conv_step
-from zoo.layers.options import check_implementation
-from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.kernels.long_conv import LongConvState, causal_long_conv, causal_long_conv_step
+from icml26zoo.layers.options import check_implementation
+from icml26zoo.layers.short_conv import init_conv, short_conv
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 IMPLEMENTATIONS = ("reference", "xla", "direct")
 

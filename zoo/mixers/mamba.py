@@ -36,14 +36,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_step
-from zoo.layers import projections
-from zoo.layers.options import check_choice, check_implementation
-from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from zoo.mixers.mamba2_parts import check_dt_range, init_dt_bias
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.kernels.selective_scan import CHUNK_SIZES, selective_scan, selective_scan_step
+from icml26zoo.layers import projections
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.layers.short_conv import init_conv, short_conv
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
+from icml26zoo.mixers.mamba2_parts import check_dt_range, init_dt_bias
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 IMPLEMENTATIONS = ("reference", "xla")
 HI = jax.lax.Precision.HIGHEST

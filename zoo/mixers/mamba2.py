@@ -35,14 +35,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.ssd import ssd, ssd_step
-from zoo.layers import projections
-from zoo.layers.norms import RMSNorm
-from zoo.layers.short_conv import init_conv, short_conv
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
-from zoo.mixers.mamba2_parts import init_a_log, init_dt_bias, parse_options
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.kernels.ssd import ssd, ssd_step
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.layers.short_conv import init_conv, short_conv
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
+from icml26zoo.mixers.mamba2_parts import init_a_log, init_dt_bias, parse_options
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 
 @register_mixer("mamba2")

@@ -14,10 +14,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from kernels.ssd import CHUNK_SIZES
-from zoo.layers.options import check_choice, check_implementation
-from zoo.mixers.base import read_mixer_options
-from zoo.models.config import ModelConfig
+from icml26zoo.kernels.ssd import CHUNK_SIZES
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.mixers.base import read_mixer_options
+from icml26zoo.models.config import ModelConfig
 
 DECAYS = ("scalar", "diagonal")
 IMPLEMENTATIONS = ("reference", "xla", "attention", "pallas")

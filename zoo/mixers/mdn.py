@@ -41,21 +41,21 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from kernels.momentum_delta_rule import CHUNK_SIZES, momentum_delta_rule, momentum_delta_rule_step
-from zoo.layers import projections
-from zoo.layers.norms import GatedRMSNorm, gated_norm_output
-from zoo.layers.options import check_choice, check_implementation
-from zoo.layers.short_conv import ShortConv
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from zoo.mixers.delta_parts import (
+from icml26zoo.kernels.momentum_delta_rule import CHUNK_SIZES, momentum_delta_rule, momentum_delta_rule_step
+from icml26zoo.layers import projections
+from icml26zoo.layers.norms import GatedRMSNorm, gated_norm_output
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.layers.short_conv import ShortConv
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
+from icml26zoo.mixers.delta_parts import (
     IMPLEMENTATIONS,
     SMALL_INIT,
     init_a_log,
     init_dt_bias,
     l2_normalize,
 )
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 NAME = "mdn"
 

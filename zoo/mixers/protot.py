@@ -45,9 +45,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers.norms import RMSNorm
-from zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
-from zoo.mixers.protot_parts import (
+from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
+from icml26zoo.mixers.protot_parts import (
     LOG_DECAY_FLOOR,
     PrototypeEdit,
     channel_counts,
@@ -56,8 +56,8 @@ from zoo.mixers.protot_parts import (
     parse_options,
     read_memories,
 )
-from zoo.models.config import ModelConfig
-from zoo.registry import register_mixer
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_mixer
 
 _SMALL_INIT = nnx.initializers.normal(0.02)
 

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from zoo.diagnostics.capture import capture_forward
-from zoo.mixers.protot import ProtoT
-from zoo.mixers.protot_parts import PrototypeEdit, reference_recurrence
-from zoo.models.block import convert_layer_layout
+from icml26zoo.diagnostics.capture import capture_forward
+from icml26zoo.mixers.protot import ProtoT
+from icml26zoo.mixers.protot_parts import PrototypeEdit, reference_recurrence
+from icml26zoo.models.block import convert_layer_layout
 
 __all__ = [
     "PrototypeEdit",

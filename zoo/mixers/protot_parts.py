@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from kernels.ssd import CHUNK_SIZES, ssd, ssd_step
-from zoo.layers.options import check_choice, check_implementation
-from zoo.mixers.base import read_mixer_options
-from zoo.models.config import ModelConfig
+from icml26zoo.kernels.ssd import CHUNK_SIZES, ssd, ssd_step
+from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.mixers.base import read_mixer_options
+from icml26zoo.models.config import ModelConfig
 
 DECAYS = ("fixed", "learned")
 MEMORIES = ("avg", "sum")

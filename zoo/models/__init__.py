@@ -5,12 +5,12 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from zoo.models import lm  # noqa: F401  (registers "llama")
-from zoo.models.block import convert_layer_layout, stack_layers, unstack_layers
-from zoo.models.config import ModelConfig
-from zoo.models.generate import generate, sample_logits
-from zoo.models.lm import DecodeCache, DecoderLM
-from zoo.registry import MODELS
+from icml26zoo.models import lm  # noqa: F401  (registers "llama")
+from icml26zoo.models.block import convert_layer_layout, stack_layers, unstack_layers
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.models.generate import generate, sample_logits
+from icml26zoo.models.lm import DecodeCache, DecoderLM
+from icml26zoo.registry import MODELS
 
 
 def build_model(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:

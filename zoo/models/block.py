@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers.mlp import SwiGLU
-from zoo.layers.residual import Residual
-from zoo.models.config import ModelConfig
-from zoo.registry import MIXERS
+from icml26zoo.layers.mlp import SwiGLU
+from icml26zoo.layers.residual import Residual
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import MIXERS
 
 
 class Block(nnx.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from zoo.validation import check_choice, check_int, check_pairs, check_positive
+from icml26zoo.validation import check_choice, check_int, check_pairs, check_positive
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 COMPUTE_DTYPES = ("float32", "bfloat16")

@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from zoo.layers.embed import EMBED_INIT_STD, Embedding
-from zoo.layers.norms import RMSNorm
-from zoo.models.block import build_layers, init_layer_caches, run_layers
-from zoo.models.config import ModelConfig
-from zoo.registry import register_model
+from icml26zoo.layers.embed import EMBED_INIT_STD, Embedding
+from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.models.block import build_layers, init_layer_caches, run_layers
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.registry import register_model
 
 # Placements whose blocks do not already end in a norm get a final RMSNorm before the head. "post"
 # blocks end in one (the original Transformer has no final norm), and "none" is the norm-free ablation.

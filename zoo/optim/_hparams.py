@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from zoo.layers.options import build_options
+from icml26zoo.layers.options import build_options
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ from typing import Any
 import jax
 import optax
 
-from zoo.optim._hparams import optimizer_options
-from zoo.registry import register_optimizer
+from icml26zoo.optim._hparams import optimizer_options
+from icml26zoo.registry import register_optimizer
 
 DECAYED_NAMES = ("kernel", "embedding")
 

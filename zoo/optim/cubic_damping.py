@@ -38,9 +38,9 @@ import jax.numpy as jnp
 import optax
 from optax import tree as otu
 
-from zoo.optim._hparams import as_float32, check_non_negative, check_unit_interval, optimizer_options
-from zoo.optim.builtin import decay_mask
-from zoo.registry import register_optimizer
+from icml26zoo.optim._hparams import as_float32, check_non_negative, check_unit_interval, optimizer_options
+from icml26zoo.optim.builtin import decay_mask
+from icml26zoo.registry import register_optimizer
 
 # Registered factories' default cubic coefficient (paper value unknown): 1/√c ≈ 3 bounds a step to
 # about three times a typical Adam step, so the damping acts on outliers only.

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import optax
 from optax.contrib import MuonDimensionNumbers
 
-from zoo.optim._hparams import check_non_negative, check_unit_interval, optimizer_options, with_standard_promotion
-from zoo.registry import register_optimizer
+from icml26zoo.optim._hparams import check_non_negative, check_unit_interval, optimizer_options, with_standard_promotion
+from icml26zoo.registry import register_optimizer
 
 EMBEDDING_KEYWORDS = ("embed",)  # a path key containing one of these names an embedding table
 HEAD_NAMES = ("head", "lm_head", "unembed", "classifier", "output_head")  # exact path keys of heads

@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zoo.optim._hparams import as_float32, check_non_negative, check_positive, optimizer_options
-from zoo.optim.builtin import decay_mask
-from zoo.registry import register_optimizer
+from icml26zoo.optim._hparams import as_float32, check_non_negative, check_positive, optimizer_options
+from icml26zoo.optim.builtin import decay_mask
+from icml26zoo.registry import register_optimizer
 
 DEFAULT_RHO = 0.05  # the CIFAR-scale SAM default radius
 # A squared gradient norm at or below this counts as a zero gradient (step 0), as in optax.scale_by_polyak.

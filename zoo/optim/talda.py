@@ -40,7 +40,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from zoo.optim._hparams import as_float32, check_non_negative, check_positive, check_unit_interval
+from icml26zoo.optim._hparams import as_float32, check_non_negative, check_positive, check_unit_interval
 
 Objective = Callable[[jax.Array, jax.Array], jax.Array]
 

@@ -4,8 +4,8 @@ periods, small exact MDPs, a tabular learner and a DQN, measured against Q*.
 Paper: "The Role of Target Update Frequencies in Q-Learning" (Weissmann et al., ICML 2026, arXiv 2602.03911).
 """
 
-from zoo.rl.dqn import DQNTrace, QNetwork, train_dqn
-from zoo.rl.envs import (
+from icml26zoo.rl.dqn import DQNTrace, QNetwork, train_dqn
+from icml26zoo.rl.envs import (
     FiniteMDP,
     bellman_optimality,
     chain_mdp,
@@ -15,14 +15,14 @@ from zoo.rl.envs import (
     step,
     value_iteration,
 )
-from zoo.rl.schedules import (
+from icml26zoo.rl.schedules import (
     GeometricTargetSchedule,
     SyncState,
     adaptive_ratio,
     adaptive_schedule,
     constant_schedule,
 )
-from zoo.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
+from icml26zoo.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
 
 __all__ = [
     "DQNTrace", "FiniteMDP", "GeometricTargetSchedule", "QLearningTrace", "QNetwork", "SyncState",

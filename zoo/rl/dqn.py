@@ -23,8 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from zoo.rl.envs import FiniteMDP, sample_transitions
-from zoo.rl.schedules import GeometricTargetSchedule
+from icml26zoo.rl.envs import FiniteMDP, sample_transitions
+from icml26zoo.rl.schedules import GeometricTargetSchedule
 
 
 class QNetwork(nnx.Module):

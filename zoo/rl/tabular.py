@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.rl.envs import FiniteMDP, sample_transitions
-from zoo.rl.schedules import GeometricTargetSchedule, SyncState
+from icml26zoo.rl.envs import FiniteMDP, sample_transitions
+from icml26zoo.rl.schedules import GeometricTargetSchedule, SyncState
 
 
 class QLearningTrace(NamedTuple):

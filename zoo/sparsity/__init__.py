@@ -11,7 +11,7 @@ Typical use on a zoo LM:
     print(mask_statistics(mask)["total"])
 """
 
-from zoo.sparsity.masks import (
+from icml26zoo.sparsity.masks import (
     PRUNABLE_NAMES,
     MaskedOptimizerState,
     apply_mask,
@@ -27,7 +27,7 @@ from zoo.sparsity.masks import (
     snip_mask,
     snip_scores,
 )
-from zoo.sparsity.stats import empirical_graphon, layer_densities, mask_statistics, matrix_statistics
+from icml26zoo.sparsity.stats import empirical_graphon, layer_densities, mask_statistics, matrix_statistics
 
 __all__ = [
     "PRUNABLE_NAMES",

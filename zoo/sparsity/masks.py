@@ -31,8 +31,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from zoo.losses import weighted_cross_entropy, weighted_mean
-from zoo.validation import check_choice, check_positive, check_unit_interval
+from icml26zoo.losses import weighted_cross_entropy, weighted_mean
+from icml26zoo.validation import check_choice, check_positive, check_unit_interval
 
 PRUNABLE_NAMES = ("kernel", "embedding")  # the names zoo.optim.builtin.decay_mask treats as weight matrices
 STACKED_KEYS = ("layers",)  # zoo models stack scanned layers along axis 0 under these keys

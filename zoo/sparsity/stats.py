@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from zoo.sparsity.masks import is_stacked, path_str
+from icml26zoo.sparsity.masks import is_stacked, path_str
 
 
 def _units(mask: Any) -> list[tuple[str, np.ndarray]]:
