@@ -11,12 +11,12 @@ from icml26zoo.kernels._common import checks
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.delta_rule import pallas_chunk, reference, xla
 
-# name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only: the kernels have
-# not been lowered and checked on a GPU/TPU backend yet, so naming it there raises instead of guessing.
+# name -> # (function, backends it can run on). Pallas picks its lowering per platform when lowered
+# (kernels/_common/lowering.py): interpreted on CPU, Triton on GPU, Mosaic on TPU.
 _IMPLEMENTATIONS: Implementations = {
     "reference": (reference.gated_delta_rule, ALL_BACKENDS),
     "xla": (xla.gated_delta_rule, ALL_BACKENDS),
-    "pallas": (pallas_chunk.gated_delta_rule, ("cpu",)),
+    "pallas": (pallas_chunk.gated_delta_rule, ALL_BACKENDS),
 }
 _NAME = "gated_delta_rule"
 

@@ -9,21 +9,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.kernels._common import checks
-from icml26zoo.kernels._dispatch import select_implementation
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
 from icml26zoo.kernels.forgetting_attention import pallas, reference, xla
 
-_ALL = ("cpu", "gpu", "tpu")
-
-# name -> (function, backends it can run on). The Pallas kernels are GPU style (Triton) and have no Mosaic
-# TPU lowering; off GPU they run in interpret mode.
+# name -> (function, backends it can run on). Pallas picks its lowering per platform when lowered
+# (kernels/_common/lowering.py): interpreted on CPU, Triton on GPU, Mosaic on TPU.
 _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.forgetting_attention, _ALL),
-    "xla": (xla.forgetting_attention, _ALL),
-    "pallas": (pallas.forgetting_attention, ("cpu", "gpu")),
+    "reference": (reference.forgetting_attention, ALL_BACKENDS),
+    "xla": (xla.forgetting_attention, ALL_BACKENDS),
+    "pallas": (pallas.forgetting_attention, ALL_BACKENDS),
 }
-# Best path per backend for implementation=None. The blocked XLA path is the portable default; the Pallas
-# kernels are tested in interpret mode on CPU only, so they are opt-in until measured on a device.
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+# Best path per backend for implementation=None: XLA until a run on the hardware shows Pallas correct and faster.
+_DEFAULT = XLA_EVERYWHERE
 
 
 def _bad(name: str, x: jax.Array, expected: str) -> ValueError:

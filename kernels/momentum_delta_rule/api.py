@@ -13,13 +13,12 @@ from icml26zoo.kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
 _NAME = "momentum_delta_rule"
 
-# name -> (function, backends it can run on). Pallas runs in interpret mode on CPU only (the same policy
-# as the gated delta rule): the kernels have not been lowered and checked on a GPU/TPU backend yet, so
-# naming it there raises instead of guessing.
+# name -> # (function, backends it can run on). Pallas picks its lowering per platform when lowered
+# (kernels/_common/lowering.py): interpreted on CPU, Triton on GPU, Mosaic on TPU.
 _IMPLEMENTATIONS: Implementations = {
     "reference": (reference.momentum_delta_rule, ALL_BACKENDS),
     "xla": (xla.momentum_delta_rule, ALL_BACKENDS),
-    "pallas": (pallas_chunk.momentum_delta_rule, ("cpu",)),
+    "pallas": (pallas_chunk.momentum_delta_rule, ALL_BACKENDS),
 }
 
 
@@ -95,7 +94,7 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
       initial_state: (S0, M0) each [B, H, K, V], or None (zeros); applies to the first segment of each row.
       segment_ids: [B, T] int; both states reset at every segment start, nothing crosses a boundary.
       chunk_size: one of CHUNK_SIZES (chunked path; smaller is more accurate under strong decay).
-      implementation: None (best for the backend), "reference", "xla", "pallas" (interpret mode, CPU only),
+      implementation: None (best for the backend), "reference", "xla", "pallas",
         or a sequence tried in order (the first one that can run on the backend).
     Returns:
       o [B, T, H, V] in q.dtype, (S, M) final states each [B, H, K, V] float32 (of each row's last segment).

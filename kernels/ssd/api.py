@@ -14,13 +14,13 @@ from icml26zoo.kernels.ssd import attention_form, pallas_chunk, reference, xla
 _NAME = "ssd"
 
 # name -> (function, backends it can run on). "attention" is the O(T^2) masked-attention oracle: it runs
-# everywhere but is never a default. Pallas is registered for CPU (interpret mode) only: its kernels have
-# not been lowered and checked on a GPU/TPU backend, so naming it there raises instead of guessing.
+# everywhere but is never a default. Pallas picks its lowering per platform when lowered
+# (kernels/_common/lowering.py): interpreted on CPU, Triton on GPU, Mosaic on TPU.
 _IMPLEMENTATIONS: Implementations = {
     "reference": (reference.ssd, ALL_BACKENDS),
     "xla": (xla.ssd, ALL_BACKENDS),
     "attention": (attention_form.ssd, ALL_BACKENDS),
-    "pallas": (pallas_chunk.ssd, ("cpu",)),
+    "pallas": (pallas_chunk.ssd, ALL_BACKENDS),
 }
 
 

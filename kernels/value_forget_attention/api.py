@@ -13,18 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.kernels._common import checks
-from icml26zoo.kernels._dispatch import select_implementation
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
 from icml26zoo.kernels.value_forget_attention import pallas, reference, xla
-
-_ALL = ("cpu", "gpu", "tpu")
 
 # name -> (function, backends it can run on). "reference" materializes [T, T, Dv]: short sequences only.
 _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "reference": (reference.value_forget_attention, _ALL),
-    "xla": (xla.value_forget_attention, _ALL),
-    "pallas": (pallas.value_forget_attention, ("cpu",)),  # interpret mode: Triton lowering not yet checked
+    "reference": (reference.value_forget_attention, ALL_BACKENDS),
+    "xla": (xla.value_forget_attention, ALL_BACKENDS),
+    "pallas": (pallas.value_forget_attention, ALL_BACKENDS),
 }
-_DEFAULT = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+_DEFAULT = XLA_EVERYWHERE
 
 
 def _bad(name: str, x: jax.Array, expected: str) -> ValueError:

@@ -76,10 +76,10 @@ def test_pallas_bf16_inputs_match_reference() -> None:
     harness.assert_trees_close(state, state_ref, TOL, what="final (S, M)")
 
 
-def test_pallas_is_cpu_only_and_never_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pallas_runs_on_every_backend_and_never_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     x = harness.make_case_inputs(PALLAS, 8, batch=1)
     fn, backends = api._IMPLEMENTATIONS["pallas"]
-    assert backends == ("cpu",)
+    assert backends == ("cpu", "gpu", "tpu")
     monkeypatch.setitem(api._IMPLEMENTATIONS, "pallas", (fn, ("tpu",)))
     with pytest.raises(RuntimeError, match="cannot run"):
         momentum_delta_rule(**x, implementation="pallas")

@@ -1,0 +1,5 @@
+"""Lowering cases of the recurrences ops (tests/kernels/lowering_support.py)."""
+
+from lowering_support import LoweringCase
+
+CASES: list[LoweringCase] = []
