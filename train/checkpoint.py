@@ -1,17 +1,23 @@
 """Checkpoints for the train loop: a small, defensive wrapper around Orbax's `CheckpointManager`.
 
-One step directory holds two items:
+One step directory holds three items:
 
 * ``state`` -- the training pytree (params, optimizer state, step counter, RNG key data), written with
   ``StandardSave`` so that sharded arrays are saved by every process for its own shards;
 * ``data`` -- a JSON document ``{"data_state": <dict or null>}`` with the data iterator's state, so a
-  resumed run continues the same batch sequence.
+  resumed run continues the same batch sequence;
+* ``checksums`` -- a CRC-32 of every leaf, computed on the host from the arrays being saved (see
+  `checksums.py` for why, and for what a multi-process run covers).
 
-Two project rules are enforced here rather than left to each caller:
+Three project rules are enforced here rather than left to each caller:
 
 * training never writes a checkpoint of a non-finite state (`NonFiniteStateError`, nothing written);
 * a corrupt or half-written newest checkpoint must not end a run: `Checkpointer.restore_latest` falls
-  back to the newest step that still reads, warning about every step it skips.
+  back to the newest step that still reads *and* matches its checksums *and* whose data state passes the
+  caller's check, warning once (one line) about every step it skips;
+* exactly `keep` steps remain: the manager is never re-listed while its own saves or deletions are in
+  flight (a re-list mid-save made Orbax lose count and keep one step too many, or fail on a step its
+  background thread was deleting).
 
 All methods are collective in a multi-process run: call them from every process with the same arguments;
 Orbax coordinates which process writes what.
@@ -24,7 +30,7 @@ import math
 import operator
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -32,10 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, verify_checksums
+
 __all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError"]
 
 _STATE_ITEM = "state"
 _DATA_ITEM = "data"
+_CHECKSUM_ITEM = "checksums"
 _DATA_KEY = "data_state"
 # Error texts from TensorStore can run to kilobytes; warnings and exceptions keep the first line, cut here.
 _MAX_ERROR_CHARS = 300
@@ -100,10 +109,14 @@ class Checkpointer:
                 f"refusing to checkpoint step {step}: state leaf {bad_path} is not finite (NaN or inf)"
             )
         payload = _data_payload(data_state)
+        # Taken before the save is started: the caller may donate these buffers right after `save`.
+        checksums = leaf_checksums(state)
         self._drop_superseded(step)
-        args = ocp.args.Composite(
-            **{_STATE_ITEM: ocp.args.StandardSave(state), _DATA_ITEM: ocp.args.JsonSave(payload)}
-        )
+        args = ocp.args.Composite(**{
+            _STATE_ITEM: ocp.args.StandardSave(state),
+            _DATA_ITEM: ocp.args.JsonSave(payload),
+            _CHECKSUM_ITEM: ocp.args.JsonSave(checksums),
+        })
         return bool(self._manager.save(step, args=args, force=force))
 
     def _drop_superseded(self, step: int) -> None:
@@ -114,22 +127,30 @@ class Checkpointer:
         session, and only when a new save replaces them, keeps the evidence until then.
         """
         stale = sorted(s for s in self._unreadable if s >= step)
+        if not stale:
+            return
         on_disk = set(self._reloaded_steps())
         for s in stale:
             if s in on_disk:
                 self._manager.delete(s)
             self._unreadable.discard(s)
 
-    def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict | None] | None:
+    def restore_latest(
+        self, abstract_state: Any, *, check_data_state: Callable[[int, Any], None] | None = None
+    ) -> tuple[int, Any, dict | None] | None:
         """Restores the newest readable checkpoint as ``(step, state, data_state)``; None if there is none.
 
         Args:
           abstract_state: a pytree with the structure of the saved state whose leaves are
             `jax.ShapeDtypeStruct` (with ``.sharding``) or arrays; restored arrays take these shapes,
             dtypes and shardings, so a checkpoint can be restored onto a different mesh.
+          check_data_state: called as ``check_data_state(step, data_state)`` on each candidate; raising
+            (e.g. ValueError for a state the data iterator's `set_state` would reject) marks that step
+            corrupt like any other damage. None accepts any JSON value, null included.
 
-        Unreadable steps (missing or truncated files, bad metadata, a different tree structure) are
-        skipped newest-first with a `RuntimeWarning` naming the step and the error.
+        Unreadable steps (missing or truncated files, bad metadata, a different tree structure, a leaf
+        whose checksum does not match, a data state `check_data_state` rejects) are skipped
+        newest-first with a one-line `RuntimeWarning` naming the step and the error.
 
         Raises:
           CheckpointRestoreError: checkpoints exist but none could be restored; lists every error.
@@ -145,7 +166,10 @@ class Checkpointer:
         for step in steps:
             try:
                 state, data_state = self._restore_step(step, abstract)
+                if check_data_state is not None:
+                    check_data_state(step, data_state)
             except Exception as err:  # Any failure to read a step makes it unusable; report and go on.
+                quiet_closed_event_loop()
                 failures.append((step, _describe(err)))
                 warnings.warn(
                     f"checkpoint step {step} in {self.directory} is unreadable, skipping it: "
@@ -161,13 +185,19 @@ class Checkpointer:
 
     def _restore_step(self, step: int, abstract: Any) -> tuple[Any, dict | None]:
         """Reads one step; raises whatever Orbax/TensorStore raise when its files are damaged."""
-        args = ocp.args.Composite(
-            **{_STATE_ITEM: ocp.args.StandardRestore(abstract), _DATA_ITEM: ocp.args.JsonRestore()}
-        )
+        if not os.path.isdir(os.path.join(self.directory, str(step), _CHECKSUM_ITEM)):
+            # Checked before Orbax is asked: it logs a full traceback for an item it cannot find.
+            raise ValueError(f"the {_CHECKSUM_ITEM!r} item is missing (damaged, or saved by an older version)")
+        args = ocp.args.Composite(**{
+            _STATE_ITEM: ocp.args.StandardRestore(abstract),
+            _DATA_ITEM: ocp.args.JsonRestore(),
+            _CHECKSUM_ITEM: ocp.args.JsonRestore(),
+        })
         restored = self._manager.restore(step, args=args)
         payload = restored[_DATA_ITEM]
         if not isinstance(payload, dict) or _DATA_KEY not in payload:
             raise ValueError(f"data item is {payload!r}, expected a dict with key {_DATA_KEY!r}")
+        verify_checksums(restored[_STATE_ITEM], restored[_CHECKSUM_ITEM])
         return restored[_STATE_ITEM], payload[_DATA_KEY]
 
     def latest_step(self) -> int | None:
@@ -176,6 +206,8 @@ class Checkpointer:
 
     def _reloaded_steps(self) -> list[int]:
         # Re-list the directory: another process or a crash may have changed it since the manager cached it.
+        # Never while our own save or deletion is in flight: Orbax's background thread would race the re-list.
+        self._manager.wait_until_finished()
         self._manager.reload()
         return list(self._manager.all_steps())
 
