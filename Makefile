@@ -3,17 +3,19 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The exact tested set of every dependency (top-level and transitive); `make lock` refreshes it.
+LOCK := constraints.txt
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint setup clean
+.PHONY: demo test bench lint setup lock clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[test]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,6 +29,17 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Resolves the newest versions pyproject.toml allows in a scratch venv and pins them all in $(LOCK). The
+# constraints bind `make` only, not `pip install icml26-zoo`. Run `make test` on the new lock before committing it.
+lock:
+	tmp=$$(mktemp -d) && \
+	$(PYTHON) -m venv $$tmp/venv && \
+	$$tmp/venv/bin/python -m pip install --quiet --upgrade pip && \
+	$$tmp/venv/bin/python -m pip install --quiet -e ".[test]" && \
+	{ echo "# The tested environment, pinned: make installs with -c $(LOCK); refresh with make lock."; \
+	  $$tmp/venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^pip==' -e '^#'; } > $(LOCK) && \
+	rm -rf $$tmp
 
 clean:
 	rm -rf $(VENV) runs
