@@ -15,7 +15,7 @@ Scanned layers (`cfg.scan_layers`: one Block whose Linear kernels are `[L, in, o
 adapters, A `[L, in, r]` and B `[L, r, out]`, built with `nnx.vmap` over split RNG streams exactly as
 `zoo.models.block.build_layers` builds the layers: `jax.lax.scan` over the layer state slices the
 adapters along axis 0 with everything else, so no layout conversion is needed and each layer gets its own
-A. Muon routing (`zoo.optim.muon_finetune`) sees them under `layers` like any stacked matrix and
+A. Muon routing (`icml26zoo.optim.muon`) sees them under `layers` like any stacked matrix and
 orthogonalizes each layer's A and B separately; unrolled layers give plain 2-D A and B.
 
 The adapted state has new paths (`.../q_proj/base/kernel`, `.../q_proj/lora/lora_a`), so

@@ -13,7 +13,7 @@ from flax import nnx
 
 from icml26zoo import lora
 from icml26zoo.models import ModelConfig, build_model, count_params
-from icml26zoo.optim.muon_finetune import muon_dimension_numbers, muon_finetune, muon_param_labels
+from icml26zoo.optim.muon import muon_dimension_numbers, muon_finetune, muon_param_labels
 
 VOCAB, SEQ, BATCH = 32, 24, 16
 LR_MUON = 0.02

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from icml26zoo.optim import muon_finetune as mf
+from icml26zoo.optim import muon as mf
 from icml26zoo.registry import OPTIMIZERS
 from icml26zoo.train.config import OptimConfig
 

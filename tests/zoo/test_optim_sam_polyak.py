@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from icml26zoo.optim import sam_polyak as sp
+from icml26zoo.optim import sam as sp
 from icml26zoo.train.config import OptimConfig
 
 

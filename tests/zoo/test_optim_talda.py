@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icml26zoo.optim import talda as T
+from icml26zoo.optim import minimax as T
 
 MU = 0.1  # μ1 = μ2: the smallest eigenvalue of A and C
 
