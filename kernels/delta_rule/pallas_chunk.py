@@ -10,8 +10,10 @@ Split of work:
   recomputes the chunk's intermediates from that state and back-propagates by hand (derivation in
   `_bwd_chunk`), carrying dS.
 
-The kernels are written GPU-style (row updates through iota masks, no dynamic value indexing) but are only
-run and tested with `interpret=True` on CPU; `api.py` refuses "pallas" on other backends.
+Lowering (`kernels._common.pallas.call`): interpreted on CPU, Triton on CUDA, Mosaic on TPU, chosen when
+lowered. The kernels are written for both compilers (row updates through iota masks, no dynamic value
+indexing, only the chunk axis indexed dynamically) and loop over the true chunk count, so Triton's
+power-of-two zero padding of the trailing dims is never visited.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
-from icml26zoo.kernels.delta_rule import xla
+from icml26zoo.kernels.delta_rule import tuning, xla
+
+_OP = "gated_delta_rule"
 
 
 def _fwd_sub(a: jax.Array, r: jax.Array) -> jax.Array:
@@ -97,7 +101,7 @@ def _chunk_solve(q: jax.Array, k: jax.Array, v: jax.Array, b: jax.Array, gam: ja
 
 
 def _fwd_kernel(q_ref: Any, k_ref: Any, v_ref: Any, b_ref: Any, gam_ref: Any, e0_ref: Any, es_ref: Any,
-                ec_ref: Any, s0_ref: Any, o_ref: Any, sin_ref: Any, sf_ref: Any) -> None:
+                ec_ref: Any, s0_ref: Any, o_ref: Any, sin_ref: Any, sf_ref: Any, *, n_chunks: int) -> None:
     """One (batch, head): chunks in order, state S [K, V] carried in registers."""
 
     def body(n: jax.Array, s: jax.Array) -> jax.Array:
@@ -107,7 +111,7 @@ def _fwd_kernel(q_ref: Any, k_ref: Any, v_ref: Any, b_ref: Any, gam_ref: Any, e0
         sin_ref[n] = s
         return ec[:, None] * s + dot((k * es).T, x)
 
-    sf_ref[...] = lax.fori_loop(0, q_ref.shape[0], body, s0_ref[...])
+    sf_ref[...] = lax.fori_loop(0, n_chunks, body, s0_ref[...])
 
 
 def _bwd_chunk(q: jax.Array, k: jax.Array, v: jax.Array, b: jax.Array, gam: jax.Array, e0: jax.Array,
@@ -143,9 +147,9 @@ def _bwd_chunk(q: jax.Array, k: jax.Array, v: jax.Array, b: jax.Array, gam: jax.
 
 def _bwd_kernel(q_ref: Any, k_ref: Any, v_ref: Any, b_ref: Any, gam_ref: Any, e0_ref: Any, es_ref: Any,
                 ec_ref: Any, sin_ref: Any, do_ref: Any, dsf_ref: Any, dq_ref: Any, dk_ref: Any, dv_ref: Any,
-                db_ref: Any, dgam_ref: Any, de0_ref: Any, des_ref: Any, dec_ref: Any, ds0_ref: Any) -> None:
+                db_ref: Any, dgam_ref: Any, de0_ref: Any, des_ref: Any, dec_ref: Any, ds0_ref: Any, *,
+                n_chunks: int) -> None:
     """One (batch, head): chunks in reverse, dS carried."""
-    n_chunks = q_ref.shape[0]
     in_refs = (q_ref, k_ref, v_ref, b_ref, gam_ref, e0_ref, es_ref, ec_ref, sin_ref, do_ref)
     out_refs = (dq_ref, dk_ref, dv_ref, db_ref, dgam_ref, de0_ref, des_ref, dec_ref)
 
@@ -172,7 +176,7 @@ def _fwd(q: jax.Array, k: jax.Array, v: jax.Array, b: jax.Array, gam: jax.Array,
     inputs = (q, k, v, b, gam, e0, es, ec, s0)
     bsz, heads, n = q.shape[:3]
     outs = (shape_dtype(v), shape_dtype(s0, (bsz, heads, n) + s0.shape[2:]), shape_dtype(s0))
-    o, s_in, s_final = call(_fwd_kernel, inputs, outs)
+    o, s_in, s_final = call(_OP, functools.partial(_fwd_kernel, n_chunks=n), inputs, outs, tuning.for_platform)
     return (o, s_final), (q, k, v, b, gam, e0, es, ec, s_in)
 
 
@@ -180,7 +184,8 @@ def _bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[
     do, dsf = cts
     inputs = res + (do, dsf)
     outs = tuple(shape_dtype(x) for x in res[:8]) + (shape_dtype(dsf),)
-    return tuple(call(_bwd_kernel, inputs, outs))
+    kernel = functools.partial(_bwd_kernel, n_chunks=do.shape[2])
+    return tuple(call(_OP, kernel, inputs, outs, tuning.for_platform))
 
 
 chunk_core.defvjp(_fwd, _bwd)
@@ -202,7 +207,8 @@ def _run(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array
 def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
                      scale: float | None = None, initial_state: jax.Array | None = None,
                      segment_ids: jax.Array | None = None, chunk_size: int = 64) -> tuple[jax.Array, jax.Array]:
-    """Pallas (interpret-mode) chunked gated delta rule; same contract as `xla.gated_delta_rule`.
+    """Pallas chunked gated delta rule (interpreted on CPU, Triton on GPU, Mosaic on TPU); same contract as
+    `xla.gated_delta_rule`.
 
     q, k: [B,T,H,K]; v: [B,T,H,V]; beta: [B,T,H]; g: None | [B,T,H] | [B,T,H,K].
     Returns (o [B,T,H,V] in q.dtype, S [B,H,K,V] float32).

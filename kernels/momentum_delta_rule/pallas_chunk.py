@@ -21,12 +21,14 @@ Split of work (the maths is `xla.py`'s chunked form):
 Packed segments need nothing here: a reset zeroes every factor linking a step to an earlier segment and the
 carried-in terms (qa, qb, ys, zm and the chunk-end decays) in the XLA part, exactly as a zeroed (S, M).
 
-The kernels are written GPU-style (whole-block matmuls, no dynamic value indexing) but are only run and
-tested with `interpret=True` on CPU; `api.py` refuses "pallas" on other backends.
+Lowering (`kernels._common.pallas.call`): interpreted on CPU, Triton on CUDA, Mosaic on TPU, chosen when
+lowered. The kernels are whole-block matmuls with only the chunk axis indexed dynamically, and loop over
+the true chunk count, so Triton's power-of-two zero padding of the trailing dims is inert.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +38,9 @@ from jax import lax
 
 from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
 from icml26zoo.kernels._common.precision import HIGHEST
-from icml26zoo.kernels.momentum_delta_rule import xla
+from icml26zoo.kernels.momentum_delta_rule import tuning, xla
+
+_OP = "momentum_delta_rule"
 
 
 def _dot_tn(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -61,7 +65,7 @@ def _residuals(u: jax.Array, ys: jax.Array, zm: jax.Array, s: jax.Array, m: jax.
 
 def _fwd_kernel(x_ref: Any, u_ref: Any, ys_ref: Any, zm_ref: Any, qa_ref: Any, qb_ref: Any, ks_ref: Any,
                 km_ref: Any, ea_ref: Any, b_ref: Any, eu_ref: Any, s0_ref: Any, m0_ref: Any, o_ref: Any,
-                sin_ref: Any, min_ref: Any, sf_ref: Any, mf_ref: Any) -> None:
+                sin_ref: Any, min_ref: Any, sf_ref: Any, mf_ref: Any, *, n_chunks: int) -> None:
     """One (batch, head): chunks in order, states S, M [K, V] carried in registers."""
     in_refs = (x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref)
 
@@ -76,7 +80,7 @@ def _fwd_kernel(x_ref: Any, u_ref: Any, ys_ref: Any, zm_ref: Any, qa_ref: Any, q
         m_out = eu[:, None] * m - _dot_tn(k_m, w)
         return s_out, m_out
 
-    s_final, m_final = lax.fori_loop(0, x_ref.shape[0], body, (s0_ref[...], m0_ref[...]))
+    s_final, m_final = lax.fori_loop(0, n_chunks, body, (s0_ref[...], m0_ref[...]))
     sf_ref[...] = s_final
     mf_ref[...] = m_final
 
@@ -107,9 +111,8 @@ def _bwd_kernel(x_ref: Any, u_ref: Any, ys_ref: Any, zm_ref: Any, qa_ref: Any, q
                 km_ref: Any, ea_ref: Any, b_ref: Any, eu_ref: Any, sin_ref: Any, min_ref: Any, do_ref: Any,
                 dsf_ref: Any, dmf_ref: Any, dx_ref: Any, du_ref: Any, dys_ref: Any, dzm_ref: Any, dqa_ref: Any,
                 dqb_ref: Any, dks_ref: Any, dkm_ref: Any, dea_ref: Any, db_ref: Any, deu_ref: Any, ds0_ref: Any,
-                dm0_ref: Any) -> None:
+                dm0_ref: Any, *, n_chunks: int) -> None:
     """One (batch, head): chunks in reverse, (dS, dM) carried."""
-    n_chunks = x_ref.shape[0]
     in_refs = (x_ref, u_ref, ys_ref, zm_ref, qa_ref, qb_ref, ks_ref, km_ref, ea_ref, b_ref, eu_ref,
                sin_ref, min_ref, do_ref)
     out_refs = (dx_ref, du_ref, dys_ref, dzm_ref, dqa_ref, dqb_ref, dks_ref, dkm_ref, dea_ref, db_ref, deu_ref)
@@ -144,7 +147,8 @@ def _state_pass_fwd(x: jax.Array, u: jax.Array, ys: jax.Array, zm: jax.Array, qa
     per_chunk_state = x.shape[:3] + s0.shape[2:]
     outs = (shape_dtype(u), shape_dtype(s0, per_chunk_state), shape_dtype(m0, per_chunk_state), shape_dtype(s0),
             shape_dtype(m0))
-    o, s_in, m_in, s_final, m_final = call(_fwd_kernel, inputs, outs)
+    kernel = functools.partial(_fwd_kernel, n_chunks=x.shape[2])
+    o, s_in, m_in, s_final, m_final = call(_OP, kernel, inputs, outs, tuning.for_platform)
     return (o, s_final, m_final), inputs[:11] + (s_in, m_in)
 
 
@@ -152,7 +156,8 @@ def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, ...]) -> t
     do, dsf, dmf = cts
     inputs = res + (do, dsf, dmf)
     outs = tuple(shape_dtype(a) for a in res[:11]) + (shape_dtype(dsf), shape_dtype(dmf))
-    return tuple(call(_bwd_kernel, inputs, outs))
+    kernel = functools.partial(_bwd_kernel, n_chunks=do.shape[2])
+    return tuple(call(_OP, kernel, inputs, outs, tuning.for_platform))
 
 
 state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)
@@ -169,4 +174,5 @@ def _heads_first_pass(it: xla.Intra, s0: jax.Array, m0: jax.Array) -> tuple[jax.
 
 momentum_delta_rule = xla.chunked_op(
     _heads_first_pass, chunk_major=False,
-    summary="Pallas (interpret-mode) chunked momentum delta rule; same contract as `xla.momentum_delta_rule`.")
+    summary=("Pallas chunked momentum delta rule (interpreted on CPU, Triton on GPU, Mosaic on TPU); same contract "
+             "as `xla.momentum_delta_rule`."))
