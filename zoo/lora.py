@@ -49,7 +49,7 @@ class LoRAAdapter(nnx.Module):
     slice, where the shapes are those of the unrolled case.
     """
 
-    def __init__(self, base: nnx.Linear, *, rank: int, alpha: float, rngs: nnx.Rngs):
+    def __init__(self, base: nnx.Linear, *, rank: int, alpha: float, rngs: nnx.Rngs) -> None:
         self.base = base
         self.rank = rank
         self.alpha = alpha

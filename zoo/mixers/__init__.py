@@ -1,21 +1,37 @@
-"""Sequence mixers. Importing this package registers every built-in mixer in zoo.registry.MIXERS.
+"""Sequence mixers. Importing this package registers every built-in mixer in icml26zoo.registry.MIXERS.
 
-The interface a mixer implements is documented in zoo/mixers/base.py.
+The interface a mixer implements is documented in zoo/mixers/base.py. Each class maps x `[B, T, D]` to
+y `[B, T, D]` and is built from a `ModelConfig` (`Attention(cfg, rngs=nnx.Rngs(0))`); configs name it
+by its registered name (`ModelConfig(mixer="fox")`).
 """
 
-from icml26zoo.mixers import (
-    attention,  # noqa: F401  (registers "attention")
-    circulation,  # noqa: F401  (registers "circulation")
-    delta_net,  # noqa: F401  (registers "deltanet", "gated_deltanet", "kda")
-    fix,  # noqa: F401  (registers "fix")
-    fox,  # noqa: F401  (registers "fox")
-    goat,  # noqa: F401  (registers "goat")
-    hyena,  # noqa: F401  (registers "hyena")
-    mamba,  # noqa: F401  (registers "mamba")
-    mamba2,  # noqa: F401  (registers "mamba2")
-    mdn,  # noqa: F401  (registers "mdn")
-    protot,  # noqa: F401  (registers "protot")
-)
+from icml26zoo.mixers.attention import Attention
 from icml26zoo.mixers.base import SequenceMixer, conformance_options
+from icml26zoo.mixers.circulation import CirculationAttention
+from icml26zoo.mixers.delta_net import DeltaNet, GatedDeltaNet, KimiDeltaAttention
+from icml26zoo.mixers.fix import FineGrainedForgettingAttention
+from icml26zoo.mixers.fox import ForgettingAttention
+from icml26zoo.mixers.goat import GOATAttention
+from icml26zoo.mixers.hyena import Hyena
+from icml26zoo.mixers.mamba import Mamba
+from icml26zoo.mixers.mamba2 import Mamba2
+from icml26zoo.mixers.mdn import MomentumDeltaNet
+from icml26zoo.mixers.protot import ProtoT
 
-__all__ = ["SequenceMixer", "conformance_options"]
+__all__ = [
+    "Attention",
+    "CirculationAttention",
+    "DeltaNet",
+    "FineGrainedForgettingAttention",
+    "ForgettingAttention",
+    "GOATAttention",
+    "GatedDeltaNet",
+    "Hyena",
+    "KimiDeltaAttention",
+    "Mamba",
+    "Mamba2",
+    "MomentumDeltaNet",
+    "ProtoT",
+    "SequenceMixer",
+    "conformance_options",
+]

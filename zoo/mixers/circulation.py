@@ -210,7 +210,10 @@ class CirculationAttention(nnx.Module):
             beta = beta * (1.0 - eta) if self.options.adaptive_beta else beta
         return alpha, beta
 
-    def _attend(self, q, k, q_cols, k_cols, v_cols, x_cols, mask, stats) -> jax.Array:
+    def _attend(
+        self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, v_cols: jax.Array,
+        x_cols: jax.Array, mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+    ) -> jax.Array:
         """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
         alpha, beta = self.blend_coefficients(stats)
         c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0

@@ -134,7 +134,10 @@ class Mamba(nnx.Module):
         new_cache = None if cache is None else {"conv": new_conv.astype(cache["conv"].dtype), "ssm": ssm_state}
         return out, new_cache
 
-    def _scan(self, xs, delta, a, b, c, segment_ids, state) -> tuple[jax.Array, jax.Array]:
+    def _scan(
+        self, xs: jax.Array, delta: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array,
+        segment_ids: jax.Array | None, state: jax.Array | None,
+    ) -> tuple[jax.Array, jax.Array]:
         """The SSM core: xs/delta [B, T, d_inner], a [d_inner, N], b/c [B, T, N] -> y [B, T, d_inner] and the
         final state [B, d_inner, N] float32. One decode token takes the single step (no chunk padding)."""
         d = self.D[...]

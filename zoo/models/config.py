@@ -53,7 +53,7 @@ class ModelConfig:
     # Extra mixer-specific options as (name, value) pairs, e.g. (("gate", "full"),).
     mixer_options: tuple[tuple[str, Any], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
             check_int(name, getattr(self, name))
         if self.head_dim is not None:

@@ -25,7 +25,10 @@ def sample_logits(logits: jax.Array, key: jax.Array, *, temperature: float, top_
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "max_len", "temperature", "top_k"))
-def _generate(graphdef, params, prompt, key, *, max_new_tokens, max_len, temperature, top_k):
+def _generate(
+    graphdef: nnx.GraphDef, params: nnx.State, prompt: jax.Array, key: jax.Array, *, max_new_tokens: int,
+    max_len: int, temperature: float, top_k: int | None,
+) -> jax.Array:
     """The whole loop under one jit: prefill the prompt, then a `lax.scan` of single-token decode steps."""
     model = nnx.merge(graphdef, params)
     cache = model.init_cache(prompt.shape[0], max_len)

@@ -76,7 +76,7 @@ class DecoderLM(nnx.Module):
     Parameters are float32 `nnx.Param`s only; activations run in cfg.compute_dtype; logits are float32.
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.cfg = cfg
         dtype = jnp.dtype(cfg.compute_dtype)
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
