@@ -1,4 +1,10 @@
-"""Command line: `python -m icml26zoo.train --config configs/<preset>.py --workdir DIR [key=value ...]`."""
+"""Command line: `python -m icml26zoo.train --config NAME_OR_FILE --workdir DIR [key=value ...]`.
+
+`--config` takes a preset name (`llama_tiny`, see `icml26zoo.configs.names()`) or a preset file. A user
+error (a bad value or name, a mesh that does not fit the devices, a dataset that is not prepared, a
+locked or unwritable workdir, a run that diverged) prints one line `error: ...` and exits with status 2;
+`--debug` shows the traceback instead. Other exceptions are bugs and keep their traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +12,28 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from icml26zoo.train.config import TrainConfig
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m icml26zoo.train", description=__doc__)
-    parser.add_argument("--config", required=True, help="preset file defining get_config()")
+    parser = argparse.ArgumentParser(prog="python -m icml26zoo.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="preset name (e.g. llama_tiny) or file defining get_config()")
     parser.add_argument("--workdir", required=True, help="run directory (metrics, checkpoints, plots)")
     parser.add_argument("--coordinator", help="multi-host: coordinator host:port for jax.distributed")
     parser.add_argument("--num-processes", type=int, help="multi-host: number of processes")
     parser.add_argument("--process-id", type=int, help="multi-host: this process's index")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of a user error")
     parser.add_argument("overrides", nargs="*", help="config overrides such as model.num_layers=2")
     return parser.parse_args(argv)
+
+
+def one_line(error: BaseException) -> str:
+    """`error: <message>` on a single line (TFDS and Orbax messages can span several)."""
+    return "error: " + " ".join(str(error).split())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,19 +44,39 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("train").setLevel(logging.INFO)
     from icml26zoo.train.config import apply_overrides, load_preset
     from icml26zoo.train.distributed import initialize_distributed
+    from icml26zoo.train.errors import RunError
 
     try:
-        config = apply_overrides(load_preset(args.config), args.overrides)
+        # Every name, option and value is checked here, before any device, dataset or file is touched.
+        config = apply_overrides(load_preset(args.config, field="--config"), args.overrides)
+        initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
+        check_devices(config)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        if args.debug:
+            raise
+        print(one_line(error), file=sys.stderr)
         return 2
-    initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
     from icml26zoo.train.loop import train
     from icml26zoo.train.report import print_summary
 
-    summary = train(config, args.workdir)
+    try:
+        summary = train(config, args.workdir)
+    except RunError as error:
+        if args.debug:
+            raise
+        print(one_line(error), file=sys.stderr)
+        return 2
     print_summary(summary, args.workdir)
     return 0
+
+
+def check_devices(config: TrainConfig) -> None:
+    """The mesh and batch size of `config` against this machine's devices (RunError when they do not fit)."""
+    import jax
+
+    from icml26zoo.train.sharding import check_fits_devices
+
+    check_fits_devices(config.mesh_data, config.mesh_fsdp, config.batch_size, jax.device_count())
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
 """Typed, frozen run configs with per-field comments and validation, plus `key=value` overrides.
 
-A preset is a Python file with `get_config() -> TrainConfig`. Overrides use dotted paths into the nested
-dataclasses (`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are parsed by
-the field's declared type, and a bad value raises ValueError naming the field and what is allowed.
+A preset is a module of `icml26zoo.configs` or a Python file with `get_config() -> TrainConfig`; `load_preset`
+takes a preset name (`llama_tiny`) or a file path. Overrides use dotted paths into the nested dataclasses
+(`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are parsed by the field's
+declared type, and a bad value raises ValueError naming the field and what is allowed. `check_config`
+looks up every name a config refers to (model, mixer and its options, optimizer and its options,
+objective, dataset) before anything is built. `TrainConfig.to_json` / `TrainConfig.from_json` round-trip
+a config exactly (the run's `config.json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
+import json
+import math
 import pathlib
 import types
 import typing
@@ -16,6 +23,8 @@ from typing import Any
 
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import OBJECTIVES
+from icml26zoo.train.config_checks import check_config, check_finite_floats, check_names
+from icml26zoo.train.errors import RunError
 from icml26zoo.validation import (
     check_int,
     check_non_negative,
@@ -23,6 +32,18 @@ from icml26zoo.validation import (
     check_positive,
     check_unit_interval,
 )
+
+__all__ = [
+    "DataConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "check_config",
+    "check_names",
+    "load_preset",
+    "parse_value",
+    "preset_names",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +88,8 @@ class DataConfig:
         # Imported here: the dataset modules import this one.
         from icml26zoo.train.data.registry import check_dataset_name
 
+        check_finite_floats("data", self)
+
         check_dataset_name("data.name", self.name)
         for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",
                      "mqar_eval_examples", "nucleotide_train_examples", "nucleotide_eval_examples",
@@ -109,6 +132,7 @@ class OptimConfig:
     options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
+        check_finite_floats("optim", self)
         check_positive("optim.learning_rate", self.learning_rate)
         check_int("optim.warmup_steps", self.warmup_steps, minimum=0)
         check_unit_interval("optim.end_lr_fraction", self.end_lr_fraction, closed_right=True)
@@ -173,6 +197,7 @@ class TrainConfig:
     distributed: bool | None = None
 
     def __post_init__(self) -> None:
+        check_finite_floats("", self)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}")
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
@@ -185,31 +210,106 @@ class TrainConfig:
             check_int("mesh_data", self.mesh_data)
         check_int("mesh_fsdp", self.mesh_fsdp)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The config as nested dicts of plain values (`from_dict` rebuilds an equal config)."""
+        return dataclasses.asdict(self)
 
-def load_preset(path: str | pathlib.Path) -> TrainConfig:
-    """Imports the preset file at `path` and returns its `get_config()`."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
-    spec = importlib.util.spec_from_file_location(f"_zoo_preset_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    def to_json(self) -> str:
+        """The config as indented JSON, as a run writes it to `config.json` (`from_json` reads it back)."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config that `to_dict` (or JSON of it) describes: nested configs rebuilt, lists back to tuples.
+
+        A missing field takes its default; an unknown field raises RunError naming it.
+        """
+        return _build(cls, values, "")
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        """`from_dict(json.loads(text))`; `TrainConfig.from_json(config.to_json()) == config` for every config."""
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise RunError(f"config JSON is not valid JSON: {error}") from None
+        return cls.from_dict(values)
+
+
+def _build(cls: type, values: Any, prefix: str) -> Any:
+    if not isinstance(values, dict):
+        raise RunError(f"config {prefix.rstrip('.') or 'root'} must be a JSON object, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise RunError(f"unknown config field {prefix + unknown[0]!r}; {cls.__name__} has {sorted(hints)}")
+    kwargs = {}
+    for name, value in values.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
+        elif typing.get_origin(hint) is tuple:
+            kwargs[name] = _as_tuples(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _as_tuples(value: Any) -> Any:
+    # JSON has no tuples: pairs such as mixer_options come back as lists of lists.
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuples(item) for item in value)
+    return value
+
+
+def preset_names() -> list[str]:
+    """The presets `load_preset` accepts by name: the modules of `icml26zoo.configs`."""
+    from icml26zoo import configs
+
+    return configs.names()
+
+
+def load_preset(preset: str | pathlib.Path, *, field: str = "config") -> TrainConfig:
+    """The `get_config()` of preset `preset`, a name from `preset_names()` or a path to a Python file.
+
+    The config is checked with `check_config`. An unknown name or a missing file raises RunError naming
+    `field` (the CLI passes "--config") and listing the preset names.
+    """
+    name = str(preset)
+    path = pathlib.Path(preset)
+    if isinstance(preset, str) and preset in preset_names():
+        module = importlib.import_module(f"icml26zoo.configs.{preset}")
+    elif path.is_file():
+        spec = importlib.util.spec_from_file_location(f"_zoo_preset_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    elif isinstance(preset, str) and preset.isidentifier():
+        raise RunError(f"{field} {name!r} is not a preset name or a file; presets: {', '.join(preset_names())}")
+    else:
+        raise RunError(f"{field} file {name!r} does not exist; preset names: {', '.join(preset_names())}")
     if not hasattr(module, "get_config"):
-        raise ValueError(f"config file {str(path)!r} defines no get_config()")
+        raise RunError(f"{field} {name!r} defines no get_config()")
     config = module.get_config()
     if not isinstance(config, TrainConfig):
-        raise ValueError(f"get_config() in {str(path)!r} must return a TrainConfig, got {type(config).__name__}")
+        raise RunError(f"get_config() of {field} {name!r} must return a TrainConfig, got {type(config).__name__}")
+    check_config(config)
     return config
 
 
 def apply_overrides(config: Any, overrides: list[str]) -> Any:
-    """Applies `key=value` strings with dotted keys, parsing each value by the field's type."""
+    """Applies `key=value` strings with dotted keys, parsing each value by the field's type.
+
+    A TrainConfig result is checked with `check_config`.
+    """
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"override must look like key=value, got {item!r}")
         config = _set_path(config, key.split("."), raw, key)
+    if isinstance(config, TrainConfig):
+        check_config(config)
     return config
+
 
 
 def _set_path(config: Any, path: list[str], raw: str, full_key: str) -> Any:
@@ -248,9 +348,12 @@ def parse_value(raw: str, hint: Any, key: str) -> Any:
         raise ValueError(f"config field {key!r} expects a bool (true/false), got {raw!r}")
     if hint in (int, float):
         try:
-            return hint(float(raw)) if hint is int and float(raw).is_integer() else hint(raw)
-        except ValueError:
+            value = hint(float(raw)) if hint is int and float(raw).is_integer() else hint(raw)
+        except (ValueError, OverflowError):
             raise ValueError(f"config field {key!r} expects {hint.__name__}, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"config field {key!r} expects a finite {hint.__name__}, got {raw!r}")
+        return value
     if hint is str:
         return raw
     if origin is tuple:

@@ -14,7 +14,32 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from icml26zoo.train.errors import RunError
+
 DATA_AXES = ("data", "fsdp")
+
+
+def mesh_shape(mesh_data: int, mesh_fsdp: int, device_count: int) -> tuple[int, int]:
+    """The (data, fsdp) axis sizes for `device_count` devices; `mesh_data = -1` takes what fsdp leaves.
+
+    Raises RunError (the config does not fit the machine) naming mesh_data / mesh_fsdp and the count.
+    """
+    if mesh_fsdp < 1 or device_count % mesh_fsdp:
+        raise RunError(f"mesh_fsdp must be a positive divisor of the device count {device_count}, got {mesh_fsdp}")
+    data = device_count // mesh_fsdp if mesh_data == -1 else mesh_data
+    if data * mesh_fsdp != device_count:
+        raise RunError(
+            f"mesh_data * mesh_fsdp must equal the device count {device_count}, got mesh_data={mesh_data}, "
+            f"mesh_fsdp={mesh_fsdp}"
+        )
+    return data, mesh_fsdp
+
+
+def check_fits_devices(mesh_data: int, mesh_fsdp: int, batch_size: int, device_count: int) -> None:
+    """Raises RunError unless the mesh fits `device_count` devices and every device gets whole rows."""
+    mesh_shape(mesh_data, mesh_fsdp, device_count)
+    if batch_size % device_count:
+        raise RunError(f"batch_size must be a multiple of the device count {device_count}, got {batch_size}")
 
 
 def make_mesh(mesh_data: int, mesh_fsdp: int, devices: list | None = None) -> Mesh:
@@ -23,15 +48,7 @@ def make_mesh(mesh_data: int, mesh_fsdp: int, devices: list | None = None) -> Me
     `mesh_data = -1` takes every device that `mesh_fsdp` leaves over.
     """
     devices = list(jax.devices() if devices is None else devices)
-    count = len(devices)
-    if mesh_fsdp < 1 or count % mesh_fsdp:
-        raise ValueError(f"mesh_fsdp must be a positive divisor of the device count {count}, got {mesh_fsdp}")
-    data = count // mesh_fsdp if mesh_data == -1 else mesh_data
-    if data * mesh_fsdp != count:
-        raise ValueError(
-            f"mesh_data * mesh_fsdp must equal the device count {count}, got mesh_data={mesh_data}, "
-            f"mesh_fsdp={mesh_fsdp}"
-        )
+    data, mesh_fsdp = mesh_shape(mesh_data, mesh_fsdp, len(devices))
     # Auto axes: XLA's partitioner propagates shardings through the model, so modules need no
     # sharding annotations (Explicit axes would demand out_sharding on every gather).
     auto = (jax.sharding.AxisType.Auto,) * len(DATA_AXES)
@@ -73,7 +90,7 @@ def global_batch(mesh: Mesh, local_batch: dict[str, np.ndarray]) -> dict[str, ja
     out = {}
     for name, value in local_batch.items():
         if value.shape[0] % rows_needed:
-            raise ValueError(
+            raise RunError(
                 f"batch[{name!r}] has {value.shape[0]} rows on this process, which must be a multiple of its "
                 f"{rows_needed} local devices; choose batch_size divisible by the device count"
             )

@@ -27,14 +27,14 @@ def test_overrides_parse_nested_fields_by_type():
     config = apply_overrides(
         TrainConfig(),
         ["model.num_layers=3", "optim.learning_rate=2e-4", "data.name=mqar", "tensorboard=false",
-         "model.head_dim=None", "model.mixer_options=(('gate', 'full'),)"],
+         "model.head_dim=None", "model.mixer_options=(('qk_norm', True),)"],
     )
     assert config.model.num_layers == 3
     assert config.optim.learning_rate == pytest.approx(2e-4)
     assert config.data.name == "mqar"
     assert config.tensorboard is False
     assert config.model.head_dim is None
-    assert config.model.option("gate") == "full"
+    assert config.model.option("qk_norm") is True
 
 
 @pytest.mark.parametrize(

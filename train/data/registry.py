@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from icml26zoo.registry import Registry
 from icml26zoo.train.data import bytes_codec
 from icml26zoo.train.data.documents import ArrayDocuments, Documents, byte_decoder
+from icml26zoo.train.errors import RunError
 
 if TYPE_CHECKING:
     import tensorflow_datasets as tfds
@@ -63,7 +64,7 @@ register_dataset = DATASETS.register
 def text_documents(builder: tfds.core.DatasetBuilder, split: str, feature: str, *, field: str) -> Documents:
     """The byte documents of `split` read from the string/bytes `feature` (`field` names it in errors)."""
     if feature not in builder.info.features:
-        raise ValueError(f"{field} {feature!r} is not a feature of {builder.name!r}; it has "
+        raise RunError(f"{field} {feature!r} is not a feature of {builder.name!r}; it has "
                          f"{sorted(builder.info.features)}")
     source = builder.as_data_source(split=split)
     return Documents(source, byte_decoder(feature), cache_key=(builder.data_dir, split, feature))
@@ -75,10 +76,10 @@ def _key(name: str) -> str:
 
 
 def check_dataset_name(field: str, name: object) -> None:
-    """Raises ValueError naming `field` and the registered datasets unless `name` is one of them."""
+    """Raises RunError (a ValueError) naming `field` and the registered datasets unless `name` is one of them."""
     if not (isinstance(name, str) and _key(name) in DATASETS and not name.endswith(":")):
         names = [n + "<name>" if n.endswith(":") else n for n in DATASETS.names()]
-        raise ValueError(f"{field} must be one of {names}, got {name!r}")
+        raise RunError(f"{field} must be one of {names}, got {name!r}")
 
 
 def dataset_for(data: DataConfig) -> Dataset:

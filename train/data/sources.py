@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import tensorflow_datasets as tfds
 
 from icml26zoo.train.config import DataConfig
-from icml26zoo.train.data import mqar, nucleotide
+from icml26zoo.train.data import mqar, nucleotide, tfds_files
 from icml26zoo.train.data.documents import ArrayDocuments, Documents
-from icml26zoo.train.data.registry import dataset_for
+from icml26zoo.train.data.registry import Dataset, dataset_for
+from icml26zoo.train.errors import RunError
 
 DEFAULT_DATA_DIR = "~/.cache/zoo/tensorflow_datasets"
 
@@ -69,6 +70,22 @@ def _file_lock(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def open_builder(dataset: Dataset, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
+    """`dataset.builder(data, directory)`; for a dataset the zoo does not build, its files are checked first.
+
+    Such a dataset ("tfds:<name>") must already be prepared under `directory`, and its feature metadata may
+    name only TFDS's own feature classes (train.data.tfds_files); both are user errors (RunError).
+    """
+    if dataset.buildable:
+        return dataset.builder(data, directory)
+    tfds_files.check_prepared("data.name", data.name, data.name.partition(":")[2], directory)
+    try:
+        return dataset.builder(data, directory)
+    except ValueError as error:
+        # The dataset's own complaints about the user's files (unprepared version, unknown config).
+        raise RunError(str(error)) from None
+
+
 def prepare(data: DataConfig) -> None:
     """Builds the zoo's own dataset for `data` under data_dir(data) unless it is already there.
 
@@ -77,12 +94,12 @@ def prepare(data: DataConfig) -> None:
     dataset the zoo does not build ("tfds:<name>") it only checks that it is prepared (it never downloads).
     """
     dataset, directory = dataset_for(data), data_dir(data)
-    builder = dataset.builder(data, directory)
+    builder = open_builder(dataset, data, directory)
     if not dataset.buildable or builder.is_prepared():
         return
     lock = pathlib.Path(directory) / f".{builder.name}.{builder.builder_config.name}.lock"
     with _file_lock(lock):
-        builder = dataset.builder(data, directory)  # Re-check under the lock: another process may have built it.
+        builder = open_builder(dataset, data, directory)  # Re-check under the lock: another process may have built it.
         if not builder.is_prepared():
             tfds.disable_progress_bar()
             builder.download_and_prepare()
@@ -92,8 +109,8 @@ def open_split(data: DataConfig, split: str) -> Documents | ArrayDocuments:
     """The documents of `split` (which must exist; the zoo's own datasets are prepared first)."""
     prepare(data)
     dataset = dataset_for(data)
-    builder = dataset.builder(data, data_dir(data))
+    builder = open_builder(dataset, data, data_dir(data))
     if split not in builder.info.splits:
-        raise ValueError(f"split {split!r} is not in dataset {data.name!r}; "
+        raise RunError(f"split {split!r} is not in dataset {data.name!r}; "
                          f"it has {sorted(builder.info.splits)}")
     return dataset.documents(builder, split, data)

@@ -1,0 +1,95 @@
+"""Checks of a TrainConfig that look beyond single fields: registered names, options, finite numbers,
+the dataset's vocabulary and row length. `load_preset` and `apply_overrides` (train.config) run
+`check_config`, so a bad name fails when the config is loaded, before any data or device is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+from icml26zoo.train.errors import RunError
+
+if TYPE_CHECKING:
+    from icml26zoo.train.config import TrainConfig
+
+
+def check_finite_floats(prefix: str, config: Any) -> None:
+    """Raises ValueError naming the field when a float field of dataclass `config` (or a float inside a
+    tuple field, such as an option value) is infinite or NaN. `prefix` is the config's dotted path."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        numbers = _floats(value)
+        if any(not math.isfinite(number) for number in numbers):
+            raise ValueError(f"{prefix + '.' if prefix else ''}{field.name} must be finite, got {value!r}")
+
+
+def _floats(value: Any) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, tuple):
+        return [number for item in value for number in _floats(item)]
+    return []
+
+
+def check_config(config: TrainConfig) -> None:
+    """Everything about `config` that can be checked before data or devices are touched.
+
+    `check_names`, finite model numbers, the model's vocabulary against the dataset's and the row length
+    against what the dataset needs. Raises RunError (or ValueError) naming the field.
+    """
+    from icml26zoo.train.data.registry import dataset_for
+
+    check_finite_floats("model", config.model)
+    check_names(config)
+    dataset = dataset_for(config.data)
+    needed = dataset.vocab_size(config.data)
+    if config.model.vocab_size < needed:
+        raise RunError(f"model.vocab_size must be at least the dataset's vocabulary ({needed}) for data.name="
+                       f"{config.data.name!r}, got {config.model.vocab_size}")
+    dataset.check_seq_len(config.data, config.seq_len)
+
+
+def check_names(config: TrainConfig) -> None:
+    """Raises RunError naming the field and the valid values unless every name `config` uses is registered.
+
+    Checked: model.name, model.mixer and the mixer's options (the mixer is built abstractly, so nothing is
+    allocated and no device is touched), optim.name and its options, objective and data.name.
+    """
+    import jax
+    from flax import nnx
+
+    from icml26zoo.registry import MIXERS, MODELS, OBJECTIVES, OPTIMIZERS
+    from icml26zoo.train.data.registry import check_dataset_name
+    from icml26zoo.train.optim import build_optimizer
+
+    named = (("model.name", config.model.name, MODELS), ("model.mixer", config.model.mixer, MIXERS),
+             ("optim.name", config.optim.name, OPTIMIZERS), ("objective", config.objective, OBJECTIVES))
+    for field, value, registry in named:
+        if value not in registry:
+            raise RunError(f"{field} must be one of {registry.names()}, got {value!r}")
+    check_dataset_name("data.name", config.data.name)
+    mixer = MIXERS.get(config.model.mixer)
+    try:
+        nnx.eval_shape(lambda: mixer(config.model, rngs=nnx.Rngs(0)))
+    except ValueError as error:
+        raise RunError(_naming("model.mixer_options", error)) from None
+
+    def build() -> tuple[()]:
+        build_optimizer(config.optim, config.num_steps)
+        return ()
+
+    # Under eval_shape: some optimizers compute constants when built, which would start the backend before
+    # jax.distributed.initialize (which must come first).
+    try:
+        jax.eval_shape(build)
+    except ValueError as error:
+        raise RunError(_naming("optim.options", error)) from None
+
+
+def _naming(field: str, error: ValueError) -> str:
+    # A component's own message names its option ("unknown fox mixer option 'x'") but not the config field
+    # holding it; messages that already start with a config path keep it.
+    message = str(error)
+    return message if message.startswith(("model.", "optim.")) else f"{field}: {message}"
