@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
 import pathlib
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -18,22 +20,48 @@ from flax import nnx
 from icml26zoo.models import build_model
 from icml26zoo.registry import OBJECTIVES
 from icml26zoo.train import data as data_lib
+from icml26zoo.train.batch_source import (
+    GRAIN_KEY,
+    USER_KEY,
+    UserBatches,
+    check_batch,
+    check_data_state,
+    check_eval_batches,
+    eval_batches,
+)
 from icml26zoo.train.checkpoint import Checkpointer, NonFiniteStateError
 from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.errors import RunError
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
-from icml26zoo.train.metrics import create_writer, read_metrics
+from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, read_metrics
 from icml26zoo.train.monitor import flagged_steps, make_spike_monitor
 from icml26zoo.train.optim import build_optimizer, custom_update, learning_rate_schedule
 from icml26zoo.train.plotting import plot_loss_curves
 from icml26zoo.train.progress import Progress
 from icml26zoo.train.sharding import global_batch, make_mesh, tree_shardings
 from icml26zoo.train.step import TrainState, make_eval_step, make_train_step, summarize_eval
+from icml26zoo.train.workdir import claim_workdir
 
 log = logging.getLogger(__name__)
 
 
-class NonFiniteError(FloatingPointError):
-    """Raised when the loss or the train state turns NaN or infinite; that state is never checkpointed."""
+class NonFiniteError(RunError, FloatingPointError):
+    """The loss or the train state turned NaN or infinite; that state is never checkpointed.
+
+    A `RunError` (the CLI prints its one-line message): it names the step, the last finite checkpoint
+    and what to try.
+    """
+
+    def __init__(self, step: int, what: str, last_saved: int | None, directory: str | None) -> None:
+        self.step, self.last_saved = step, last_saved
+        if last_saved is None:
+            saved = "no checkpoint of this run was saved" if directory else "checkpoints are off (checkpoint_every=0)"
+        else:
+            saved = f"the last finite checkpoint is step {last_saved} in {directory}"
+        super().__init__(
+            f"{what} became non-finite at step {step}; stopping without checkpointing this state ({saved}); "
+            "lower optim.learning_rate, enable optim.grad_clip_norm, or check the data for bad values"
+        )
 
 
 @dataclasses.dataclass
@@ -97,21 +125,35 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
     return Run(config, mesh, graphdef, shardings, train_step, eval_step, spike_monitor), state
 
 
-def evaluate(run: Run, params: dict) -> dict[str, float]:
+def evaluate(run: Run, params: dict, batches: Iterable | None = None) -> dict[str, float]:
     """Loss, accuracy and bits per byte on the eval split (`eval_batches` batches, or all of it).
 
+    `batches` replaces the config's eval split with the user's own batches (no bits per byte then).
     The objective's metrics are sums, so they add over batches before `summarize_eval` divides them.
     """
     config = run.config
-    iterator = data_lib.make_eval_iterator(
-        config.data, batch_size=config.batch_size, seq_len=config.seq_len, max_batches=config.eval_batches
-    )
+    bytes_per_token = None
+    if batches is None:
+        batches = data_lib.make_eval_iterator(
+            config.data, batch_size=config.batch_size, seq_len=config.seq_len, max_batches=config.eval_batches
+        )
+        bytes_per_token = data_lib.bytes_per_token(config.data)
+    else:
+        batches = _checked_eval_batches(config, batches)
     totals = {"loss_sum": 0.0, "weight": 0.0, "correct": 0.0}
-    for batch in iterator:
+    for batch in batches:
         sums = run.eval_step(params, global_batch(run.mesh, batch))
         for name, value in jax.device_get(sums).items():
             totals[name] = totals.get(name, 0.0) + float(value)
-    return summarize_eval(totals, data_lib.bytes_per_token(config.data))
+    return summarize_eval(totals, bytes_per_token)
+
+
+def _checked_eval_batches(config: TrainConfig, batches: Iterable) -> Iterator[dict]:
+    rows = config.batch_size // jax.process_count()
+    for index, batch in enumerate(batches):
+        check_batch(batch, index, rows=rows, seq_len=config.seq_len, vocab_size=config.model.vocab_size,
+                    name="eval_data")
+        yield {key: np.asarray(value) for key, value in batch.items()}
 
 
 def check_vocab(config: TrainConfig) -> None:
@@ -136,34 +178,81 @@ def train(
     *,
     stop_after: int | None = None,
     devices: list | None = None,
+    data: Iterable[Mapping[str, np.ndarray]] | None = None,
+    eval_data: Iterable[Mapping[str, np.ndarray]] | Callable[[], Iterable] | None = None,
 ) -> dict[str, Any]:
     """Trains `config` in `workdir`, resuming from its latest good checkpoint; returns the final summary.
 
-    `stop_after` ends the run after that many micro-steps in total (as if interrupted), which lets tests
-    and time-boxed jobs stop and later resume the same schedule. `devices` restricts the mesh (default:
-    all devices). The summary holds the final eval metrics and the final `TrainState` under "state".
+    The workdir is checked and locked first, before any data or model is built: an empty, uncreatable
+    or unwritable path, or one another live run holds, raises `WorkdirError` (see `train.workdir`).
+    After a resume, metrics.jsonl rows past the restored step are dropped, so none is logged twice.
+
+    Args:
+      config: the run.
+      workdir: run directory (checkpoints, metrics.jsonl, config.json, plots, summary.json).
+      stop_after: end the run after that many micro-steps in total (as if interrupted), which lets tests
+        and time-boxed jobs stop and later resume the same schedule.
+      devices: restrict the mesh (default: all devices).
+      data: the user's own training batches instead of the config's dataset: any iterable of dicts of
+        numpy arrays, ``inputs``/``targets``/``segment_ids``/``positions`` int32 [b, T] and ``weights``
+        float32 [b, T] (optionally ``labels`` int32 [b]), b = batch_size // process_count, T = seq_len,
+        tokens < model.vocab_size (format in `train.batch_source`). Each batch is checked; the first bad
+        one raises ValueError. One batch per micro-step. To resume, pass an iterable replaying the same
+        stream from its start: the loop discards the batches the checkpoint had consumed.
+      eval_data: with `data`, the eval batches (same format): a list, or a function returning a fresh
+        iterable, read whole at every evaluation. Without it a run on `data` skips evaluation (no
+        ``eval/*`` metrics; `eval_every` is ignored).
+
+    Returns:
+      the final eval metrics (when the run finished) and the final `TrainState` under "state".
+
+    Raises:
+      WorkdirError: the workdir cannot be used (above).
+      NonFiniteError: the loss or state became NaN/inf; names the step and the last finite checkpoint.
+      ValueError: a bad config value or a bad user batch.
     """
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    check_vocab(config)
-    data_lib.prepare(config.data)
+    path, lock = claim_workdir(workdir, jax.process_index())
+    try:
+        return _train_locked(config, path, stop_after, devices, data, eval_data)
+    finally:
+        lock.release()
+
+
+def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | None, devices: list | None,
+                  data: Iterable | None, eval_data: Any) -> dict[str, Any]:
+    if data is None:
+        if eval_data is not None:
+            raise ValueError("eval_data is only used with data (the user's own training batches); got data=None")
+        check_vocab(config)
+        data_lib.prepare(config.data)
+    else:
+        check_eval_batches(eval_data)
     run, state = build_run(config, devices)
+    total_steps = config.num_steps * config.optim.grad_accum_steps
+    iterator, state_key = _train_batches(config, data, total_steps)
     checkpointer = None
+    last_saved = None
     if config.checkpoint_every:
         checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints)
-    iterator = data_lib.make_train_iterator(
-        config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed
-    )
-    if checkpointer is not None:
-        restored = checkpointer.restore_latest(_abstract(state, run.state_shardings))
+        restored = checkpointer.restore_latest(
+            _abstract(state, run.state_shardings), check_data_state=functools.partial(check_data_state, state_key)
+        )
         if restored is not None:
-            _, state, data_state = restored
-            if data_state is not None:
-                iterator.set_state(data_state)
-            log.info("resumed from step %d", int(state.step))
+            last_saved, state, data_state = restored
+            iterator.set_state(data_state)
+            log.info("resumed from step %d", last_saved)
+    if jax.process_index() == 0:
+        dropped = drop_records_after(workdir / "metrics.jsonl", int(state.step))
+        if dropped:
+            log.info("dropped %d metrics rows logged after step %d by the interrupted run", dropped, int(state.step))
     writer = create_writer(workdir, tensorboard=config.tensorboard)
     (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2, default=str))
-    total_steps = config.num_steps * config.optim.grad_accum_steps
+
+    def run_eval(params: dict) -> dict[str, float]:
+        if data is None:
+            return evaluate(run, params)
+        return {} if eval_data is None else evaluate(run, params, eval_batches(eval_data))
+
     last_step = total_steps if stop_after is None else min(total_steps, stop_after)
     start = int(state.step)
     flops_per_step = train_flops_per_token(config.model, config.seq_len) * config.batch_size * config.seq_len
@@ -183,7 +272,7 @@ def train(
             done = step + 1
             is_last = done == last_step
             if done % config.log_every == 0 or is_last or _checkpoint_due(config, done, is_last):
-                _raise_if_non_finite(pending)
+                _raise_if_non_finite(pending, last_saved, checkpointer)
                 values = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 values["train/loss"] = float(np.mean([float(loss) for _, loss in pending]))
                 elapsed = time.perf_counter() - window_start
@@ -193,11 +282,14 @@ def train(
                 progress.update(done, values)
                 pending, window_start, window_steps = [], time.perf_counter(), 0
             if config.eval_every and done % config.eval_every == 0 and not is_last:
-                writer.write(done, evaluate(run, state.params))
+                eval_metrics = run_eval(state.params)
+                if eval_metrics:
+                    writer.write(done, eval_metrics)
             if checkpointer is not None and _checkpoint_due(config, done, is_last):
-                _save(checkpointer, done, state, iterator.get_state())
+                _save(checkpointer, done, state, iterator.get_state(), last_saved)
+                last_saved = done
         if last_step == total_steps:
-            summary = finish(run, state, workdir, writer)
+            summary = finish(run, state, workdir, writer, run_eval(state.params), builtin_data=data is None)
     finally:
         progress.close()
         writer.close()
@@ -208,40 +300,54 @@ def train(
     return summary
 
 
+def _train_batches(config: TrainConfig, data: Iterable | None, total_steps: int) -> tuple[Iterator, str]:
+    """The training batch source and the key of its saved state (see `train.batch_source`)."""
+    if data is None:
+        iterator = data_lib.make_train_iterator(
+            config.data, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed
+        )
+        return iterator, GRAIN_KEY
+    rows = config.batch_size // jax.process_count()
+    batches = UserBatches(data, rows=rows, seq_len=config.seq_len, vocab_size=config.model.vocab_size,
+                          needed=total_steps)
+    return batches, USER_KEY
+
+
 def _checkpoint_due(config: TrainConfig, done: int, is_last: bool) -> bool:
     return bool(config.checkpoint_every) and (done % config.checkpoint_every == 0 or is_last)
 
 
-def _save(checkpointer: Checkpointer, step: int, state: TrainState, data_state: dict) -> None:
+def _save(checkpointer: Checkpointer, step: int, state: TrainState, data_state: dict, last_saved: int | None) -> None:
     try:
         checkpointer.save(step, state, data_state)
     except NonFiniteStateError as error:
-        raise NonFiniteError(
-            f"training state became non-finite at step {step}; stopping without checkpointing it ({error})"
-        ) from error
+        raise NonFiniteError(step, "training state", last_saved, checkpointer.directory) from error
 
 
-def _raise_if_non_finite(pending: list[tuple[int, jax.Array]]) -> None:
+def _raise_if_non_finite(pending: list[tuple[int, jax.Array]], last_saved: int | None,
+                         checkpointer: Checkpointer | None) -> None:
     bad = _first_non_finite(pending)
     if bad is not None:
-        raise NonFiniteError(
-            f"training loss became non-finite at step {bad}; stopping without checkpointing this state "
-            "(lower optim.learning_rate or enable optim.grad_clip_norm)"
-        )
+        directory = None if checkpointer is None else checkpointer.directory
+        raise NonFiniteError(bad, "training loss", last_saved, directory)
 
 
 def _abstract(state: TrainState, shardings: TrainState) -> TrainState:
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
 
 
-def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer) -> dict[str, Any]:
-    """Final evaluation, baseline comparison, loss-curve plot and a generated sample."""
+def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWriter,
+           eval_metrics: dict[str, float], *, builtin_data: bool = True) -> dict[str, Any]:
+    """Logs the final `eval_metrics`; baseline comparison, loss-curve plot and a generated sample.
+
+    The unigram baseline and the sample need the config's dataset, so a run on user data skips them.
+    """
     config = run.config
-    eval_metrics = evaluate(run, state.params)
     done = int(state.step)
-    writer.write(done, eval_metrics)
+    if eval_metrics:
+        writer.write(done, eval_metrics)
     summary: dict[str, Any] = dict(eval_metrics)
-    if "eval/bits_per_byte" in eval_metrics:
+    if builtin_data and "eval/bits_per_byte" in eval_metrics:
         summary["eval/unigram_bits_per_byte"] = data_lib.unigram_bits_per_byte(config.data, config.data.eval_split)
     writer.flush()
     if jax.process_index() == 0:
@@ -250,7 +356,7 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer) -> dict[s
         summary["plot"] = plot_loss_curves(metrics_path, workdir / "loss_curve.png", markers=markers)
         if config.spike_monitor_every:
             summary["spike/flagged_steps"] = markers
-        if config.sample_length and data_lib.bytes_per_token(config.data):
+        if builtin_data and config.sample_length and data_lib.bytes_per_token(config.data):
             summary["sample"] = sample_text(run, state.params, config)
         (workdir / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()}, indent=2))
     return summary

@@ -5,7 +5,9 @@ Integer metrics stay ints, everything else becomes a float. JSON has no NaN/inf,
 point of logging is to see divergence, so non-finite values are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"`` (the file stays strict JSON, e.g. for ``jq``), and `read_metrics`
 turns them back into floats. Files are opened for appending, so a resumed run continues the same file;
-after a resume the file can hold two records for one step, and the later one is the resumed run's.
+before it does, the train loop calls `drop_records_after(path, restored_step)`, so the rows a crashed run
+logged after its last checkpoint are not repeated. TensorBoard event files cannot be rewritten;
+TensorBoard itself discards events past a step that is logged again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "NullWriter",
     "TensorBoardWriter",
     "create_writer",
+    "drop_records_after",
     "read_metrics",
 ]
 
@@ -229,3 +232,35 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
             records.append({k: _NON_FINITE.get(v, v) if isinstance(v, str) else v
                             for k, v in record.items()})
     return records
+
+
+def drop_records_after(path: str | os.PathLike, step: int) -> int:
+    """Removes the records with ``"step" > step`` from a metrics.jsonl file; returns how many were removed.
+
+    Kept lines are copied byte for byte; unparsable lines (a torn last line) are dropped too. The file is
+    replaced atomically (a crash leaves either the old or the new file). A missing file is left missing.
+    """
+    step = _check_step(step)
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return 0
+    kept, removed = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                removed += 1
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
+                removed += 1
+                continue
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if removed:
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(temporary, path)
+    return removed

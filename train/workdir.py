@@ -132,7 +132,7 @@ def _write_holder(fd: int) -> None:
     record = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
