@@ -46,15 +46,20 @@ def interpret_as(target: Literal["generic", "tpu"]) -> Iterator[None]:
     """On CPU, run the kernels traced inside this block with the generic or the TPU interpreter.
 
     `interpret_as("tpu")` traces the CPU branch from the TPU build (its blocks, its index maps) and runs it
-    under `pltpu.InterpretParams()`: the interpret-mode parity check of the Mosaic branch.
+    under `pltpu.InterpretParams()`: the interpret-mode parity check of the Mosaic branch. Entering and
+    leaving the block clears JAX's caches (the mode is not part of a jit cache key); it is a testing tool.
     """
     if target not in ("generic", "tpu"):
         raise ValueError(f"interpret_as: target must be 'generic' or 'tpu', got {target!r}")
     token = _cpu_mode.set("tpu_interpret" if target == "tpu" else "interpret")
+    # The mode is read at trace time and is not part of jit's cache key: without clearing, a function
+    # traced before (same shapes) would silently rerun with the other interpreter.
+    jax.clear_caches()
     try:
         yield
     finally:
         _cpu_mode.reset(token)
+        jax.clear_caches()
 
 
 def cpu_mode() -> Mode:
