@@ -1,14 +1,28 @@
-"""Argument checks shared by the ops' api.py files; each raises ValueError naming the op and the argument."""
+"""Argument checks shared by the ops' api.py files; each raises ValueError naming the op and the argument.
+
+Value checks (`check_values`, `check_scale`) run on concrete arrays with numpy and are written so that NaN
+fails them (`isfinite` and "inside the range", never "above the bound"). Under `jit`/`grad` tracing the
+values are unknown: they are skipped, unless the op runs inside `icml26zoo.kernels.checked`, which turns
+them into `jax.experimental.checkify` checks (`checkify_enabled`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
+import contextlib
+import contextvars
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
 
 from icml26zoo.kernels._common.chunks import CHUNK_SIZES
+
+# Set while `kernels.checked` traces an op: value checks on traced arrays become checkify checks.
+_CHECKIFY = contextvars.ContextVar("icml26zoo_kernels_checkify", default=False)
 
 
 def fail_shape(op: str, name: str, shape: Sequence[int], expected: str) -> NoReturn:
@@ -55,11 +69,84 @@ def check_gqa_keys(q: jax.Array, k: jax.Array, bad: Callable[[str, jax.Array, st
 
 
 def check_chunk_size(op: str, chunk_size: int) -> None:
-    """The chunked paths take one of CHUNK_SIZES."""
-    if chunk_size not in CHUNK_SIZES:
+    """The chunked paths take one of CHUNK_SIZES, as a Python int (64.0, "64" and True are rejected)."""
+    # bool is an int subclass and 64.0 == 64, so membership alone would accept True-like or float sizes.
+    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"{op}: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
 
 
 def is_concrete(x: jax.Array) -> bool:
     """False under jit/grad tracing, where values are unknown and range checks are skipped."""
     return not isinstance(x, jax.core.Tracer)
+
+
+def _describe(x: Any) -> str:
+    """A short account of a received value for an error message: its type and, when short, its repr."""
+    text = repr(x)
+    return f"{type(x).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def require_arrays(op: str, arrays: Mapping[str, Any], optional: Sequence[str] = ()) -> None:
+    """Every entry is a jax or numpy array (None allowed for the names in `optional`); Python lists, scalars
+    and None elsewhere raise a ValueError naming the argument and the type received."""
+    for name, x in arrays.items():
+        if x is None and name in optional:
+            continue
+        if not isinstance(x, jax.Array | np.ndarray):
+            allowed = " or None" if name in optional else ""
+            raise ValueError(f"{op}: `{name}` is {_describe(x)}, expected a jax.Array or numpy array{allowed}")
+
+
+def require_length(op: str, name: str, x: jax.Array) -> None:
+    """x [B, T, ...] has T >= 1 (a zero-length sequence has no outputs to define)."""
+    if x.ndim < 2 or x.shape[1] < 1:
+        fail_shape(op, name, x.shape, "[B, T, ...] with T >= 1")
+
+
+@contextlib.contextmanager
+def checkify_enabled() -> Iterator[None]:
+    """Inside this block, value checks on traced arrays emit `checkify.check`s (used by `kernels.checked`)."""
+    token = _CHECKIFY.set(True)
+    try:
+        yield
+    finally:
+        _CHECKIFY.reset(token)
+
+
+def _value_message(op: str, name: str, expected: str) -> str:
+    """The error text with `{bad}`, `{lo}`, `{hi}` left to fill (by str.format or by checkify)."""
+    return (f"{op}: `{name}` must be {expected}; got {{bad}} bad value(s) (NaN, inf or out of range), "
+            "min {lo}, max {hi}")
+
+
+def check_values(op: str, name: str, x: jax.Array | None, expected: str, *, lo: float = -np.inf,
+                 hi: float = np.inf) -> None:
+    """x (None skipped) is finite and within [lo, hi]; NaN and inf fail. `expected` words the rule.
+
+    Concrete arrays are checked here (ValueError); traced ones only inside `kernels.checked` (checkify).
+    """
+    if x is None:
+        return
+    template = _value_message(op, name, expected)
+    if is_concrete(x):
+        a = np.asarray(x, np.float32)
+        ok = np.isfinite(a) & (a >= lo) & (a <= hi)
+        if not bool(np.all(ok)):
+            raise ValueError(template.format(bad=int(np.sum(~ok)), lo=np.min(a), hi=np.max(a)))
+    elif _CHECKIFY.get():
+        a = x.astype(jnp.float32)
+        ok = jnp.isfinite(a) & (a >= lo) & (a <= hi)
+        checkify.check(jnp.all(ok), template, bad=jnp.sum(~ok), lo=jnp.min(a), hi=jnp.max(a))
+
+
+def check_scale(op: str, scale: Any) -> None:
+    """scale is None (the op's default) or a positive finite real number (a Python number or a 0-d array)."""
+    if scale is None:
+        return
+    if isinstance(scale, jax.Array | np.ndarray) and scale.ndim == 0:
+        check_values(op, "scale", scale, "a positive finite number", lo=np.finfo(np.float32).tiny)
+        return
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
+        raise ValueError(f"{op}: `scale` is {_describe(scale)}, expected None or a positive finite number")
+    if not np.isfinite(scale) or not scale > 0:
+        raise ValueError(f"{op}: `scale` is {scale!r}, expected None or a positive finite number")

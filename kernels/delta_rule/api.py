@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import numpy as np
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.delta_rule import pallas_chunk, reference, xla
 
@@ -24,8 +23,11 @@ _NAME = "gated_delta_rule"
 def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: jax.Array | None,
                   initial_state: jax.Array | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
+    checks.require_arrays(_NAME, {"q": q, "k": k, "v": v, "beta": beta, "g": g, "initial_state": initial_state,
+                                  "segment_ids": segment_ids}, optional=("g", "initial_state", "segment_ids"))
     if q.ndim != 4:
         checks.fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
+    checks.require_length(_NAME, "q", q)
     b, t, h, dk = q.shape
     if k.shape != q.shape:
         checks.fail_shape(_NAME, "k", k.shape, f"{(b, t, h, dk)} = q.shape")
@@ -47,14 +49,11 @@ def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, beta: jax.Array, g: 
     checks.require_floating(_NAME, {"beta": beta, "g": g, "initial_state": initial_state})
 
 
-def _check_values(beta: jax.Array, g: jax.Array | None) -> None:
-    """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped)."""
-    if g is not None and checks.is_concrete(g) and bool(np.any(np.asarray(g, np.float32) > 0)):
-        raise ValueError(f"{_NAME}: `g` (shape {tuple(g.shape)}) is a log-decay and must be <= 0")
-    if checks.is_concrete(beta):
-        b = np.asarray(beta, np.float32)
-        if bool(np.any((b < 0) | (b > 2))):
-            raise ValueError(f"{_NAME}: `beta` (shape {tuple(beta.shape)}) must lie in [0, 2]")
+def _check_values(beta: jax.Array, g: jax.Array | None, scale: float | None) -> None:
+    """Range checks that NaN fails, on concrete inputs (traced ones only inside `kernels.checked`)."""
+    checks.check_values(_NAME, "g", g, "finite and <= 0 (a log-decay)", hi=0.0)
+    checks.check_values(_NAME, "beta", beta, "finite and in [0, 2]", lo=0.0, hi=2.0)
+    checks.check_scale(_NAME, scale)
 
 
 def _select(implementation: None | str | Sequence[str]) -> Callable:
@@ -72,9 +71,9 @@ def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Arra
     (the layer L2-normalizes q and k).
 
     Args:
-      q, k: [B, T, H, K]; v: [B, T, H, V] (same dtype); beta: [B, T, H] in [0, 2].
+      q, k: [B, T, H, K] with T >= 1; v: [B, T, H, V] (same dtype); beta: [B, T, H] in [0, 2].
       g: None (DeltaNet), [B, T, H] (Gated DeltaNet) or [B, T, H, K] (KDA, decays the rows of S); <= 0.
-      scale: multiplies q; None means K**-0.5.
+      scale: multiplies q, a positive finite number; None means K**-0.5.
       initial_state: [B, H, K, V] or None (zeros); applies to the first segment of each row.
       segment_ids: [B, T] int; the state resets at every segment start, nothing crosses a boundary.
       chunk_size: one of CHUNK_SIZES (chunked paths; smaller is more accurate under strong decay).
@@ -83,12 +82,18 @@ def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Arra
     Returns:
       o [B, T, H, V] in q.dtype, final state [B, H, K, V] float32 (of each row's last segment).
 
-    The range checks on g and beta run only on concrete arrays; under `jit`/`grad` they are skipped.
+    The range checks on g, beta and scale (NaN and inf fail them) run on concrete arrays; under `jit`/`grad`
+    they are skipped unless the call is wrapped in `icml26zoo.kernels.checked`. A NaN or inf in one packed
+    segment stays in it: positions holding one are zeroed before any path runs and that segment's outputs
+    from there on are NaN (`segments.quarantine`, docs/numerics.md).
     """
     _check_shapes(q, k, v, beta, g, initial_state, segment_ids)
     _check_dtypes(q, k, v, beta, g, initial_state)
     checks.check_chunk_size(_NAME, chunk_size)
-    _check_values(beta, g)
+    _check_values(beta, g, scale)
     fn = _select(implementation)
-    return fn(q, k, v, beta=beta, g=g, scale=scale, initial_state=initial_state,
-              segment_ids=segment_ids, chunk_size=chunk_size)
+    clean, state, tainted = segments.quarantine({"q": q, "k": k, "v": v, "beta": beta, "g": g}, segment_ids,
+                                                initial_state)
+    o, final = fn(clean["q"], clean["k"], clean["v"], beta=clean["beta"], g=clean["g"], scale=scale,
+                  initial_state=state, segment_ids=segment_ids, chunk_size=chunk_size)
+    return segments.poison(o, tainted), segments.poison_final_state(final, tainted)

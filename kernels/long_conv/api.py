@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import jax
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.long_conv import reference, xla
 
@@ -22,6 +22,7 @@ _IMPLEMENTATIONS: Implementations = {
 
 def _check(u: jax.Array, h: jax.Array, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape or dtype and what was expected."""
+    checks.require_arrays(_NAME, {"u": u, "h": h, "segment_ids": segment_ids}, optional=("segment_ids",))
     if u.ndim != 3 or u.shape[1] < 1:
         checks.fail_shape(_NAME, "u", u.shape, "[B, T, D] with T >= 1")
     batch, length, dim = u.shape
@@ -50,7 +51,12 @@ def causal_long_conv(
         masked sum always: exactly causal gradients, O(T²·D)), or a sequence.
     Returns:
       y [B, T, D] in u.dtype, accumulated in float32.
+
+    A NaN or inf in one packed segment of u stays in it: positions holding one are zeroed before any path
+    runs and that segment's outputs from there on are NaN (`segments.quarantine`, docs/numerics.md). The
+    filter h is shared by every segment, so a NaN in h reaches every output.
     """
     _check(u, h, segment_ids)
     fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
-    return fn(u, h, segment_ids=segment_ids)
+    clean, _, tainted = segments.quarantine({"u": u}, segment_ids)
+    return segments.poison(fn(clean["u"], h, segment_ids=segment_ids), tainted)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import numpy as np
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.momentum_delta_rule import pallas_chunk, reference, xla
 
@@ -25,8 +24,13 @@ _IMPLEMENTATIONS: Implementations = {
 def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates: dict[str, jax.Array],
                   initial_state: tuple[jax.Array, jax.Array] | None, segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
+    states = {} if not isinstance(initial_state, tuple | list) else {
+        f"initial_state[{i}]": x for i, x in enumerate(initial_state)}
+    checks.require_arrays(_NAME, {"q": q, "k": k, "v": v, "p": p, **gates, **states, "segment_ids": segment_ids},
+                          optional=("segment_ids",))
     if q.ndim != 4:
         checks.fail_shape(_NAME, "q", q.shape, "[B, T, H, K]")
+    checks.require_length(_NAME, "q", q)
     b, t, h, dk = q.shape
     for name, x in (("k", k), ("p", p)):
         if x.shape != q.shape:
@@ -55,20 +59,18 @@ def _check_dtypes(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, gates:
     checks.require_floating(_NAME, {**gates, **states})
 
 
-def _check_values(gates: dict[str, jax.Array]) -> None:
-    """Range checks on concrete inputs only (under jit/grad tracing the values are unknown; skipped).
+def _check_values(gates: dict[str, jax.Array], scale: float | None) -> None:
+    """Range checks that NaN fails, on concrete inputs (traced ones only inside `kernels.checked`).
 
     log_mu must be finite: the chunked form sums log-gates by a matmul, where 0 * -inf is NaN; a large
     negative value such as -1e4 already gives mu = 0 exactly.
     """
-    concrete = {n: np.asarray(x, np.float32) for n, x in gates.items() if checks.is_concrete(x)}
-    bounds = {"g": (-np.inf, 0.0), "log_mu": (-np.inf, 0.0), "beta": (0.0, 2.0), "eta": (0.0, np.inf)}
-    text = {"g": "is a log-decay and must be finite and <= 0", "log_mu": "is a log-decay and must be finite "
-            "and <= 0 (use e.g. -1e4 for mu = 0)", "beta": "must lie in [0, 2]", "eta": "must be finite, >= 0"}
-    for name, x in concrete.items():
-        lo, hi = bounds[name]
-        if not np.all(np.isfinite(x)) or bool(np.any((x < lo) | (x > hi))):
-            raise ValueError(f"{_NAME}: `{name}` (shape {x.shape}) {text[name]}")
+    checks.check_values(_NAME, "g", gates["g"], "finite and <= 0 (a log-decay)", hi=0.0)
+    checks.check_values(_NAME, "log_mu", gates["log_mu"], "finite and <= 0 (a log-decay; use e.g. -1e4 for "
+                        "mu = 0)", hi=0.0)
+    checks.check_values(_NAME, "beta", gates["beta"], "finite and in [0, 2]", lo=0.0, hi=2.0)
+    checks.check_values(_NAME, "eta", gates["eta"], "finite and >= 0", lo=0.0)
+    checks.check_scale(_NAME, scale)
 
 
 def _select(implementation: None | str | Sequence[str]) -> Callable:
@@ -90,7 +92,7 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
     Args:
       q, k, p: [B, T, H, K]; v: [B, T, H, V] (all one dtype).
       g, log_mu: [B, T, H] log-decays (finite, <= 0); beta: [B, T, H] in [0, 2]; eta: [B, T, H] >= 0.
-      scale: multiplies q; None means K**-0.5.
+      scale: multiplies q, a positive finite number; None means K**-0.5.
       initial_state: (S0, M0) each [B, H, K, V], or None (zeros); applies to the first segment of each row.
       segment_ids: [B, T] int; both states reset at every segment start, nothing crosses a boundary.
       chunk_size: one of CHUNK_SIZES (chunked path; smaller is more accurate under strong decay).
@@ -99,14 +101,20 @@ def momentum_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, p: jax.Array, 
     Returns:
       o [B, T, H, V] in q.dtype, (S, M) final states each [B, H, K, V] float32 (of each row's last segment).
 
-    The range checks on the gates run only on concrete arrays; under `jit`/`grad` they are skipped.
+    The range checks on the gates and scale (NaN and inf fail them) run on concrete arrays; under
+    `jit`/`grad` they are skipped unless the call is wrapped in `icml26zoo.kernels.checked`. A NaN or inf in
+    one packed segment stays in it: positions holding one are zeroed before any path runs and that
+    segment's outputs from there on are NaN (`segments.quarantine`, docs/numerics.md).
     """
     gates = dict(g=g, log_mu=log_mu, beta=beta, eta=eta)
     _check_shapes(q, k, v, p, gates, initial_state, segment_ids)
     _check_dtypes(q, k, v, p, gates, initial_state)
     checks.check_chunk_size(_NAME, chunk_size)
-    _check_values(gates)
+    _check_values(gates, scale)
     fn = _select(implementation)
     state = None if initial_state is None else tuple(initial_state)
-    return fn(q, k, v, p=p, g=g, log_mu=log_mu, beta=beta, eta=eta, scale=scale, initial_state=state,
-              segment_ids=segment_ids, chunk_size=chunk_size)
+    clean, state, tainted = segments.quarantine({"q": q, "k": k, "v": v, "p": p, **gates}, segment_ids, state)
+    o, final = fn(clean["q"], clean["k"], clean["v"], p=clean["p"], g=clean["g"], log_mu=clean["log_mu"],
+                  beta=clean["beta"], eta=clean["eta"], scale=scale, initial_state=state,
+                  segment_ids=segment_ids, chunk_size=chunk_size)
+    return segments.poison(o, tainted), segments.poison_final_state(final, tainted)

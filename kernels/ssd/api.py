@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
-import numpy as np
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.ssd import attention_form, pallas_chunk, reference, xla
 
@@ -27,6 +26,8 @@ _IMPLEMENTATIONS: Implementations = {
 def _check_shapes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initial_state: jax.Array | None,
                   segment_ids: jax.Array | None) -> None:
     """Raises ValueError naming the argument, its shape and the expected shape."""
+    checks.require_arrays(_NAME, {"x": x, "a": a, "b": b, "c": c, "initial_state": initial_state,
+                                  "segment_ids": segment_ids}, optional=("initial_state", "segment_ids"))
     if x.ndim != 4:
         checks.fail_shape(_NAME, "x", x.shape, "[B, T, H, P] (4 dims)")
     bsz, seqlen, heads, p = x.shape
@@ -52,12 +53,9 @@ def _check_dtypes(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, initia
 
 
 def _check_values(a: jax.Array) -> None:
-    """Range check on a concrete `a` only (under jit/grad tracing the values are unknown; skipped)."""
-    if not checks.is_concrete(a):
-        return
-    if bool(np.any(np.asarray(a, np.float32) > 0)):
-        raise ValueError(f"{_NAME}: `a` (shape {tuple(a.shape)}) is a log-decay (A times dt) and must be <= 0; "
-                         "a positive value would make the state grow")
+    """The sign check on `a`, which NaN fails, on a concrete `a` (a traced one only inside `kernels.checked`)."""
+    checks.check_values(_NAME, "a", a, "finite and <= 0 (a log-decay, A times dt; a positive value would "
+                        "make the state grow)", hi=0.0)
 
 
 def _select(implementation: None | str | Sequence[str]) -> Callable:
@@ -84,11 +82,17 @@ def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state
     Returns:
       y [B, T, H, P] in x.dtype, final state [B, H, P, N] float32 (of each row's last segment).
 
-    The sign check on `a` runs only on concrete arrays; under `jit`/`grad` it is skipped.
+    The check that `a` is finite and <= 0 runs on concrete arrays; under `jit`/`grad` it is skipped unless
+    the call is wrapped in `icml26zoo.kernels.checked`. A NaN or inf in one packed segment stays in it:
+    positions holding one are zeroed before any path runs and that segment's outputs from there on are NaN
+    (`segments.quarantine`, docs/numerics.md).
     """
     _check_shapes(x, a, b, c, initial_state, segment_ids)
     _check_dtypes(x, a, b, c, initial_state)
     checks.check_chunk_size(_NAME, chunk_size)
     _check_values(a)
     fn = _select(implementation)
-    return fn(x, a, b, c, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)
+    clean, state, tainted = segments.quarantine({"x": x, "a": a, "b": b, "c": c}, segment_ids, initial_state)
+    y, final = fn(clean["x"], clean["a"], clean["b"], clean["c"], initial_state=state, segment_ids=segment_ids,
+                  chunk_size=chunk_size)
+    return segments.poison(y, tainted), segments.poison_final_state(final, tainted)

@@ -10,9 +10,8 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
 from icml26zoo.kernels.value_forget_attention import pallas, reference, xla
 
@@ -23,6 +22,7 @@ _IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "pallas": (pallas.value_forget_attention, ALL_BACKENDS),
 }
 _DEFAULT = XLA_EVERYWHERE
+_NAME = "value_forget_attention"
 
 
 def _bad(name: str, x: jax.Array, expected: str) -> ValueError:
@@ -31,19 +31,18 @@ def _bad(name: str, x: jax.Array, expected: str) -> ValueError:
 
 
 def _check_log_gate(name: str, gate: jax.Array, shape: tuple[int, ...]) -> None:
-    """A log gate: the given shape, floating, and ≤ 0 wherever its values are known (not traced)."""
+    """A log gate: the given shape, floating, and finite and ≤ 0 wherever its values are known (not traced)."""
     if gate.shape != shape or not jnp.issubdtype(gate.dtype, jnp.floating):
         dims = "[B, T, H, Dv]" if len(shape) == 4 else "[B, T, H]"
         raise _bad(name, gate, f"{dims} = {list(shape)}, floating (float32 advised)")
-    # numpy, not jnp: inside an outer jit a captured concrete array would be traced by jnp.any.
-    if not isinstance(gate, jax.core.Tracer) and bool(np.any(np.asarray(gate) > 0)):
-        raise ValueError(f"value_forget_attention: `{name}` (shape {tuple(gate.shape)}) must be ≤ 0 (a log "
-                         f"forget gate); max is {float(np.max(np.asarray(gate)))}")
+    checks.check_values(_NAME, name, gate, "finite and ≤ 0 (a log forget gate)", hi=0.0)
 
 
 def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, log_fgate: jax.Array | None,
                   segment_ids: jax.Array | None, block_size: int | None) -> None:
     """Raise ValueError naming the argument, its shape or value and what was expected."""
+    checks.require_arrays(_NAME, {"q": q, "k": k, "v": v, "log_vgate": log_vgate, "log_fgate": log_fgate,
+                                  "segment_ids": segment_ids}, optional=("log_fgate", "segment_ids"))
     if q.ndim != 4 or q.shape[1] < 1:
         raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
     b, t, h, _ = q.shape
@@ -80,9 +79,9 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
     Args:
       q: [B, T, H, D]. k: [B, T, Hkv, D]. v: [B, T, Hkv, Dv]; q, k, v share one floating dtype. GQA:
         query head h reads key/value head h // (H // Hkv).
-      log_vgate: [B, T, H, Dv], ≤ 0: per query head and value channel log forget gate (computed in float32).
-      log_fgate: [B, T, H], ≤ 0, or None: optional FoX scalar gate added to the logits.
-      scale: logit scale; None means D**-0.5.
+      log_vgate: [B, T, H, Dv], finite and ≤ 0: per query head and value channel log forget gate (computed in float32).
+      log_fgate: [B, T, H], finite and ≤ 0, or None: optional FoX scalar gate added to the logits.
+      scale: logit scale, a positive finite number; None means D**-0.5.
       segment_ids: [B, T] int or None: packed sequences, nothing attends or decays across a boundary.
       block_size: query/key block of the blocked paths (None: their default); unused by "reference".
       causal: must be True (FiX is causal only); present so that non-causal use fails loudly.
@@ -91,10 +90,20 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
 
     Returns:
       u: [B, T, H, Dv] in v.dtype.
+
+    Value checks (finite gates ≤ 0) run on concrete inputs; under `jit` they are skipped unless the call
+    is wrapped in `icml26zoo.kernels.checked`. A NaN or inf in one packed segment stays in it: positions
+    holding one are zeroed before any path runs and that segment's outputs from there on are NaN
+    (`segments.quarantine`, docs/numerics.md).
     """
     if causal is not True:
         raise ValueError(f"value_forget_attention: causal={causal!r}: FiX is causal only; expected causal=True")
     _check_inputs(q, k, v, log_vgate, log_fgate, segment_ids, block_size)
-    fn = select_implementation("value_forget_attention", implementation, _IMPLEMENTATIONS, _DEFAULT)
+    checks.check_scale(_NAME, scale)
+    fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
     kwargs = {} if block_size is None else {"block_size": block_size}
-    return fn(q, k, v, log_vgate, log_fgate=log_fgate, scale=scale, segment_ids=segment_ids, **kwargs)
+    clean, _, tainted = segments.quarantine({"q": q, "k": k, "v": v, "log_vgate": log_vgate,
+                                             "log_fgate": log_fgate}, segment_ids)
+    u = fn(clean["q"], clean["k"], clean["v"], clean["log_vgate"], log_fgate=clean["log_fgate"], scale=scale,
+           segment_ids=segment_ids, **kwargs)
+    return segments.poison(u, tainted)

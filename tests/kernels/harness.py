@@ -335,3 +335,61 @@ def check_dispatch_never_falls_back(monkeypatch: pytest.MonkeyPatch, api: Any, o
     assert api._select((blocked, fallback)) is api._IMPLEMENTATIONS[fallback][0]
     monkeypatch.undo()
     assert api._select(None) is api._IMPLEMENTATIONS["xla"][0]
+
+
+def _poison(inputs: Inputs, names: Sequence[str], row: int, lo: int, hi: int, value: float) -> Inputs:
+    """The inputs with `value` written into positions lo:hi of row `row` of every time input in `names`."""
+    poisoned = dict(inputs)
+    for name in names:
+        poisoned[name] = inputs[name].at[row, lo:hi].set(value)
+    return poisoned
+
+
+def _outside(x: jax.Array, row: int, lo: int, hi: int) -> np.ndarray:
+    """x `[B, T, ...]` as float64 with positions lo:hi of row `row` zeroed (the poisoned segment left out)."""
+    x = np.array(x, np.float64)
+    x[row, lo:hi] = 0.0
+    return x
+
+
+def check_nan_segment_isolation(case: OpCase, impl: str, bounds: Bounds, poisoned: tuple[int, int], *,
+                                chunk_size: int | None = None, shared: Sequence[str] = (), seed: int = 0,
+                                tol: Tol | None = None) -> None:
+    """A NaN (then an inf) in one packed segment reaches no other segment's outputs or input gradients.
+
+    `bounds` gives the packed rows; `poisoned = (row, index)` names the segment `bounds[row][index]:
+    bounds[row][index + 1]`, which must be neither the first of its row (the initial state's gradient is
+    checked) nor the last (the final state is checked). Every float time input gets the bad value at that
+    segment's positions, all at once. Forward and VJP run with random cotangents that are finite everywhere,
+    the poisoned positions included. Everywhere outside the segment the outputs, the final state, the time
+    inputs' gradients and the initial state's gradient must be finite and equal (at `tol`) to the run
+    without the bad value.
+
+    `shared` names inputs that every segment reads (a long convolution's filter): their gradients sum over
+    all segments, so a NaN in any segment reaches them by definition; they are left out of the gradient check.
+    """
+    tol = tolerance(case.name) if tol is None else tol
+    row, index = poisoned
+    lo, hi = bounds[row][index], bounds[row][index + 1]
+    if index == 0 or index + 2 >= len(bounds[row]):
+        raise ValueError(f"{case.name}: `poisoned` is {poisoned}, expected a segment neither first nor last "
+                         f"of row {row} with edges {bounds[row]}")
+    inputs = make_case_inputs(case, 0, seed=seed, bounds=bounds)
+    floats = [n for n in case.time_inputs
+              if inputs.get(n) is not None and jnp.issubdtype(inputs[n].dtype, jnp.floating)]
+    shapes = jax.eval_shape(lambda i: case.reference(**i), inputs)
+    cotangents = random_cotangents(np.random.default_rng(seed + 1), shapes)
+    clean_out, clean_grads = forward_and_grads(case, impl, inputs, cotangents, chunk_size)
+    checked = [n for n in case.differentiable if n not in shared and inputs.get(n) is not None]
+    for value in (np.nan, np.inf):
+        bad = _poison(inputs, floats, row, lo, hi, value)
+        out, grads = forward_and_grads(case, impl, bad, cotangents, chunk_size)
+        label = f"{case.name}[{impl}] with {value} in row {row}, {lo}:{hi}"
+        main, clean_main = (out[0], clean_out[0]) if case.returns_state else (out, clean_out)
+        assert_close(_outside(main, row, lo, hi), _outside(clean_main, row, lo, hi), tol, what=f"{label}: output")
+        if case.returns_state:
+            assert_trees_close(out[1], clean_out[1], tol, what=f"{label}: final state")
+        for name in checked:
+            cut = (lambda g: _outside(g, row, lo, hi)) if name in case.time_inputs else np.asarray
+            assert_trees_close(jax.tree.map(cut, grads[name]), jax.tree.map(cut, clean_grads[name]), tol,
+                               kind="grad", what=f"{label}: d{name}")

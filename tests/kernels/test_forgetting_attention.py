@@ -200,10 +200,11 @@ def test_implementation_dispatch(monkeypatch):
         harness.assert_close(fn(*args), expected, TOL, what=str(impl))
     with pytest.raises(ValueError, match="unknown"):
         forgetting_attention(*args, implementation="cuda")
-    monkeypatch.setattr(api.jax, "default_backend", lambda: "tpu")
+    # "pallas" runs on every backend now: register it for TPU only to see an explicit choice refuse to fall back.
+    monkeypatch.setitem(api._IMPLEMENTATIONS, "pallas", (api._IMPLEMENTATIONS["pallas"][0], ("tpu",)))
     with pytest.raises(RuntimeError, match="pallas"):
         forgetting_attention(*args, implementation="pallas")
-    # A sequence is tried in order: on TPU "pallas" cannot run, "xla" can.
+    # A sequence is tried in order: here "pallas" cannot run, "xla" can.
     harness.assert_close(forgetting_attention(*args, implementation=["pallas", "xla"]), expected, TOL, what="seq")
 
 
@@ -212,15 +213,15 @@ def _bad_cases() -> dict[str, tuple[dict, str]]:
     k, v, a = x["k"], x["v"], x["log_fgate"]
     seg = jnp.zeros((2, 8), jnp.int32)
     return {
-        "q rank": (dict(q=x["q"][0]), "q has shape"),
-        "k length": (dict(k=k[:, :4]), "k has shape"),
+        "q rank": (dict(q=x["q"][0]), "`q` has shape"),
+        "k length": (dict(k=k[:, :4]), "`k` has shape"),
         "heads": (dict(k=jnp.zeros((2, 8, 3, 16)), v=jnp.zeros((2, 8, 3, 16))), "divides H = 4"),
-        "v shape": (dict(v=v[..., :8]), "v has shape"),
+        "v shape": (dict(v=v[..., :8]), "`v` has shape"),
         "dtype": (dict(k=k.astype(jnp.bfloat16)), "share one floating dtype"),
         "int q": (dict(q=x["q"].astype(jnp.int32)), "share one floating dtype"),
-        "gate shape": (dict(log_fgate=a[:, :, :2]), r"log_fgate has shape \(2, 8, 2\)"),
-        "positive gate": (dict(log_fgate=a.at[0, 3, 1].set(0.5)), "must be ≤ 0"),
-        "segment shape": (dict(segment_ids=seg[:, :5]), r"segment_ids has shape \(2, 5\)"),
+        "gate shape": (dict(log_fgate=a[:, :, :2]), r"`log_fgate` has shape \(2, 8, 2\)"),
+        "positive gate": (dict(log_fgate=a.at[0, 3, 1].set(0.5)), "must be finite and ≤ 0"),
+        "segment shape": (dict(segment_ids=seg[:, :5]), r"`segment_ids` has shape \(2, 5\)"),
         "segment dtype": (dict(segment_ids=seg.astype(jnp.float32)), "integer"),
         "non-causal": (dict(causal=False), "causal only"),
     }

@@ -197,7 +197,7 @@ def test_bad_inputs_raise(case):
     bad, good = _bad_cases()
     kwargs = dict(good, initial_state=None, segment_ids=None, chunk_size=16)
     kwargs.update(bad[case])
-    expect = {"positive": "must be <= 0", "dtype": "expected x.dtype", "int_seg": "integer dtype",
+    expect = {"positive": "must be finite and <= 0", "dtype": "expected x.dtype", "int_seg": "integer dtype",
               "chunk_size": "`chunk_size` is 48"}.get(case, f"`{case}` has shape")
     with pytest.raises(ValueError, match=expect):
         ssd(kwargs.pop("x"), kwargs.pop("a"), kwargs.pop("b"), kwargs.pop("c"), **kwargs)
