@@ -200,6 +200,25 @@ class Checkpointer:
         verify_checksums(restored[_STATE_ITEM], restored[_CHECKSUM_ITEM])
         return restored[_STATE_ITEM], payload[_DATA_KEY]
 
+    def saved_structure(self, step: int | None = None) -> Any:
+        """The saved state's tree of `jax.ShapeDtypeStruct` (on the first local device), from step metadata.
+
+        For inspecting or restoring a checkpoint without building the model that wrote it; the tree has
+        the saved nesting (dicts and lists, not the original container classes). `step` defaults to the
+        newest step. Raises CheckpointRestoreError when there is no such step or its metadata is unreadable.
+        """
+        self.wait()
+        step = self.latest_step() if step is None else _check_step(step)
+        if step is None:
+            raise CheckpointRestoreError(f"no checkpoint in {self.directory}")
+        try:
+            tree = self._manager.item_metadata(step)[_STATE_ITEM].tree
+        except Exception as err:  # Missing step or damaged metadata: either way there is nothing to describe.
+            raise CheckpointRestoreError(f"step {step} in {self.directory} has no readable metadata: "
+                                         f"{_describe(err)}") from None
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), tree)
+
     def latest_step(self) -> int | None:
         """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
         return self._manager.latest_step()

@@ -38,12 +38,12 @@ def check_workdir(workdir: str | os.PathLike) -> pathlib.Path:
         # pathlib.Path("") is ".", so an unset --workdir would silently write into the current directory.
         raise WorkdirError(f"workdir must be a non-empty path, got {text!r}")
     path = pathlib.Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise WorkdirError(f"workdir {text!r} exists and is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise WorkdirError(f"workdir {text!r} cannot be created: {error.strerror or error}") from None
-    if not path.is_dir():
-        raise WorkdirError(f"workdir {text!r} exists and is not a directory")
     return path
 
 

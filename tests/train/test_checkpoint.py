@@ -1,9 +1,12 @@
-"""Checkpointer: round trips (dtypes, optax state, RNG keys, sharded restore), retention, async saves,
-the non-finite refusal and falling back past corrupt checkpoints."""
+"""Checkpointer: round trips (dtypes, optax state, RNG keys, sharded restore), exact retention, async saves,
+the non-finite refusal, checksums, data-state checks and falling back past corrupt checkpoints quietly."""
 
+import gc
 import glob
 import os
 import shutil
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -13,11 +16,13 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from icml26zoo.train.batch_source import GRAIN_KEY, check_data_state
 from icml26zoo.train.checkpoint import Checkpointer, CheckpointRestoreError, NonFiniteStateError
 
 # When Orbax's restore fails on a missing file, TensorStore completes the other pending reads on a thread
 # after Orbax's asyncio loop has closed, and Python reports "RuntimeError: Event loop is closed" as an
-# unraisable exception. It is harmless noise from the failure path these tests provoke on purpose.
+# unraisable exception. The checkpointer drops it (test_fallback_prints_at_most_a_few_lines checks that),
+# but pytest swaps its own hook in per test phase, so a late one can still reach pytest's.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
@@ -229,3 +234,108 @@ def test_interrupted_save_temp_dir_is_ignored(open_checkpointer, ckpt_dir):
     step, restored, _ = ckpt.restore_latest(abstract(make_state()))
     assert step == 1
     assert_trees_equal(restored, make_state(1))
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_async_saves_leave_exactly_keep_steps(open_checkpointer, ckpt_dir, keep):
+    ckpt = open_checkpointer(keep=keep, async_save=True)
+    for step in range(1, 6):
+        ckpt.save(step, make_state(step), {GRAIN_KEY: step})
+    ckpt.wait()
+    expected = [str(s) for s in range(6 - keep, 6)]
+    assert step_dirs(ckpt_dir) == expected
+    assert ckpt.all_steps() == [int(s) for s in expected]
+
+
+def _flip_byte_in_largest_array_file(step_dir):
+    files = glob.glob(f"{step_dir}/state/**/d/*", recursive=True)
+    target = max(files, key=os.path.getsize)
+    data = bytearray(open(target, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    with open(target, "wb") as f:
+        f.write(bytes(data))
+
+
+def test_flipped_byte_is_caught_by_its_checksum(open_checkpointer, ckpt_dir):
+    ckpt = open_checkpointer(async_save=False)
+    ckpt.save(1, make_state(1), {GRAIN_KEY: 1})
+    ckpt.save(2, make_state(2), {GRAIN_KEY: 2})
+    _flip_byte_in_largest_array_file(ckpt_dir / "2")
+    with pytest.warns(RuntimeWarning) as caught:
+        step, restored, _ = ckpt.restore_latest(abstract(make_state()))
+    assert step == 1
+    assert_trees_equal(restored, make_state(1))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "\n" not in messages[0]
+    assert "step 2" in messages[0] and "ChecksumMismatchError: leaf [" in messages[0]
+
+
+def test_flipped_byte_in_the_only_checkpoint_is_an_error(open_checkpointer, ckpt_dir):
+    ckpt = open_checkpointer(async_save=False)
+    ckpt.save(1, make_state(1))
+    _flip_byte_in_largest_array_file(ckpt_dir / "1")
+    with pytest.warns(RuntimeWarning), pytest.raises(CheckpointRestoreError, match="step 1: .*saved checksum"):
+        ckpt.restore_latest(abstract(make_state()))
+
+
+def test_missing_checksum_item_is_corruption(open_checkpointer, ckpt_dir):
+    ckpt = open_checkpointer(async_save=False)
+    ckpt.save(1, make_state(1))
+    ckpt.save(2, make_state(2))
+    shutil.rmtree(ckpt_dir / "2" / "checksums")
+    with pytest.warns(RuntimeWarning, match="step 2 .*'checksums' item is missing"):
+        step, _, _ = ckpt.restore_latest(abstract(make_state()))
+    assert step == 1
+
+
+@pytest.mark.parametrize("bad", [{GRAIN_KEY: "abc"}, {GRAIN_KEY: -5}, {GRAIN_KEY: 2.0}, {GRAIN_KEY: True},
+                                 {GRAIN_KEY: 7}, {}, {GRAIN_KEY: 2, "extra": 1}, None])
+def test_bad_data_state_falls_back(open_checkpointer, bad):
+    ckpt = open_checkpointer(async_save=False)
+    ckpt.save(1, make_state(1), {GRAIN_KEY: 1})
+    ckpt.save(2, make_state(2), bad)
+    check = lambda step, state: check_data_state(GRAIN_KEY, step, state)
+    with pytest.warns(RuntimeWarning, match="step 2 .*data state"):
+        step, _, data_state = ckpt.restore_latest(abstract(make_state()), check_data_state=check)
+    assert (step, data_state) == (1, {GRAIN_KEY: 1})
+
+
+def _garble_manifests(step_dir):
+    for manifest in glob.glob(f"{step_dir}/state/**/manifest.ocdbt", recursive=True):
+        with open(manifest, "wb") as f:
+            f.write(b"not a manifest")
+
+
+@pytest.mark.parametrize("corrupt", [_garble_manifests, _delete_array_data])
+def test_fallback_prints_at_most_a_few_lines(open_checkpointer, ckpt_dir, capfd, monkeypatch, corrupt):
+    unraisable = []
+    # Stands in for Python's default hook (which prints a traceback), so that anything let through counts.
+    monkeypatch.setattr(sys, "unraisablehook", lambda args: unraisable.append(repr(args.exc_value)))
+    ckpt = open_checkpointer(async_save=False)
+    ckpt.save(1, make_state(1))
+    ckpt.save(2, make_state(2))
+    corrupt(ckpt_dir / "2")
+    capfd.readouterr()
+    with pytest.warns(RuntimeWarning, match="step 2"):
+        step, _, _ = ckpt.restore_latest(abstract(make_state()))
+    ckpt.close()
+    # Give TensorStore's threads time to deliver the stray callbacks that used to print tracebacks.
+    time.sleep(0.5)
+    gc.collect()
+    out, err = capfd.readouterr()
+    assert step == 1
+    assert unraisable == []
+    assert len((out + err).splitlines()) <= 3, out + err
+
+
+def test_saved_structure_describes_the_newest_step(open_checkpointer):
+    ckpt = open_checkpointer(async_save=False)
+    with pytest.raises(CheckpointRestoreError, match="no checkpoint"):
+        ckpt.saved_structure()
+    state = make_state(4)
+    ckpt.save(4, state)
+    structure = ckpt.saved_structure()
+    assert structure["params"]["embed"].shape == (16, 8) and structure["params"]["embed"].dtype == jnp.bfloat16
+    _, restored, _ = ckpt.restore_latest(structure)
+    np.testing.assert_array_equal(np.asarray(restored["params"]["dense"]["w"]),
+                                  np.asarray(state["params"]["dense"]["w"]))
