@@ -1,4 +1,7 @@
-"""The shared training loop: config, data, step, checkpoints, metrics, eval, CLI."""
+"""The shared training loop: config, data, step, checkpoints, metrics, eval, CLI.
+
+`load_run(workdir, step=None) -> (config, model, state)` reopens a finished run (see `train.runs`).
+"""
 
 import importlib.util as _importlib_util
 
@@ -24,3 +27,15 @@ if _missing := _missing_train_packages():
         f"icml26zoo.train needs the [train] extra; missing: {', '.join(_missing)}. "
         'Install it with: pip install "icml26-zoo[train]"'
     )
+
+
+def __getattr__(name: str) -> object:
+    # load_run pulls in Orbax and the loop; importing it lazily keeps `import icml26zoo.train` light.
+    if name == "load_run":
+        from icml26zoo.train.runs import load_run
+
+        return load_run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["load_run"]

@@ -1,11 +1,22 @@
 """Presets load, overrides parse by type, and bad values raise ValueError naming the field."""
 
+import dataclasses
+import json
 import pathlib
 
 import pytest
 
 from icml26zoo.models.config import ModelConfig
-from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig, apply_overrides, load_preset
+from icml26zoo.train.config import (
+    DataConfig,
+    OptimConfig,
+    TrainConfig,
+    apply_overrides,
+    check_config,
+    load_preset,
+    preset_names,
+)
+from icml26zoo.train.errors import RunError
 
 PRESETS = sorted(p for p in pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.py")
                  if p.name != "__init__.py")
@@ -87,3 +98,63 @@ def test_two_gradient_optimizers_reject_gradient_accumulation():
         build_optimizer(OptimConfig(name="sam_polyak", grad_accum_steps=2), num_steps=10)
     assert custom_update(OptimConfig(name="sam_polyak")) is not None
     assert custom_update(OptimConfig(name="adamw")) is None
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
+def test_every_preset_round_trips_through_json_and_loads_by_name(path):
+    config = load_preset(path)
+    assert load_preset(path.stem) == config
+    assert TrainConfig.from_json(config.to_json()) == config
+    # The form config.json was written in before to_json: dataclasses.asdict dumped with default=str.
+    assert TrainConfig.from_json(json.dumps(dataclasses.asdict(config), default=str)) == config
+
+
+def test_json_round_trip_keeps_nested_tuples_none_and_types():
+    config = apply_overrides(TrainConfig(), [
+        "model.mixer=mamba2", "model.mixer_options=(('decay', 'diagonal'), ('state_size', 8))", "model.head_dim=None",
+        "optim.options=()", "distributed=None", "data.data_dir=/tmp/x", "optim.learning_rate=1e-3",
+    ])
+    back = TrainConfig.from_json(config.to_json())
+    assert back == config
+    assert back.model.mixer_options == (("decay", "diagonal"), ("state_size", 8))
+    assert back.model.head_dim is None and back.distributed is None
+    assert isinstance(back.model, ModelConfig) and isinstance(back.data, DataConfig)
+    assert TrainConfig.from_dict({}) == TrainConfig()
+    with pytest.raises(RunError, match=r"unknown config field 'model.depth'; ModelConfig has \["):
+        TrainConfig.from_dict({"model": {"depth": 2}})
+    with pytest.raises(RunError, match="config model must be a JSON object, got 3"):
+        TrainConfig.from_dict({"model": 3})
+
+
+def test_preset_names_and_unknown_names():
+    assert {"default", "llama_tiny", "classify_tiny"} <= set(preset_names())
+    assert "__init__" not in preset_names()
+    with pytest.raises(RunError, match="config 'lama_tiny' is not a preset name or a file; presets: circulation_mqar,"):
+        load_preset("lama_tiny")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: OptimConfig(learning_rate=float("inf")), "optim.learning_rate must be finite, got inf"),
+    (lambda: OptimConfig(options=(("rho", float("nan")),)), r"optim.options must be finite, got \(\('rho', nan\),\)"),
+    (lambda: DataConfig(topics_signal=float("nan")), "data.topics_signal must be finite"),
+    (lambda: TrainConfig(sample_temperature=float("inf")), "sample_temperature must be finite"),
+    (lambda: check_config(TrainConfig(model=ModelConfig(rope_theta=float("inf")))), "model.rope_theta must be finite"),
+    (lambda: apply_overrides(TrainConfig(), ["model.norm_eps=1e999"]), "'model.norm_eps' expects a finite float"),
+])
+def test_infinite_and_nan_numbers_are_rejected(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.mixer=foxx"], "model.mixer must be one of ['attention',"),
+    (["model.mixer_options=(('expand', 0),)"], "model.mixer_options: mamba mixer option 'expand' must be an integer"),
+    (["optim.options=(('rho', 0.1),)"], "optim.options: unknown adamw optimizer option 'rho'"),
+    (["optim.name=sam_polyak", "optim.grad_accum_steps=2"], "optim.grad_accum_steps must be 1 for optim.name="),
+    (["seq_len=8"], "seq_len must be >= 4 * data.mqar_num_pairs - 1 = 15"),
+    (["model.vocab_size=32"], "model.vocab_size must be at least the dataset's vocabulary (33)"),
+])
+def test_names_options_vocab_and_row_length_are_checked_when_the_config_is_built(overrides, message):
+    with pytest.raises(ValueError) as info:
+        apply_overrides(load_preset("mamba_mqar"), overrides)
+    assert str(info.value).startswith(message), info.value

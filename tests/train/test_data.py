@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,7 +15,8 @@ import tensorflow_datasets as tfds
 
 from icml26zoo.train import data as zoo_data
 from icml26zoo.train.config import DataConfig
-from icml26zoo.train.data import mqar, pipeline, pystdlib
+from icml26zoo.train.data import mqar, pipeline, pystdlib, tfds_files
+from icml26zoo.train.errors import RunError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY_TRAIN, TINY_EVAL = 40, 9
@@ -330,3 +332,69 @@ def test_unigram_baseline_matches_hand_computation(data_root):
     assert zoo_data.unigram_bits_per_byte(config, "validation") == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="mqar"):
         zoo_data.unigram_bits_per_byte(small_mqar(data_root), "validation")
+
+
+def copy_prepared(data_root: str, target: pathlib.Path, name: str) -> pathlib.Path:
+    """The tiny text dataset's prepared files copied under `target` as an unregistered dataset `name`."""
+    folder = target / name / "1.0.0"
+    shutil.copytree(pathlib.Path(data_root) / "zoo_test_tiny_text" / "1.0.0", folder)
+    for shard in folder.glob("zoo_test_tiny_text-*"):
+        shard.rename(folder / shard.name.replace("zoo_test_tiny_text", name))
+    info = json.loads((folder / "dataset_info.json").read_text())
+    (folder / "dataset_info.json").write_text(json.dumps({**info, "name": name}))
+    return folder
+
+
+def test_a_doctored_features_file_is_refused_before_tfds_imports_its_module(data_root, tmp_path, monkeypatch):
+    folder = copy_prepared(data_root, tmp_path / "data", "zoo_doctored_text")
+    (tmp_path / "zoo_probe_feature.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    features = (folder / "features.json").read_text()
+    assert "tensorflow_datasets.core.features.text_feature.Text" in features
+    (folder / "features.json").write_text(
+        features.replace("tensorflow_datasets.core.features.text_feature.Text", "zoo_probe_feature.Feature"))
+    config = DataConfig(name="tfds:zoo_doctored_text", data_dir=str(tmp_path / "data"), text_feature="content")
+    with pytest.raises(RunError, match=r"features.json' names feature class 'zoo_probe_feature.Feature'"):
+        zoo_data.prepare(config)
+    assert "zoo_probe_feature" not in sys.modules
+    # What the check prevents: TFDS itself imports the module the file names.
+    with pytest.raises(ValueError, match="Unrecognized FeatureConnector type"):
+        tfds.builder("zoo_doctored_text", data_dir=str(tmp_path / "data"))
+    assert sys.modules.pop("zoo_probe_feature").IMPORTED
+
+
+def test_an_untouched_copy_of_a_prepared_dataset_reads(data_root, tmp_path):
+    copy_prepared(data_root, tmp_path, "zoo_copied_text")
+    config = DataConfig(name="tfds:zoo_copied_text", data_dir=str(tmp_path), text_feature="content")
+    batch = next(zoo_data.make_train_iterator(config, batch_size=2, seq_len=8, seed=0, process_count=1,
+                                              process_index=0))
+    assert batch["inputs"].shape == (2, 8)
+
+
+@pytest.mark.parametrize("document", [
+    {"pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+     "featuresDict": {"features": {"x": {"pythonClassName": "tensorflow_datasets.core.features.sequence_feature"
+                                                             ".Sequence",
+                                         "sequence": {"feature": {"pythonClassName": "evil.Feature"}}}}}},
+    {"type": "evil.Feature", "content": {}},
+    {"name": "d", "features": {"python_class_name": "evil.Feature"}},
+    {"pythonClassName": "tensorflow_datasets.core.features_evil.Feature"},
+], ids=["nested", "legacy_type", "dataset_info", "near_miss"])
+def test_foreign_feature_classes_are_found_at_any_depth(document, tmp_path):
+    path = tmp_path / "features.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(RunError, match=r"names feature class '(evil|[a-z_.]+features_evil)\.Feature'"):
+        tfds_files.check_metadata_file(path)
+
+
+def test_tfds_feature_classes_and_feature_names_that_look_like_keys_pass(tmp_path):
+    document = {"pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+                "featuresDict": {"features": {"type": {"pythonClassName": "tensorflow_datasets.features.Text"},
+                                              "content": {"pythonClassName":
+                                                          "tensorflow_datasets.core.features.text_feature.Text"}}}}
+    path = tmp_path / "features.json"
+    path.write_text(json.dumps(document))
+    tfds_files.check_metadata_file(path)
+    assert sorted(tfds_files.feature_classes(document)) == [
+        "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "tensorflow_datasets.core.features.text_feature.Text", "tensorflow_datasets.features.Text"]
