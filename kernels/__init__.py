@@ -1,6 +1,16 @@
 """Pure array ops: one folder per op (reference, xla, pallas, api, decode), re-exported here with each op's
-single-step decode form."""
+single-step decode form.
 
+Every op validates its arguments (shapes, dtypes, gate ranges that NaN fails) and raises a ValueError naming
+the op and the argument. The value checks need concrete arrays, so under `jit` they are skipped; wrap an op
+in `checked` to keep them (as `jax.experimental.checkify` checks):
+
+    jax.jit(checked(gated_delta_rule))(q, k, v, beta=beta)   # a NaN in beta raises, naming the op and `beta`
+
+A NaN or inf in one packed segment never reaches another segment (docs/numerics.md, "Bad values").
+"""
+
+from icml26zoo.kernels.checked import checked
 from icml26zoo.kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
 from icml26zoo.kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
 from icml26zoo.kernels.long_conv import causal_long_conv, causal_long_conv_step
@@ -12,6 +22,7 @@ from icml26zoo.kernels.value_forget_attention import value_forget_attention, val
 __all__ = [
     "causal_long_conv",
     "causal_long_conv_step",
+    "checked",
     "forgetting_attention",
     "forgetting_attention_step",
     "gated_delta_rule",

@@ -134,7 +134,8 @@ def check_values(op: str, name: str, x: jax.Array | None, expected: str, *, lo: 
         if not bool(np.all(ok)):
             raise ValueError(template.format(bad=int(np.sum(~ok)), lo=np.min(a), hi=np.max(a)))
     elif _CHECKIFY.get():
-        a = x.astype(jnp.float32)
+        # A check carries no gradient; under `grad` differentiable message values break checkify's JVP.
+        a = jax.lax.stop_gradient(x).astype(jnp.float32)
         ok = jnp.isfinite(a) & (a >= lo) & (a <= hi)
         checkify.check(jnp.all(ok), template, bad=jnp.sum(~ok), lo=jnp.min(a), hi=jnp.max(a))
 
