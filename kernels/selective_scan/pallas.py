@@ -11,10 +11,12 @@ sublanes, channels on lanes) is carried across time in registers / VMEM.
   values), then runs the adjoint recurrence g <- where(keep, exp(Δ A) ⊙ g, 0) backwards, producing
   du, dΔ, dA, dB, dC and d(initial state).
 
-Time is organized per platform (`kernels._common.lowering.by_platform`): on GPU (Triton) one program per
-(row, channel block) loops over the whole sequence with `lax.fori_loop`; on TPU (Mosaic) a third,
-sequential grid axis walks blocks of `t_block` steps and the state lives in the resident output block.
-B and C enter transposed (`[B, N, T]`) so a step's column is `[N, 1]` and a step's row of u is `[1, D_block]`.
+Time is cut into sub-chunks of S steps: u, Δ and y as `[B, n, S, D_in]` (a step is a row `[1, D_block]`),
+B, C and the reset flags transposed as `[B, n, N, S]` (a step is a column `[N, 1]`), so every block's last
+two dimensions span the array and a loop over sub-chunks indexes only the leading axis. Per platform
+(`kernels._common.lowering.by_platform`): on GPU (Triton) one program per (row, channel block) loops over
+all sub-chunks with `lax.fori_loop`; on TPU (Mosaic) a third, sequential grid axis walks blocks of
+`t_block` steps and the state is carried in the resident output block.
 
 Segment resets mask the state with `jnp.where` before any product, so a NaN in one packed segment never
 reaches another. Operands are cast to float32 first: gates and states are float32 whatever the dtype.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,45 +74,32 @@ def _step_bwd(g: jax.Array, h_prev: jax.Array, h: jax.Array, a: jax.Array, u: ja
     return g_prev, d_dt_u * dt, d_dt, db, dc, d_log_decay * dt
 
 
-def _row(ref: Any, t: Any) -> jax.Array:
-    """Step t of a `[L, Db]` block: `[1, Db]`."""
-    return ref[pl.ds(t, 1), :]
-
-
-def _col(ref: Any, t: Any) -> jax.Array:
-    """Step t of a `[N, L]` block: `[N, 1]`."""
-    return ref[:, pl.ds(t, 1)]
-
-
-def _loop(n: int, static: bool, body: Callable[[Any, Any], Any], carry: Any, reverse: bool = False) -> Any:
-    """body(k, carry) for k in 0..n-1 (or n-1..0): unrolled when `static` (TPU: static offsets), else fori_loop."""
+def _loop(n: int, body: Callable[[Any, Any], Any], carry: Any, reverse: bool = False) -> Any:
+    """body(k, carry) for k in 0..n-1 (or n-1..0)."""
     order = (lambda i: n - 1 - i) if reverse else (lambda i: i)
-    if static:
-        for i in range(n):
-            carry = body(order(i), carry)
-        return carry
     return lax.fori_loop(0, n, lambda i, c: body(order(i), c), carry)
 
 
-def _load_steps(ins: Sequence[Any], base: Any) -> list[tuple[jax.Array, ...]]:
-    """(u, Δ, b, c, keep) of the sub-chunk's steps base..base+S-1."""
+def _load_steps(ins: Sequence[Any], k: Any) -> list[tuple[jax.Array, ...]]:
+    """(u, Δ, b, c, keep) of each step of sub-chunk k: rows [1, Db] of the `[n, S, Db]` blocks and columns
+    [N, 1] of the `[n, N, S]` blocks (k indexes the leading, untiled axis; the step offset is static)."""
     u_ref, dt_ref, b_ref, c_ref, keep_ref = ins
-    return [(_row(u_ref, base + j), _row(dt_ref, base + j), _col(b_ref, base + j), _col(c_ref, base + j),
-             _col(keep_ref, base + j)) for j in range(_S)]
+    row = lambda ref, j: ref[k, pl.ds(j, 1), :]
+    col = lambda ref, j: ref[k, :, pl.ds(j, 1)]
+    return [(row(u_ref, j), row(dt_ref, j), col(b_ref, j), col(c_ref, j), col(keep_ref, j)) for j in range(_S)]
 
 
-def _forward_span(ins: Sequence[Any], a: jax.Array, y_ref: Any, hs_ref: Any, h: jax.Array,
-                  static: bool) -> jax.Array:
-    """The steps of this program's time block (`[L, Db]` refs), storing every sub-chunk's entering state."""
+def _forward_span(ins: Sequence[Any], a: jax.Array, y_ref: Any, hs_ref: Any, h: jax.Array) -> jax.Array:
+    """The sub-chunks of this program's time block, storing the state entering each of them."""
 
     def subchunk(k: Any, h: jax.Array) -> jax.Array:
         hs_ref[k] = h
-        for j, step_in in enumerate(_load_steps(ins, k * _S)):
+        for j, step_in in enumerate(_load_steps(ins, k)):
             h, y = _step(h, a, *step_in)
-            y_ref[pl.ds(k * _S + j, 1), :] = y
+            y_ref[k, pl.ds(j, 1), :] = y
         return h
 
-    return _loop(y_ref.shape[0] // _S, static, subchunk, h)
+    return _loop(y_ref.shape[0], subchunk, h)
 
 
 def _forward_kernel(u_ref: Any, dt_ref: Any, b_ref: Any, c_ref: Any, keep_ref: Any, a_ref: Any, h0_ref: Any,
@@ -117,38 +107,38 @@ def _forward_kernel(u_ref: Any, dt_ref: Any, b_ref: Any, c_ref: Any, keep_ref: A
     """One (row, channel block); on TPU one time block of it, the state carried in the resident `hf_ref`."""
     ins = (u_ref, dt_ref, b_ref, c_ref, keep_ref)
     if not tpu:
-        hf_ref[...] = _forward_span(ins, a_ref[...], y_ref, hs_ref, h0_ref[...], static=False)
+        hf_ref[...] = _forward_span(ins, a_ref[...], y_ref, hs_ref, h0_ref[...])
         return
 
     @pl.when(pl.program_id(2) == 0)
     def _start() -> None:
         hf_ref[...] = h0_ref[...]
 
-    hf_ref[...] = _forward_span(ins, a_ref[...], y_ref, hs_ref, hf_ref[...], static=True)
+    hf_ref[...] = _forward_span(ins, a_ref[...], y_ref, hs_ref, hf_ref[...])
 
 
 def _backward_span(ins: Sequence[Any], a: jax.Array, hs_ref: Any, gy_ref: Any, outs: Sequence[Any],
-                   g: jax.Array, da: jax.Array, static: bool) -> tuple[jax.Array, jax.Array]:
+                   g: jax.Array, da: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Sub-chunks of this time block in reverse: recompute their states, then the adjoint steps."""
     du_ref, ddt_ref, db_ref, dc_ref = outs
 
     def subchunk(k: Any, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         g, da = carry
-        base = k * _S
-        steps = _load_steps(ins, base)
+        steps = _load_steps(ins, k)
         states = [hs_ref[k]]
         for step_in in steps:
             states.append(_step(states[-1], a, *step_in)[0])
         for j in reversed(range(_S)):
-            g, du, d_dt, db, dc, da_t = _step_bwd(g, states[j], states[j + 1], a, *steps[j], _row(gy_ref, base + j))
-            du_ref[pl.ds(base + j, 1), :] = du
-            ddt_ref[pl.ds(base + j, 1), :] = d_dt
-            db_ref[:, pl.ds(base + j, 1)] = db
-            dc_ref[:, pl.ds(base + j, 1)] = dc
+            g, du, d_dt, db, dc, da_t = _step_bwd(g, states[j], states[j + 1], a, *steps[j],
+                                                  gy_ref[k, pl.ds(j, 1), :])
+            du_ref[k, pl.ds(j, 1), :] = du
+            ddt_ref[k, pl.ds(j, 1), :] = d_dt
+            db_ref[k, :, pl.ds(j, 1)] = db
+            dc_ref[k, :, pl.ds(j, 1)] = dc
             da = da + da_t
         return g, da
 
-    return _loop(gy_ref.shape[0] // _S, static, subchunk, (g, da), reverse=True)
+    return _loop(gy_ref.shape[0], subchunk, (g, da), reverse=True)
 
 
 def _backward_kernel(u_ref: Any, dt_ref: Any, b_ref: Any, c_ref: Any, keep_ref: Any, a_ref: Any, hs_ref: Any,
@@ -159,105 +149,111 @@ def _backward_kernel(u_ref: Any, dt_ref: Any, b_ref: Any, c_ref: Any, keep_ref: 
     outs = (du_ref, ddt_ref, db_ref, dc_ref)
     if not tpu:
         g, da = _backward_span(ins, a_ref[...], hs_ref, gy_ref, outs, ghf_ref[...],
-                               jnp.zeros(da_ref.shape, jnp.float32), static=False)
+                               jnp.zeros(da_ref.shape, jnp.float32))
     else:
         @pl.when(pl.program_id(2) == 0)
         def _start() -> None:
             dh0_ref[...] = ghf_ref[...]
             da_ref[...] = jnp.zeros(da_ref.shape, jnp.float32)
 
-        g, da = _backward_span(ins, a_ref[...], hs_ref, gy_ref, outs, dh0_ref[...], da_ref[...], static=True)
+        g, da = _backward_span(ins, a_ref[...], hs_ref, gy_ref, outs, dh0_ref[...], da_ref[...])
     dh0_ref[...] = g
     da_ref[...] = da
 
 
 @dataclasses.dataclass(frozen=True)
 class _Layout:
-    """One mode's blocking of operands with N states, D_in channels and Tp (padded) steps."""
+    """One mode's blocking of operands with N states, D_in channels and `n_sub` sub-chunks of S steps."""
 
     tpu: bool
     blocks: tuning.ScanBlocks
     n: int  # N, padded to a power of two on GPU
     d_pad: int  # D_in, padded to a multiple of d_block
     d_block: int
-    steps: int  # Tp
-    t_len: int  # steps per program (GPU: all of Tp)
+    n_sub: int
+    sub_per_block: int  # sub-chunks per program (GPU: all of them)
 
     @property
     def grid(self) -> tuple[int, ...]:
         lead = (self.d_pad // self.d_block,)
-        return lead + ((self.steps // self.t_len,) if self.tpu else ())
+        return lead + ((self.n_sub // self.sub_per_block,) if self.tpu else ())
 
 
 def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
 
-def _layout(mode: lowering.Mode, dtype: str, n: int, d_in: int, steps: int) -> _Layout:
+def _layout(mode: lowering.Mode, dtype: str, n: int, d_in: int, n_sub: int) -> _Layout:
     tpu = lowering.is_tpu_layout(mode)
     blocks = tuning.block_sizes("tpu" if tpu else "gpu", jnp.dtype(dtype))
     if tpu:
         d_block = d_in if d_in <= blocks.d_block else blocks.d_block
-        t_len = steps if steps <= blocks.t_block else (blocks.t_block if steps % blocks.t_block == 0
-                                                       else tuning.LONG_PAD)
+        per_block = max(blocks.t_block // _S, 1)
+        sub_per_block = n_sub if n_sub <= per_block else math.gcd(n_sub, per_block)
         n_pad = n
     else:
         d_block = min(blocks.d_block, _next_pow2(d_in))
-        t_len, n_pad = steps, _next_pow2(n)
+        sub_per_block, n_pad = n_sub, _next_pow2(n)
     d_pad = -(-d_in // d_block) * d_block
-    return _Layout(tpu, blocks, n_pad, d_pad, d_block, steps, t_len)
+    return _Layout(tpu, blocks, n_pad, d_pad, d_block, n_sub, sub_per_block)
 
 
 def _specs(lay: _Layout, reverse: bool) -> dict[str, pl.BlockSpec]:
     """BlockSpecs by operand kind; index maps take (b, d) on GPU and (b, d, time block) on TPU."""
-    n_t = lay.steps // lay.t_len
+    n_t = lay.n_sub // lay.sub_per_block
     time = lambda c: (0 if not c else (n_t - 1 - c[0] if reverse else c[0]))
-    sq = pl.squeezed
+    sq, per, n, db = pl.squeezed, lay.sub_per_block, lay.n, lay.d_block
     return {
-        "seq": pl.BlockSpec((sq, lay.t_len, lay.d_block), lambda b, d, *c: (b, time(c), d)),
-        "cols": pl.BlockSpec((sq, lay.n, lay.t_len), lambda b, d, *c: (b, 0, time(c))),
-        "keep": pl.BlockSpec((sq, 1, lay.t_len), lambda b, d, *c: (b, 0, time(c))),
-        "a": pl.BlockSpec((lay.n, lay.d_block), lambda b, d, *c: (0, d)),
-        "state": pl.BlockSpec((sq, lay.n, lay.d_block), lambda b, d, *c: (b, 0, d)),
-        "states": pl.BlockSpec((sq, lay.t_len // _S, lay.n, lay.d_block), lambda b, d, *c: (b, time(c), 0, d)),
-        "partial_cols": pl.BlockSpec((sq, sq, lay.n, lay.t_len), lambda b, d, *c: (b, d, 0, time(c))),
+        "rows": pl.BlockSpec((sq, per, _S, db), lambda b, d, *c: (b, time(c), 0, d)),
+        "cols": pl.BlockSpec((sq, per, n, _S), lambda b, d, *c: (b, time(c), 0, 0)),
+        "keep": pl.BlockSpec((sq, per, 1, _S), lambda b, d, *c: (b, time(c), 0, 0)),
+        "a": pl.BlockSpec((n, db), lambda b, d, *c: (0, d)),
+        "state": pl.BlockSpec((sq, n, db), lambda b, d, *c: (b, 0, d)),
+        "states": pl.BlockSpec((sq, per, n, db), lambda b, d, *c: (b, time(c), 0, d)),
+        "partial_cols": pl.BlockSpec((sq, sq, per, n, _S), lambda b, d, *c: (b, d, time(c), 0, 0)),
     }
+
+
+def _shapes(lay: _Layout, bsz: int) -> dict[str, tuple[int, ...]]:
+    """Padded operand shapes by kind (as `_specs`)."""
+    return {"rows": (bsz, lay.n_sub, _S, lay.d_pad), "cols": (bsz, lay.n_sub, lay.n, _S),
+            "a": (lay.n, lay.d_pad), "state": (bsz, lay.n, lay.d_pad), "states": (bsz, lay.n_sub, lay.n, lay.d_pad),
+            "partial_cols": (bsz, lay.d_pad // lay.d_block, lay.n_sub, lay.n, _S)}
 
 
 def _pad_to(x: jax.Array, shape: Sequence[int]) -> jax.Array:
     return jnp.pad(x, [(0, want - have) for have, want in zip(x.shape, shape, strict=True)])
 
 
-def _call(mode: lowering.Mode, lay: _Layout, kernel: Callable[..., None], bsz: int, in_specs: list[pl.BlockSpec],
-          out_specs: list[pl.BlockSpec], out_shape: list[jax.ShapeDtypeStruct]) -> Callable[..., Any]:
-    semantics = ("parallel", "parallel", "arbitrary")
+def _call(mode: lowering.Mode, lay: _Layout, kernel: Callable[..., None], bsz: int, ins: Sequence[str],
+          outs: Sequence[str], reverse: bool) -> Callable[..., Any]:
+    """The pallas_call of `kernel` with operands and results of the named kinds (all results float32)."""
+    specs, shapes = _specs(lay, reverse), _shapes(lay, bsz)
     return pl.pallas_call(
-        functools.partial(kernel, tpu=lay.tpu), grid=(bsz,) + lay.grid, in_specs=in_specs, out_specs=out_specs,
-        out_shape=out_shape, interpret=lowering.interpret_arg(mode),
+        functools.partial(kernel, tpu=lay.tpu), grid=(bsz,) + lay.grid, in_specs=[specs[k] for k in ins],
+        out_specs=[specs[k] for k in outs], out_shape=[jax.ShapeDtypeStruct(shapes[k], jnp.float32) for k in outs],
+        interpret=lowering.interpret_arg(mode),
         compiler_params=lowering.compiler_params(mode, num_warps=lay.blocks.num_warps,
-                                                 num_stages=lay.blocks.num_stages, dimension_semantics=semantics))
+                                                 num_stages=lay.blocks.num_stages,
+                                                 dimension_semantics=("parallel", "parallel", "arbitrary")))
 
 
 def _forward_builder(dtype: str) -> Callable[[lowering.Mode], Callable[..., tuple[jax.Array, ...]]]:
-    """build(mode) for `by_platform`: prepared operands -> (y [B, Tp, D], states [B, Tp/S, N, D], final [B, N, D])."""
+    """build(mode) for `by_platform`: prepared operands (see `_scan`) -> (y, states entering each sub-chunk
+    [B, n, N, D], final state)."""
 
     def build(mode: lowering.Mode) -> Callable[..., tuple[jax.Array, ...]]:
         def run(u: jax.Array, dt: jax.Array, bt: jax.Array, ct: jax.Array, keep: jax.Array, at: jax.Array,
                 h0: jax.Array) -> tuple[jax.Array, ...]:
-            bsz, steps, d_in = u.shape
+            bsz, n_sub, _, d_in = u.shape
             n = at.shape[0]
-            lay = _layout(mode, dtype, n, d_in, steps)
-            seq, cols = (bsz, steps, lay.d_pad), (bsz, lay.n, steps)
-            state = (bsz, lay.n, lay.d_pad)
-            sp = _specs(lay, reverse=False)
-            f32 = lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-            y, hs, hf = _call(mode, lay, _forward_kernel, bsz,
-                              [sp["seq"], sp["seq"], sp["cols"], sp["cols"], sp["keep"], sp["a"], sp["state"]],
-                              [sp["seq"], sp["states"], sp["state"]],
-                              [f32(seq), f32((bsz, steps // _S) + state[1:]), f32(state)])(
-                _pad_to(u, seq), _pad_to(dt, seq), _pad_to(bt, cols), _pad_to(ct, cols), keep,
-                _pad_to(at, state[1:]), _pad_to(h0, state))
-            return y[..., :d_in], hs[:, :, :n, :d_in], hf[:, :n, :d_in]
+            lay = _layout(mode, dtype, n, d_in, n_sub)
+            shapes = _shapes(lay, bsz)
+            y, hs, hf = _call(mode, lay, _forward_kernel, bsz, ("rows", "rows", "cols", "cols", "keep", "a", "state"),
+                              ("rows", "states", "state"), reverse=False)(
+                *(_pad_to(x, shapes[k]) for x, k in ((u, "rows"), (dt, "rows"), (bt, "cols"), (ct, "cols"))),
+                keep, _pad_to(at, shapes["a"]), _pad_to(h0, shapes["state"]))
+            return y[..., :d_in], hs[..., :n, :d_in], hf[:, :n, :d_in]
 
         return run
 
@@ -270,26 +266,20 @@ def _backward_builder(dtype: str) -> Callable[[lowering.Mode], Callable[..., tup
     def build(mode: lowering.Mode) -> Callable[..., tuple[jax.Array, ...]]:
         def run(u: jax.Array, dt: jax.Array, bt: jax.Array, ct: jax.Array, keep: jax.Array, at: jax.Array,
                 hs: jax.Array, gy: jax.Array, ghf: jax.Array) -> tuple[jax.Array, ...]:
-            bsz, steps, d_in = u.shape
+            bsz, n_sub, _, d_in = u.shape
             n = at.shape[0]
-            lay = _layout(mode, dtype, n, d_in, steps)
-            seq, cols = (bsz, steps, lay.d_pad), (bsz, lay.n, steps)
-            state = (bsz, lay.n, lay.d_pad)
-            partial_cols = (bsz, lay.d_pad // lay.d_block, lay.n, steps)
-            sp = _specs(lay, reverse=True)
-            f32 = lambda shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+            lay = _layout(mode, dtype, n, d_in, n_sub)
+            shapes = _shapes(lay, bsz)
+            padded = [_pad_to(x, shapes[k]) for x, k in ((u, "rows"), (dt, "rows"), (bt, "cols"), (ct, "cols"))]
             du, ddt, dbt, dct, dat, dh0 = _call(
                 mode, lay, _backward_kernel, bsz,
-                [sp["seq"], sp["seq"], sp["cols"], sp["cols"], sp["keep"], sp["a"], sp["states"], sp["seq"],
-                 sp["state"]],
-                [sp["seq"], sp["seq"], sp["partial_cols"], sp["partial_cols"], sp["state"], sp["state"]],
-                [f32(seq), f32(seq), f32(partial_cols), f32(partial_cols), f32(state), f32(state)])(
-                _pad_to(u, seq), _pad_to(dt, seq), _pad_to(bt, cols), _pad_to(ct, cols), keep,
-                _pad_to(at, state[1:]), _pad_to(hs, (bsz, steps // _S) + state[1:]), _pad_to(gy, seq),
-                _pad_to(ghf, state))
-            # dB, dC: each channel block's share, summed; dA: each row's share, summed.
-            return (du[..., :d_in], ddt[..., :d_in], jnp.sum(dbt, axis=1)[:, :n], jnp.sum(dct, axis=1)[:, :n],
-                    jnp.sum(dat, axis=0)[:n, :d_in], dh0[:, :n, :d_in])
+                ("rows", "rows", "cols", "cols", "keep", "a", "states", "rows", "state"),
+                ("rows", "rows", "partial_cols", "partial_cols", "state", "state"), reverse=True)(
+                *padded, keep, _pad_to(at, shapes["a"]), _pad_to(hs, shapes["states"]), _pad_to(gy, shapes["rows"]),
+                _pad_to(ghf, shapes["state"]))
+            # dB, dC: the channel blocks' shares, summed; dA: the rows' shares, summed.
+            return (du[..., :d_in], ddt[..., :d_in], jnp.sum(dbt, axis=1)[..., :n, :],
+                    jnp.sum(dct, axis=1)[..., :n, :], jnp.sum(dat, axis=0)[:n, :d_in], dh0[:, :n, :d_in])
 
         return run
 
@@ -299,9 +289,10 @@ def _backward_builder(dtype: str) -> Callable[[lowering.Mode], Callable[..., tup
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def _scan(u: jax.Array, dt: jax.Array, bt: jax.Array, ct: jax.Array, keep: jax.Array, at: jax.Array,
           h0: jax.Array, dtype: str) -> tuple[jax.Array, jax.Array]:
-    """Prepared float32 operands: u, dt [B, Tp, D]; bt, ct [B, N, Tp]; keep [B, 1, Tp]; at [N, D] (A^T);
-    h0 [B, N, D]. `dtype`: the input dtype's name (picks the block sizes). Returns y [B, Tp, D] (no D skip)
-    and the final state [B, N, D]."""
+    """Prepared float32 operands, time cut into n sub-chunks of S steps: u, dt [B, n, S, D]; bt, ct
+    [B, n, N, S] (B and C transposed); keep [B, n, 1, S] (0 at a segment start); at [N, D] (A^T);
+    h0 [B, N, D]. `dtype`: the input dtype's name (picks the block sizes). Returns y [B, n, S, D] (no D
+    skip) and the final state [B, N, D]."""
     y, _, hf = _fwd(u, dt, bt, ct, keep, at, h0, dtype)[0]
     return y, hf
 
@@ -352,13 +343,18 @@ def _selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, 
     del cpu_mode
     bsz, seqlen, d_in = u.shape
     n = A.shape[-1]
-    pad = tuning.padded_length(seqlen) - seqlen
-    # Padding steps are identities: Δ = 0 (decay 1, no input) and no reset.
-    time_pad = lambda z: jnp.pad(z.astype(jnp.float32), ((0, 0), (0, pad), (0, 0)))
-    transposed = lambda z: jnp.swapaxes(time_pad(z), 1, 2)
+    n_sub = tuning.padded_length(seqlen) // _S
+    pad = n_sub * _S - seqlen
+
+    def rows(z: jax.Array) -> jax.Array:
+        """[B, T, X] -> [B, n, S, X] float32; padding steps are identities (Δ = 0: decay 1, no input)."""
+        z = jnp.pad(z.astype(jnp.float32), ((0, 0), (0, pad), (0, 0)))
+        return z.reshape(bsz, n_sub, _S, z.shape[-1])
+
+    cols = lambda z: jnp.swapaxes(rows(z), 2, 3)  # [B, n, X, S]
     keep = 1.0 - segment_starts(segment_ids, bsz, seqlen).astype(jnp.float32)
-    keep = jnp.pad(keep, ((0, 0), (0, pad)), constant_values=1.0)[:, None, :]
+    keep = jnp.pad(keep, ((0, 0), (0, pad)), constant_values=1.0).reshape(bsz, n_sub, 1, _S)
     h0 = jnp.swapaxes(initial(initial_state, bsz, d_in, n), 1, 2)
-    y, hf = _scan(time_pad(u), time_pad(delta), transposed(B), transposed(C), keep, A.astype(jnp.float32).T, h0,
-                  jnp.dtype(u.dtype).name)
-    return skip(y[:, :seqlen], u, D).astype(u.dtype), jnp.swapaxes(hf, 1, 2)
+    y, hf = _scan(rows(u), rows(delta), cols(B), cols(C), keep, A.astype(jnp.float32).T, h0, jnp.dtype(u.dtype).name)
+    y = y.reshape(bsz, n_sub * _S, d_in)[:, :seqlen]
+    return skip(y, u, D).astype(u.dtype), jnp.swapaxes(hf, 1, 2)

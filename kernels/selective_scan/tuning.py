@@ -8,9 +8,9 @@ run on the hardware says otherwise.
   power-of-two size); the `[N, d_block]` state and one recomputed sub-chunk of states stay in registers, so
   it is small. TPU (Mosaic): the lane dimension of every block, a multiple of 128, or all of D_in when
   D_in is smaller.
-- `t_block`: steps per grid step on TPU (the lane dimension of the transposed B and C blocks, so a
-  multiple of 128, or all of the padded T when that is shorter). The GPU kernel loops over the whole
-  sequence inside one program and ignores it.
+- `t_block`: steps per grid step on TPU, a multiple of SUBCHUNK (all of the padded T when shorter; when it
+  does not divide the padded T, the largest number of sub-chunks that does). The GPU kernel loops over
+  the whole sequence inside one program and ignores it.
 - `num_warps`, `num_stages`: Triton launch parameters.
 """
 
@@ -24,7 +24,8 @@ import jax.numpy as jnp
 # steps, and the backward recomputes one sub-chunk's states from it (held as values, never in HBM). The
 # same on every platform, so that the residuals of the forward have one shape whichever branch runs.
 SUBCHUNK = 16
-# T is padded to a multiple of SUBCHUNK while it fits in one TPU time block, then to a multiple of this.
+# T is padded to a multiple of SUBCHUNK up to this length, then to a multiple of it, so that the default
+# TPU time block divides the padded T.
 LONG_PAD = 128
 
 
