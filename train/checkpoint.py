@@ -162,6 +162,8 @@ class Checkpointer:
         steps = sorted(self._reloaded_steps(), reverse=True)
         if not steps:
             return None
+        # Installed before the first attempt: a failing restore's stray callbacks can fire while it unwinds.
+        quiet_closed_event_loop()
         failures: list[tuple[int, str]] = []
         for step in steps:
             try:
@@ -169,7 +171,6 @@ class Checkpointer:
                 if check_data_state is not None:
                     check_data_state(step, data_state)
             except Exception as err:  # Any failure to read a step makes it unusable; report and go on.
-                quiet_closed_event_loop()
                 failures.append((step, _describe(err)))
                 warnings.warn(
                     f"checkpoint step {step} in {self.directory} is unreadable, skipping it: "
@@ -212,7 +213,8 @@ class Checkpointer:
         if step is None:
             raise CheckpointRestoreError(f"no checkpoint in {self.directory}")
         try:
-            tree = self._manager.item_metadata(step)[_STATE_ITEM].tree
+            item_directory = ocp.path.step.build_step_path(self.directory, ocp.step.standard_name_format(), step)
+            tree = ocp.StandardCheckpointHandler().metadata(item_directory / _STATE_ITEM).tree
         except Exception as err:  # Missing step or damaged metadata: either way there is nothing to describe.
             raise CheckpointRestoreError(f"step {step} in {self.directory} has no readable metadata: "
                                          f"{_describe(err)}") from None

@@ -13,8 +13,8 @@ run, and replicated leaves of a multi-process one). A leaf sharded across proces
 process sees only its shards and the digest item is written by process 0 alone; such leaves are
 recorded as null and skipped at restore.
 
-Format (a JSON item of the step): ``{"algorithm": "crc32", "leaves": {<keystr path>: {"crc32": int,
-"dtype": str, "shape": [int, ...]} or null}}``.
+Format (a JSON item of the step): ``{"algorithm": "crc32", "leaves": {<leaf name>: {"crc32": int,
+"dtype": str, "shape": [int, ...]} or null}}``, paths named by `leaf_name`.
 """
 
 from __future__ import annotations
@@ -53,10 +53,26 @@ def _record(leaf: Any) -> dict | None:
     return {"crc32": zlib.crc32(array.tobytes()), "dtype": str(array.dtype), "shape": list(array.shape)}
 
 
+def leaf_name(path: tuple) -> str:
+    """``params.embed.w``-style name of a tree path, the same whatever the containers' types.
+
+    A state saved from NamedTuples and dataclasses is restored as the same tree or, without the model
+    at hand (`Checkpointer.saved_structure`), as dicts and lists; both must find the same checksums.
+    """
+    parts = []
+    for entry in path:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(entry, attribute):
+                parts.append(str(getattr(entry, attribute)))
+                break
+        else:
+            parts.append(str(entry))
+    return ".".join(parts)
+
+
 def leaf_checksums(state: Any) -> dict:
     """The checksum item of `state` (see the module docstring), one entry per leaf path."""
-    leaves = {jax.tree_util.keystr(path): _record(leaf)
-              for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
+    leaves = {leaf_name(path): _record(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(state)}
     return {"algorithm": ALGORITHM, "leaves": leaves}
 
 
@@ -70,7 +86,7 @@ def verify_checksums(state: Any, item: Any) -> None:
         raise ChecksumMismatchError(f"checksum item is missing or malformed ({_short(item)})")
     recorded = item["leaves"]
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-        key = jax.tree_util.keystr(path)
+        key = leaf_name(path)
         if key not in recorded:
             raise ChecksumMismatchError(f"leaf {key} has no recorded checksum")
         expected = recorded[key]

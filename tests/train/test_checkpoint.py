@@ -1,6 +1,7 @@
 """Checkpointer: round trips (dtypes, optax state, RNG keys, sharded restore), exact retention, async saves,
 the non-finite refusal, checksums, data-state checks and falling back past corrupt checkpoints quietly."""
 
+import functools
 import gc
 import glob
 import os
@@ -247,35 +248,50 @@ def test_async_saves_leave_exactly_keep_steps(open_checkpointer, ckpt_dir, keep)
     assert ckpt.all_steps() == [int(s) for s in expected]
 
 
-def _flip_byte_in_largest_array_file(step_dir):
-    files = glob.glob(f"{step_dir}/state/**/d/*", recursive=True)
-    target = max(files, key=os.path.getsize)
-    data = bytearray(open(target, "rb").read())
-    data[len(data) // 2] ^= 0x01
-    with open(target, "wb") as f:
-        f.write(bytes(data))
+def flip_a_byte_of(array, step_dir) -> None:
+    """Flips one byte inside `array`'s stored bytes, found verbatim (zstd stores incompressible bytes raw)."""
+    needle = np.asarray(array).tobytes()
+    for name in glob.glob(f"{step_dir}/state/**/d/*", recursive=True):
+        data = bytearray(open(name, "rb").read())
+        at = data.find(needle)
+        if at >= 0:
+            data[at + len(needle) // 2] ^= 0x01
+            with open(name, "wb") as f:
+                f.write(bytes(data))
+            return
+    raise AssertionError(f"the array's bytes were not found under {step_dir}")
+
+
+def big_state(step: int) -> dict:
+    """A 16 KiB leaf of random bytes: stored in an OCDBT data file, where nothing else checks it.
+
+    Small values are inlined in OCDBT's index nodes, which carry their own checksum; random bytes do not
+    compress, so zstd stores them verbatim and a flipped byte still decodes, to a different array.
+    """
+    w = jax.random.bits(jax.random.key(step), (16384,), jnp.uint8)
+    return {"params": {"w": w, "b": jnp.full((3,), step, jnp.int32)}}
 
 
 def test_flipped_byte_is_caught_by_its_checksum(open_checkpointer, ckpt_dir):
     ckpt = open_checkpointer(async_save=False)
-    ckpt.save(1, make_state(1), {GRAIN_KEY: 1})
-    ckpt.save(2, make_state(2), {GRAIN_KEY: 2})
-    _flip_byte_in_largest_array_file(ckpt_dir / "2")
+    ckpt.save(1, big_state(1), {GRAIN_KEY: 1})
+    ckpt.save(2, big_state(2), {GRAIN_KEY: 2})
+    flip_a_byte_of(big_state(2)["params"]["w"], ckpt_dir / "2")
     with pytest.warns(RuntimeWarning) as caught:
-        step, restored, _ = ckpt.restore_latest(abstract(make_state()))
+        step, restored, _ = ckpt.restore_latest(abstract(big_state(0)))
     assert step == 1
-    assert_trees_equal(restored, make_state(1))
+    assert_trees_equal(restored, big_state(1))
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "\n" not in messages[0]
-    assert "step 2" in messages[0] and "ChecksumMismatchError: leaf [" in messages[0]
+    assert "step 2" in messages[0] and "ChecksumMismatchError: leaf params.w does not match" in messages[0]
 
 
 def test_flipped_byte_in_the_only_checkpoint_is_an_error(open_checkpointer, ckpt_dir):
     ckpt = open_checkpointer(async_save=False)
-    ckpt.save(1, make_state(1))
-    _flip_byte_in_largest_array_file(ckpt_dir / "1")
+    ckpt.save(1, big_state(1))
+    flip_a_byte_of(big_state(1)["params"]["w"], ckpt_dir / "1")
     with pytest.warns(RuntimeWarning), pytest.raises(CheckpointRestoreError, match="step 1: .*saved checksum"):
-        ckpt.restore_latest(abstract(make_state()))
+        ckpt.restore_latest(abstract(big_state(0)))
 
 
 def test_missing_checksum_item_is_corruption(open_checkpointer, ckpt_dir):
@@ -294,7 +310,7 @@ def test_bad_data_state_falls_back(open_checkpointer, bad):
     ckpt = open_checkpointer(async_save=False)
     ckpt.save(1, make_state(1), {GRAIN_KEY: 1})
     ckpt.save(2, make_state(2), bad)
-    check = lambda step, state: check_data_state(GRAIN_KEY, step, state)
+    check = functools.partial(check_data_state, GRAIN_KEY)
     with pytest.warns(RuntimeWarning, match="step 2 .*data state"):
         step, _, data_state = ckpt.restore_latest(abstract(make_state()), check_data_state=check)
     assert (step, data_state) == (1, {GRAIN_KEY: 1})

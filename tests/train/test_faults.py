@@ -3,8 +3,8 @@
 * a run killed with SIGKILL while an asynchronous checkpoint save is in flight resumes to the same final
   state, bit for bit, as a run that was never interrupted, and takes over the dead run's workdir lock;
 * a second run on a workdir that a live run holds is refused at once with a WorkdirError;
-* a flipped byte in the newest checkpoint's array data is caught by its checksum: restore falls back to
-  the previous step with one warning naming the step and the leaf.
+* a flipped byte in the newest checkpoint's array data makes restore fall back to the previous step with
+  one warning naming the step (test_checkpoint.py pins the checksum path on bytes zstd stores verbatim).
 """
 
 from __future__ import annotations
@@ -101,11 +101,11 @@ def restore(workdir: pathlib.Path, abstract=None):
 
 
 def flip_a_byte_in_the_largest_array_file(step_dir: pathlib.Path) -> None:
-    files = [f for f in glob.glob(str(step_dir / "state" / "**" / "d" / "*"), recursive=True)]
-    target = max(files, key=os.path.getsize)
-    data = bytearray(pathlib.Path(target).read_bytes())
+    files = glob.glob(str(step_dir / "state" / "**" / "d" / "*"), recursive=True)
+    target = pathlib.Path(max(files, key=os.path.getsize))
+    data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0x40
-    pathlib.Path(target).write_bytes(bytes(data))
+    target.write_bytes(bytes(data))
 
 
 def test_sigkill_mid_save_resumes_bit_identically_and_a_flipped_byte_falls_back(tmp_path):
@@ -131,6 +131,8 @@ def test_sigkill_mid_save_resumes_bit_identically_and_a_flipped_byte_falls_back(
     damaged = tmp_path / "damaged"
     shutil.copytree(straight / "checkpoints", damaged / "checkpoints")
     flip_a_byte_in_the_largest_array_file(damaged / "checkpoints" / str(NUM_STEPS))
-    with pytest.warns(RuntimeWarning, match=rf"step {NUM_STEPS} .* leaf \[.*\] does not match its saved checksum"):
+    # A checksum mismatch when the byte decodes to a different array, a decode error when it hits zstd's
+    # entropy-coded data: either way one warning and the previous step.
+    with pytest.warns(RuntimeWarning, match=rf"checkpoint step {NUM_STEPS} in .* is unreadable, skipping it"):
         fallback_step, _ = restore(damaged, expected)
     assert fallback_step == NUM_STEPS - 1
