@@ -1,11 +1,13 @@
 """The public API: every exported name resolves, optimizer names are constructors (not modules), every
-registered mixer class is exported, and every public function in the zoo carries type hints."""
+registered mixer class is exported, every public function in the zoo carries type hints, and the
+flash-linear-attention porting guide's example (docs/fla.md) runs."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import pathlib
+import re
 import types
 from collections.abc import Callable, Iterator
 
@@ -19,6 +21,7 @@ from icml26zoo.registry import MIXERS
 
 PACKAGES = ("icml26zoo", "icml26zoo.optim", "icml26zoo.mixers", "icml26zoo.kernels")
 ZOO = pathlib.Path(icml26zoo.__file__).resolve().parent
+FLA_GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "fla.md"
 
 # Each optax-style constructor of icml26zoo.optim with the fewest arguments it accepts.
 OPTAX_CONSTRUCTORS: dict[str, Callable[[], optax.GradientTransformation]] = {
@@ -93,3 +96,12 @@ def test_public_functions_have_type_hints():
                for function in _public_functions(ast.parse(path.read_text()))
                if not _is_annotated(function)]
     assert not missing, f"public functions without argument or return hints: {missing}"
+
+
+def test_fla_guide_example_runs():
+    # The example asserts its own claims: packed outputs equal per-sequence rows, and padding with k = 0,
+    # g = 0 keeps a row's final state.
+    code = re.search(r"```python\n(.*?)```", FLA_GUIDE.read_text(), re.DOTALL).group(1)
+    namespace: dict = {}
+    exec(compile(code, str(FLA_GUIDE), "exec"), namespace)
+    assert namespace["final"].shape == (3, 2, 8, 8)
