@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 
 import jax
 import numpy as np
 
 from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common.chunks import CHUNK_SIZES
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.selective_scan import pallas, reference, xla
 
@@ -53,13 +55,40 @@ def _check_dtypes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C:
     checks.require_floating(_NAME, {"delta": delta, "A": A, "D": D, "initial_state": initial_state})
 
 
-def _check_values(A: jax.Array) -> None:
-    """Sign check on a concrete `A` only (under jit/grad tracing the values are unknown; skipped)."""
-    if not checks.is_concrete(A):
-        return
-    if bool(np.any(np.asarray(A, np.float32) >= 0)):
-        raise ValueError(f"{_NAME}: `A` (shape {tuple(A.shape)}) must be < 0 (A = -exp(A_log)); "
-                         "a non-negative entry would make the state grow or never forget")
+def _check_arrays(arrays: dict[str, object]) -> None:
+    """Every argument given (None entries are skipped) is a JAX or NumPy array, not a list or a scalar."""
+    for name, x in arrays.items():
+        if x is not None and not isinstance(x, (jax.Array, np.ndarray)):
+            raise ValueError(f"{_NAME}: `{name}` is {reprlib.repr(x)} (a {type(x).__name__}), expected a jax "
+                             "or numpy array")
+
+
+def _check_chunk_size(chunk_size: object) -> None:
+    """An integer from CHUNK_SIZES; 64.0 or "64" are refused even where they compare equal to one."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+        raise ValueError(f"{_NAME}: `chunk_size` is {chunk_size!r} (a {type(chunk_size).__name__}), expected an "
+                         f"int, one of {CHUNK_SIZES}")
+    checks.check_chunk_size(_NAME, int(chunk_size))
+
+
+def _check_values(A: jax.Array, delta: jax.Array) -> None:
+    """Range checks on concrete `A` and `delta` only (under jit/grad tracing the values are unknown; skipped).
+
+    Written as "not (x in range)", so that a NaN, which fails every comparison, is refused too.
+    """
+    if checks.is_concrete(A):
+        a = np.asarray(A, np.float32)
+        if np.any(~(a < 0)):
+            raise ValueError(f"{_NAME}: `A` (shape {tuple(A.shape)}) has {int(np.sum(~(a < 0)))} entries that are "
+                             "not < 0 (NaN or >= 0), expected A < 0 (A = -exp(A_log)); a non-negative entry would "
+                             "make the state grow or never forget")
+    if checks.is_concrete(delta):
+        dt = np.asarray(delta, np.float32)
+        bad = ~((dt > 0) & np.isfinite(dt))
+        if np.any(bad):
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{_NAME}: `delta` has {int(np.sum(bad))} entries that are not finite and > 0 (the "
+                             f"first at {first}: {dt[first]}), expected the step Δ > 0 and finite (after softplus)")
 
 
 def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, *,
@@ -80,16 +109,21 @@ def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C
       initial_state: [B, D_in, N] or None (zeros); applies to the first segment of each row.
       segment_ids: [B, T] int (packed sequences): the state resets to zero at every segment start.
       chunk_size: one of CHUNK_SIZES (the "xla" path's chunk; only memory and speed depend on it).
-      implementation: None (best for the backend: "xla"), "reference", "xla", or a sequence tried in
-        order (the first that can run on the backend); an explicit name never falls back silently.
+      implementation: None (best for the backend: "xla"), "reference", "xla", "pallas" (the state kept on
+        chip: Triton on GPU, Mosaic on TPU, interpreted on CPU), or a sequence tried in order (the first
+        that can run on the backend); an explicit name never falls back silently.
     Returns:
       y [B, T, D_in] in u.dtype, final state [B, D_in, N] float32 (of each row's last segment).
 
-    The sign check on `A` runs only on a concrete array; under `jit`/`grad` it is skipped.
+    The value checks (A < 0; Δ > 0 and finite; NaN fails both) run only on concrete arrays; under
+    `jit`/`grad` they are skipped. A NaN inside one packed segment never reaches another segment's outputs
+    or gradients, in every implementation.
     """
+    _check_arrays({"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "initial_state": initial_state,
+                   "segment_ids": segment_ids})
     _check_shapes(u, delta, A, B, C, D, initial_state, segment_ids)
     _check_dtypes(u, delta, A, B, C, D, initial_state)
-    checks.check_chunk_size(_NAME, chunk_size)
-    _check_values(A)
+    _check_chunk_size(chunk_size)
+    _check_values(A, delta)
     fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
     return fn(u, delta, A, B, C, D=D, initial_state=initial_state, segment_ids=segment_ids, chunk_size=chunk_size)

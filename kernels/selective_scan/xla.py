@@ -29,11 +29,19 @@ from icml26zoo.kernels._common.segments import segment_starts
 from icml26zoo.kernels.selective_scan.reference import initial, skip
 
 
-def _combine(left: tuple[jax.Array, jax.Array], right: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """Composition of two affine maps h -> a h + b (left applied first); operands [..., Q, D_in, N]."""
-    a1, b1 = left
-    a2, b2 = right
-    return a1 * a2, a2 * b1 + b2
+def _combine(left: tuple[jax.Array, ...], right: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """Composition of two affine maps h -> a h + b (left applied first), each with a flag r: the map's span
+    holds a segment reset. a, b: [..., Q, D_in, N]; r: [..., Q, 1, 1] bool.
+
+    A right map whose span holds a reset forgets the left one. Masking with the flag (not with a == 0:
+    0 * NaN is NaN) and with `where` on both sides of each product keeps a NaN of an earlier segment out
+    of a later one, in the value and in the gradients.
+    """
+    a1, b1, r1 = left
+    a2, b2, r2 = right
+    a1 = jnp.where(r2, 0.0, a1)
+    b1 = jnp.where(r2, 0.0, b1)
+    return jnp.where(r2, 0.0, a1 * a2), jnp.where(r2, b2, a2 * b1 + b2), r1 | r2
 
 
 @jax.checkpoint
@@ -47,8 +55,10 @@ def _chunk(h0: jax.Array, inp: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Ar
     log_a = jnp.where(reset[:, :, None, None], -jnp.inf, log_a)  # mask before exp: a reset step has a = 0
     a = jnp.exp(log_a)
     x = (dt * u)[..., None] * b[:, :, None, :]
-    acc_a, acc_x = lax.associative_scan(_combine, (a, x), axis=1)
-    h = acc_x + acc_a * h0[:, None]  # the carried-in state decayed by the chunk's running product
+    acc_a, acc_x, acc_r = lax.associative_scan(_combine, (a, x, reset[:, :, None, None]), axis=1)
+    # The carried-in state decayed by the chunk's running product, dropped after a reset (masked on both
+    # sides: a NaN carried from an earlier segment must not survive as 0 * NaN).
+    h = acc_x + jnp.where(acc_r, 0.0, acc_a * jnp.where(acc_r, 0.0, h0[:, None]))
     y = jnp.einsum("bqdn,bqn->bqd", h, c, precision=HIGHEST)
     return h[:, -1], y
 

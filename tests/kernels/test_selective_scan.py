@@ -126,6 +126,82 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="`chunk_size`"):
         selective_scan(u, delta, a, b, c, chunk_size=10)
     with pytest.raises(ValueError, match="unknown implementation"):
-        selective_scan(u, delta, a, b, c, implementation="pallas")
+        selective_scan(u, delta, a, b, c, implementation="triton")
     with pytest.raises(ValueError, match="`state`"):
         selective_scan_step(u[:, 0], delta[:, 0], a, b[:, 0], c[:, 0], state=h0[:1])
+
+
+def _valid(seqlen: int = 8) -> dict[str, jax.Array]:
+    i = _make(np.random.default_rng(0), B, seqlen)
+    return {k: i[k] for k in ("u", "delta", "A", "B", "C")}
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("A", lambda i: i["A"].at[1, 2].set(jnp.nan), r"`A`.*not < 0 \(NaN or >= 0\)"),
+    ("A", lambda i: i["A"].at[0, 0].set(0.0), r"`A`.*expected A < 0"),
+    ("delta", lambda i: i["delta"].at[1, 3, 2].set(jnp.nan), r"`delta`.*first at \(1, 3, 2\): nan.*> 0 and finite"),
+    ("delta", lambda i: i["delta"].at[0, 5, 1].set(jnp.inf), r"`delta`.*first at \(0, 5, 1\): inf"),
+    ("delta", lambda i: i["delta"].at[0, 2, 0].set(-0.5), r"`delta`.*first at \(0, 2, 0\): -0.5"),
+    ("delta", lambda i: i["delta"].at[0, 2, 0].set(0.0), r"`delta`.*expected the step Δ > 0"),
+])
+def test_values_checked_in_eager_mode_nan_included(name, value, message):
+    inputs = _valid()
+    inputs[name] = value(inputs)
+    with pytest.raises(ValueError, match=message):
+        selective_scan(**inputs)
+    # Under jit the values are unknown: the checks are skipped, nothing raises.
+    jax.jit(lambda i: selective_scan(**i))(inputs)
+
+
+@pytest.mark.parametrize("chunk_size", [64.0, "64", True, None])
+def test_non_integer_chunk_size_raises_naming_it(chunk_size):
+    with pytest.raises(ValueError, match=r"`chunk_size` is .*expected an int, one of \(16, 32, 64, 128\)"):
+        selective_scan(**_valid(), chunk_size=chunk_size)
+
+
+def test_zero_length_and_non_array_inputs_raise():
+    inputs = _valid()
+    empty = {k: (v[:, :0] if k in ("u", "delta", "B", "C") else v) for k, v in inputs.items()}
+    with pytest.raises(ValueError, match=r"`u` has shape \(2, 0, 6\), expected T >= 1"):
+        selective_scan(**empty)
+    for name in ("u", "delta", "A", "B", "C"):
+        as_list = dict(inputs, **{name: np.asarray(inputs[name]).tolist()})
+        with pytest.raises(ValueError, match=rf"`{name}` is \[\[.*\(a list\), expected a jax or numpy array"):
+            selective_scan(**as_list)
+    with pytest.raises(ValueError, match=r"`D` is 1.5 \(a float\), expected a jax or numpy array"):
+        selective_scan(**inputs, D=1.5)
+    y, _ = selective_scan(**{k: np.asarray(v) for k, v in inputs.items()})
+    assert y.shape == inputs["u"].shape
+
+
+@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+def test_nan_in_one_segment_never_reaches_another(impl):
+    """Row 0 has a NaN Δ in its first segment, row 1 in its last: the other segment's outputs and every
+    per-position gradient there stay finite (under jit, where the eager value checks are skipped); the
+    shared A and D may turn NaN, the per-position inputs of the clean segment may not."""
+    seqlen, cut = 40, 19
+    i = _make(np.random.default_rng(8), B, seqlen)
+    i["delta"] = i["delta"].at[0, 4, 1].set(jnp.nan).at[1, 30, 3].set(jnp.nan)
+    segment_ids = jnp.asarray(np.repeat([[0, 1]], B, axis=0).repeat([cut, seqlen - cut], axis=1), jnp.int32)
+    per_position = ("u", "delta", "B", "C")
+    diff = {k: i[k] for k in per_position + ("initial_state",)}
+    rest = {k: i[k] for k in ("A", "D")}
+    cotangents = harness.random_cotangents(np.random.default_rng(9), jax.eval_shape(
+        lambda d: selective_scan(**d, **rest, segment_ids=segment_ids, implementation=impl), diff))
+
+    @jax.jit
+    def run(d):
+        out, pull = jax.vjp(lambda d: selective_scan(**d, **rest, segment_ids=segment_ids, chunk_size=16,
+                                                     implementation=impl), d)
+        return out, pull(cotangents)[0]
+
+    (y, state), grads = run(diff)
+    finite = lambda z: bool(np.all(np.isfinite(np.asarray(z))))
+    clean = {0: slice(cut, seqlen), 1: slice(0, cut)}
+    for row, span in clean.items():
+        assert finite(y[row, span]), f"{impl}: row {row} outputs of the clean segment"
+        for name in per_position:
+            assert finite(grads[name][row, span]), f"{impl}: d{name} row {row} in the clean segment"
+    assert finite(state[0]) and not finite(state[1]), f"{impl}: the final state is the last segment's"
+    assert finite(grads["initial_state"][1]), f"{impl}: the initial state of row 1 reaches only its clean segment"
+    assert not finite(y[0, :cut]) and not finite(y[1, cut:]), "the NaN must show in its own segment"
