@@ -39,6 +39,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, verify_checksums
+from icml26zoo.train.errors import CheckpointError
 
 __all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError"]
 
@@ -54,8 +55,11 @@ class NonFiniteStateError(ValueError):
     """Raised by `Checkpointer.save` when a floating leaf of the state holds NaN or infinity."""
 
 
-class CheckpointRestoreError(ValueError):
-    """Raised by `Checkpointer.restore_latest` when checkpoints exist but none of them can be read."""
+class CheckpointRestoreError(CheckpointError):
+    """Raised by `Checkpointer.restore_latest` when checkpoints exist but none of them can be read.
+
+    A `CheckpointError` (so a `RunError` and a `ValueError`): the CLI prints it in one line.
+    """
 
 
 class Checkpointer:
