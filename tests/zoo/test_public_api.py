@@ -1,6 +1,6 @@
 """The public API: every exported name resolves, optimizer names are constructors (not modules), every
-registered mixer class is exported, every public function in the zoo carries type hints, and the
-flash-linear-attention porting guide's example (docs/fla.md) runs."""
+registered mixer class is exported, every public function in the zoo carries type hints, and the examples
+of the README's install section and of the flash-linear-attention porting guide (docs/fla.md) run."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ast
 import importlib
 import pathlib
 import re
+import tomllib
 import types
 from collections.abc import Callable, Iterator
 
@@ -19,9 +20,14 @@ import icml26zoo
 from icml26zoo import mixers, optim
 from icml26zoo.registry import MIXERS
 
+# The examples compile small programs once each: XLA's cheap pipeline keeps that fast (tests/zoo/conftest.py).
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 PACKAGES = ("icml26zoo", "icml26zoo.optim", "icml26zoo.mixers", "icml26zoo.kernels")
 ZOO = pathlib.Path(icml26zoo.__file__).resolve().parent
-FLA_GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "fla.md"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FLA_GUIDE = REPO / "docs" / "fla.md"
+INSTALL_SECTION = "## Installing and using the zoo in your project"
 
 # Each optax-style constructor of icml26zoo.optim with the fewest arguments it accepts.
 OPTAX_CONSTRUCTORS: dict[str, Callable[[], optax.GradientTransformation]] = {
@@ -105,3 +111,25 @@ def test_fla_guide_example_runs():
     namespace: dict = {}
     exec(compile(code, str(FLA_GUIDE), "exec"), namespace)
     assert namespace["final"].shape == (3, 2, 8, 8)
+
+
+def _install_section() -> str:
+    return (REPO / "README.md").read_text().split(INSTALL_SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_install_commands_use_the_pyproject_url():
+    url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    commands = re.findall(r"^pip install .*$", _install_section(), re.MULTILINE)
+    assert len(commands) == 3, commands
+    assert all(f"@ git+{url}\"" in command for command in commands), (url, commands)
+
+
+@pytest.mark.parametrize("block", [0, pytest.param(1, marks=pytest.mark.slow)], ids=["library", "training"])
+def test_readme_install_section_examples_run(block: int, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch):
+    blocks = re.findall(r"```python\n(.*?)```", _install_section(), re.DOTALL)
+    assert len(blocks) == 2, "the section has a library example and a training example"
+    # The training example writes runs/mine relative to the working directory.
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(blocks[block], f"README install section, python block {block}", "exec"), namespace)
+    assert jnp.isfinite(namespace["loss"] if block == 0 else namespace["logits"]).all()
