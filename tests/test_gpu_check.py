@@ -1,0 +1,37 @@
+"""scripts/gpu_check.py --dry-run runs end to end on CPU (tiny shapes, interpreted kernels) and writes every
+row: the sanity row, three accuracy pairs per op with finite, small errors, and timing rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+OPS = {"fox", "fix", "deltanet", "gdn", "kda", "mdn", "ssd_scalar", "ssd_diagonal", "selective_scan"}
+PAIRS = {"pallas vs xla", "pallas vs reference", "xla vs reference"}
+# The C0 goal of the performance notes: max-abs error <= 1e-4 in float32, forward and gradients.
+MAX_ABS = 1e-4
+
+
+def test_dry_run_writes_every_row(tmp_path):
+    out = tmp_path / "dry.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    sanity = [r for r in rows if r["section"] == "sanity"]
+    assert len(sanity) == 1 and sanity[0]["tflops"] > 0 and sanity[0]["jax"]
+    accuracy = [r for r in rows if r["section"] == "accuracy"]
+    assert {(r["op"], r["pair"]) for r in accuracy} == {(op, pair) for op in OPS for pair in PAIRS}
+    for r in accuracy:
+        for key in ("fwd_max_abs", "grad_max_abs"):
+            assert math.isfinite(r[key]) and r[key] < MAX_ABS, f"{r['op']} {r['pair']} {key} = {r[key]}"
+    timing = [r for r in rows if r["section"] == "timing"]
+    assert {(r["path"], r["kind"]) for r in timing} == {(p, k) for p in ("pallas", "xla") for k in ("fwd", "fwd+bwd")}
+    assert {r["op"] for r in timing} >= {"fox", "gdn", "selective_scan"}
+    for r in timing:
+        assert r["error"] is None and math.isfinite(r["ms"]) and r["ms"] > 0, r
+    assert "H0 bf16 matmul" in done.stdout and "selective_scan float32 pallas vs reference" in done.stdout
