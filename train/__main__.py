@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         # Every name, option and value is checked here, before any device, dataset or file is touched.
         config = apply_overrides(load_preset(args.config, field="--config"), args.overrides)
         initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
-        check_devices(config)
+        check_fits(config)
     except ValueError as error:
         if args.debug:
             raise
@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def check_devices(config: TrainConfig) -> None:
-    """The mesh and batch size of `config` against this machine's devices (RunError when they do not fit)."""
+def check_fits(config: TrainConfig) -> None:
+    """The model against the dataset and the mesh and batch size against this machine's devices (RunError)."""
     import jax
 
+    from icml26zoo.train.config_checks import check_fits_data
     from icml26zoo.train.sharding import check_fits_devices
 
+    check_fits_data(config)
     check_fits_devices(config.mesh_data, config.mesh_fsdp, config.batch_size, jax.device_count())
 
 

@@ -1,6 +1,7 @@
 """Checks of a TrainConfig that look beyond single fields: registered names, options, finite numbers,
 the dataset's vocabulary and row length. `load_preset` and `apply_overrides` (train.config) run
-`check_config`, so a bad name fails when the config is loaded, before any data or device is touched.
+`check_config`, so a bad name fails when the config is loaded, before any data or device is touched;
+the CLI adds `check_fits_data` before it trains.
 """
 
 from __future__ import annotations
@@ -34,15 +35,22 @@ def _floats(value: Any) -> list[float]:
 
 
 def check_config(config: TrainConfig) -> None:
-    """Everything about `config` that can be checked before data or devices are touched.
+    """`check_names` and finite model numbers: what `load_preset` and `apply_overrides` check.
 
-    `check_names`, finite model numbers, the model's vocabulary against the dataset's and the row length
-    against what the dataset needs. Raises RunError (or ValueError) naming the field.
+    Raises RunError (or ValueError) naming the field.
+    """
+    check_finite_floats("model", config.model)
+    check_names(config)
+
+
+def check_fits_data(config: TrainConfig) -> None:
+    """The model's vocabulary against the dataset's and the row length against what the dataset needs.
+
+    Nothing is read or built (the dataset's entry answers from the config). The CLI checks this before
+    `train()`, which checks it again; a config may be fixed by later overrides, so loading does not.
     """
     from icml26zoo.train.data.registry import dataset_for
 
-    check_finite_floats("model", config.model)
-    check_names(config)
     dataset = dataset_for(config.data)
     needed = dataset.vocab_size(config.data)
     if config.model.vocab_size < needed:

@@ -16,6 +16,7 @@ from icml26zoo.train.config import (
     load_preset,
     preset_names,
 )
+from icml26zoo.train.config_checks import check_fits_data
 from icml26zoo.train.errors import RunError
 
 PRESETS = sorted(p for p in pathlib.Path(__file__).resolve().parents[2].joinpath("configs").glob("*.py")
@@ -151,10 +152,19 @@ def test_infinite_and_nan_numbers_are_rejected(build, message):
     (["model.mixer_options=(('expand', 0),)"], "model.mixer_options: mamba mixer option 'expand' must be an integer"),
     (["optim.options=(('rho', 0.1),)"], "optim.options: unknown adamw optimizer option 'rho'"),
     (["optim.name=sam_polyak", "optim.grad_accum_steps=2"], "optim.grad_accum_steps must be 1 for optim.name="),
+])
+def test_names_and_options_are_checked_when_the_config_is_built(overrides, message):
+    with pytest.raises(RunError) as info:
+        apply_overrides(load_preset("mamba_mqar"), overrides)
+    assert str(info.value).startswith(message), info.value
+
+
+@pytest.mark.parametrize("overrides, message", [
     (["seq_len=8"], "seq_len must be >= 4 * data.mqar_num_pairs - 1 = 15"),
     (["model.vocab_size=32"], "model.vocab_size must be at least the dataset's vocabulary (33)"),
 ])
-def test_names_options_vocab_and_row_length_are_checked_when_the_config_is_built(overrides, message):
+def test_vocab_and_row_length_are_checked_against_the_dataset(overrides, message):
+    config = apply_overrides(load_preset("mamba_mqar"), overrides)
     with pytest.raises(ValueError) as info:
-        apply_overrides(load_preset("mamba_mqar"), overrides)
+        check_fits_data(config)
     assert str(info.value).startswith(message), info.value
