@@ -1,4 +1,8 @@
-"""Loss curves from a run's metrics.jsonl, drawn to PNG at the end of a run (headless: Agg backend).
+"""Loss curves from a run's metrics.jsonl, drawn to PNG at the end of a run.
+
+Figures are built with matplotlib's object API (`Figure` + `savefig`), never through pyplot: no window
+opens on a headless machine, and importing the trainer does not switch a notebook's backend away from
+inline plots.
 
 Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel, and
 ``eval/bits_per_byte`` on a second panel when any record has them. When a resumed
@@ -11,13 +15,10 @@ import math
 import os
 from collections.abc import Sequence
 
-import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # Never open a window: this runs on headless training machines and in CI.
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from icml26zoo.train.metrics import read_metrics  # noqa: E402
+from icml26zoo.train.metrics import read_metrics
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
@@ -36,7 +37,7 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     return steps, [by_step[s] for s in steps]
 
 
-def _draw(ax: plt.Axes, records: list[dict], keys: Sequence[str], ylabel: str) -> bool:
+def _draw(ax: Axes, records: list[dict], keys: Sequence[str], ylabel: str) -> bool:
     """Train as a line, eval as a line with point markers (eval is sparse); returns whether anything drew."""
     drew = False
     for key in keys:
@@ -74,8 +75,8 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
         raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} has no finite {' or '.join(LOSS_KEYS)}")
 
     has_bpb = any(_series(records, key)[0] for key in BPB_KEYS)
-    fig, axes = plt.subplots(2 if has_bpb else 1, 1, sharex=True, squeeze=False,
-                             figsize=(8, 6.5 if has_bpb else 4.5))
+    fig = Figure(figsize=(8, 6.5 if has_bpb else 4.5))
+    axes = fig.subplots(2 if has_bpb else 1, 1, sharex=True, squeeze=False)
     panels = [(axes[0, 0], LOSS_KEYS, "loss")]
     if has_bpb:
         panels.append((axes[1, 0], BPB_KEYS, "bits per byte"))
@@ -94,5 +95,4 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     png_path = os.fspath(png_path)
     os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
     fig.savefig(png_path, dpi=120)
-    plt.close(fig)  # Figures are global in pyplot; a long process plotting repeatedly must free them.
     return png_path
