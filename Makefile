@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py $(LOCK)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m icml26zoo.train --config configs/default.py --workdir $(WORKDIR)
+	$(PY) -m icml26zoo.train --config default --workdir $(WORKDIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
