@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Our own messages at INFO; absl, orbax and TFDS stay at WARNING so the progress bar stays readable.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("train").setLevel(logging.INFO)
+    logging.getLogger("icml26zoo.train").setLevel(logging.INFO)
     from icml26zoo.train.config import apply_overrides, load_preset
     from icml26zoo.train.distributed import initialize_distributed
     from icml26zoo.train.errors import RunError

@@ -188,6 +188,21 @@ class Checkpointer:
         listing = "; ".join(f"step {s}: {e}" for s, e in failures)
         raise CheckpointRestoreError(f"no readable checkpoint in {self.directory} (tried {listing})")
 
+    def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict | None]:
+        """Restores checkpoint `step` exactly (no fallback) as ``(state, data_state)``, checksums verified.
+
+        Raises CheckpointRestoreError naming the step when it is absent or cannot be read.
+        """
+        step = _check_step(step)
+        if step not in self._reloaded_steps():
+            raise CheckpointRestoreError(f"no checkpoint at step {step} in {self.directory}")
+        quiet_closed_event_loop()
+        try:
+            return self._restore_step(step, _to_abstract(abstract_state))
+        except Exception as error:  # Orbax and TensorStore raise many types for damaged files.
+            raise CheckpointRestoreError(f"checkpoint step {step} in {self.directory} cannot be read "
+                                         f"({_describe(error)})") from None
+
     def _restore_step(self, step: int, abstract: Any) -> tuple[Any, dict | None]:
         """Reads one step; raises whatever Orbax/TensorStore raise when its files are damaged."""
         if not os.path.isdir(os.path.join(self.directory, str(step), _CHECKSUM_ITEM)):

@@ -31,6 +31,7 @@ from icml26zoo.train.batch_source import (
 )
 from icml26zoo.train.checkpoint import Checkpointer, NonFiniteStateError
 from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.config_checks import check_fits_data
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
 from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, read_metrics
@@ -156,15 +157,6 @@ def _checked_eval_batches(config: TrainConfig, batches: Iterable) -> Iterator[di
         yield {key: np.asarray(value) for key, value in batch.items()}
 
 
-def check_vocab(config: TrainConfig) -> None:
-    needed = data_lib.vocab_size(config.data)
-    if config.model.vocab_size < needed:
-        raise ValueError(
-            f"model.vocab_size must be at least the dataset's vocabulary ({needed}) for data.name="
-            f"{config.data.name!r}, got {config.model.vocab_size}"
-        )
-
-
 def _first_non_finite(pending: list[tuple[int, jax.Array]]) -> int | None:
     for step, loss in pending:
         if not math.isfinite(float(loss)):
@@ -223,7 +215,7 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
     if data is None:
         if eval_data is not None:
             raise ValueError("eval_data is only used with data (the user's own training batches); got data=None")
-        check_vocab(config)
+        check_fits_data(config)
         data_lib.prepare(config.data)
     else:
         check_eval_batches(eval_data)
@@ -246,7 +238,7 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
         if dropped:
             log.info("dropped %d metrics rows logged after step %d by the interrupted run", dropped, int(state.step))
     writer = create_writer(workdir, tensorboard=config.tensorboard)
-    (workdir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2, default=str))
+    (workdir / "config.json").write_text(config.to_json())
 
     def run_eval(params: dict) -> dict[str, float]:
         if data is None:

@@ -91,9 +91,7 @@ def restore(checkpointer: Checkpointer, abstract: TrainState, step: int | None, 
             raise CheckpointError(f"workdir {str(workdir)!r} has no checkpoint in {checkpointer.directory}")
         return restored[1]
     try:
-        # Checkpointer has no public restore of a named step; restore_latest would fall back past it.
-        state, _ = checkpointer._restore_step(step, abstract)
-    except Exception as error:  # Orbax and TensorStore raise many types for damaged files.
-        raise CheckpointError(f"workdir {str(workdir)!r}: checkpoint step {step} cannot be read "
-                              f"({' '.join(str(error).split())[:300]})") from None
+        state, _ = checkpointer.restore(step, abstract)
+    except CheckpointRestoreError as error:
+        raise CheckpointError(f"workdir {str(workdir)!r}: {error}") from None
     return state
