@@ -72,10 +72,15 @@ def _check_chunk_size(chunk_size: object) -> None:
 
 
 def _check_values(A: jax.Array, delta: jax.Array) -> None:
-    """Range checks on concrete `A` and `delta` only (under jit/grad tracing the values are unknown; skipped).
+    """Range checks on concrete `A` and `delta`; traced ones only inside `icml26zoo.kernels.checked`.
 
     Written as "not (x in range)", so that a NaN, which fails every comparison, is refused too.
     """
+    tiny = float(np.finfo(np.float32).tiny)
+    if not checks.is_concrete(A):
+        checks.check_values(_NAME, "A", A, "finite and < 0 (A = -exp(A_log))", hi=-tiny)
+    if not checks.is_concrete(delta):
+        checks.check_values(_NAME, "delta", delta, "finite and > 0 (the step Δ after softplus)", lo=tiny)
     if checks.is_concrete(A):
         a = np.asarray(A, np.float32)
         if np.any(~(a < 0)):

@@ -153,6 +153,16 @@ def test_values_checked_in_eager_mode_nan_included(name, value, message):
     jax.jit(lambda i: selective_scan(**i))(inputs)
 
 
+def test_checked_catches_bad_values_under_jit():
+    inputs = _valid()
+    run = jax.jit(lambda i: kernels.checked(selective_scan)(**i))
+    run(inputs)
+    with pytest.raises(Exception, match=r"selective_scan: `A` must be finite and < 0"):
+        jax.block_until_ready(run({**inputs, "A": inputs["A"].at[0, 1].set(jnp.nan)}))
+    with pytest.raises(Exception, match=r"selective_scan: `delta` must be finite and > 0"):
+        jax.block_until_ready(run({**inputs, "delta": inputs["delta"].at[1, 2, 0].set(-1.0)}))
+
+
 @pytest.mark.parametrize("chunk_size", [64.0, "64", True, None])
 def test_non_integer_chunk_size_raises_naming_it(chunk_size):
     with pytest.raises(ValueError, match=r"`chunk_size` is .*expected an int, one of \(16, 32, 64, 128\)"):
