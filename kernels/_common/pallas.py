@@ -44,6 +44,19 @@ class GridTuning:
         return max(self.min_dim, 1 << (size - 1).bit_length())
 
 
+# The settings of the chunked state passes (delta rule, MDN, SSD): one program per (batch, head) walks
+# the chunks in order, so only the Triton launch matters. The chunk loop is a serial dependency, so software
+# pipelining across it buys nothing (one stage); tl.dot needs 16 on each side (min_dim). The chunk size
+# itself is each op's `chunk_size` argument. Interpreters and Mosaic take no launch settings.
+STATE_PASS_TRITON = GridTuning(num_warps=4, num_stages=1, min_dim=16)
+STATE_PASS_OTHER = GridTuning()
+
+
+def state_pass_tuning(mode: lowering.Mode) -> GridTuning:
+    """The launch settings the chunked state-pass kernels are built with for `mode`."""
+    return STATE_PASS_TRITON if mode == "triton" else STATE_PASS_OTHER
+
+
 def dot(a: jax.Array, b: jax.Array) -> jax.Array:
     """a [M, K] @ b [K, N] at full precision with a float32 result, inside a kernel."""
     return jnp.dot(a, b, precision=HIGHEST, preferred_element_type=jnp.float32)

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
-from icml26zoo.kernels.delta_rule import tuning, xla
+from icml26zoo.kernels._common.pallas import call, dot, shape_dtype, state_pass_tuning
+from icml26zoo.kernels.delta_rule import xla
 
 _OP = "gated_delta_rule"
 
@@ -176,7 +176,7 @@ def _fwd(q: jax.Array, k: jax.Array, v: jax.Array, b: jax.Array, gam: jax.Array,
     inputs = (q, k, v, b, gam, e0, es, ec, s0)
     bsz, heads, n = q.shape[:3]
     outs = (shape_dtype(v), shape_dtype(s0, (bsz, heads, n) + s0.shape[2:]), shape_dtype(s0))
-    o, s_in, s_final = call(_OP, functools.partial(_fwd_kernel, n_chunks=n), inputs, outs, tuning.for_platform)
+    o, s_in, s_final = call(_OP, functools.partial(_fwd_kernel, n_chunks=n), inputs, outs, state_pass_tuning)
     return (o, s_final), (q, k, v, b, gam, e0, es, ec, s_in)
 
 
@@ -185,7 +185,7 @@ def _bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Array]) -> tuple[
     inputs = res + (do, dsf)
     outs = tuple(shape_dtype(x) for x in res[:8]) + (shape_dtype(dsf),)
     kernel = functools.partial(_bwd_kernel, n_chunks=do.shape[2])
-    return tuple(call(_OP, kernel, inputs, outs, tuning.for_platform))
+    return tuple(call(_OP, kernel, inputs, outs, state_pass_tuning))
 
 
 chunk_core.defvjp(_fwd, _bwd)

@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
+from icml26zoo.kernels._common.pallas import call, dot, shape_dtype, state_pass_tuning
 from icml26zoo.kernels._common.precision import HIGHEST
-from icml26zoo.kernels.momentum_delta_rule import tuning, xla
+from icml26zoo.kernels.momentum_delta_rule import xla
 
 _OP = "momentum_delta_rule"
 
@@ -148,7 +148,7 @@ def _state_pass_fwd(x: jax.Array, u: jax.Array, ys: jax.Array, zm: jax.Array, qa
     outs = (shape_dtype(u), shape_dtype(s0, per_chunk_state), shape_dtype(m0, per_chunk_state), shape_dtype(s0),
             shape_dtype(m0))
     kernel = functools.partial(_fwd_kernel, n_chunks=x.shape[2])
-    o, s_in, m_in, s_final, m_final = call(_OP, kernel, inputs, outs, tuning.for_platform)
+    o, s_in, m_in, s_final, m_final = call(_OP, kernel, inputs, outs, state_pass_tuning)
     return (o, s_final, m_final), inputs[:11] + (s_in, m_in)
 
 
@@ -157,7 +157,7 @@ def _state_pass_bwd(res: tuple[jax.Array, ...], cts: tuple[jax.Array, ...]) -> t
     inputs = res + (do, dsf, dmf)
     outs = tuple(shape_dtype(a) for a in res[:11]) + (shape_dtype(dsf), shape_dtype(dmf))
     kernel = functools.partial(_bwd_kernel, n_chunks=do.shape[2])
-    return tuple(call(_OP, kernel, inputs, outs, tuning.for_platform))
+    return tuple(call(_OP, kernel, inputs, outs, state_pass_tuning))
 
 
 state_pass.defvjp(_state_pass_fwd, _state_pass_bwd)

@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from icml26zoo.kernels._common.pallas import call, dot, shape_dtype
+from icml26zoo.kernels._common.pallas import call, dot, shape_dtype, state_pass_tuning
 from icml26zoo.kernels._common.precision import HIGHEST
-from icml26zoo.kernels.ssd import _chunk, tuning
+from icml26zoo.kernels.ssd import _chunk
 
 _OP = "ssd"
 
@@ -136,7 +136,7 @@ def _core_fwd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, k: jax.Arr
     outs = (shape_dtype(x, (bsz, heads, n_chunks, q, p)), shape_dtype(s0, (bsz, heads, n_chunks) + s0.shape[2:]),
             shape_dtype(s0))
     kernel = functools.partial(_fwd_kernel, n_chunks=n_chunks)
-    y, h_in, s_fin = call(_OP, kernel, inputs + (s0,), outs, tuning.for_platform)
+    y, h_in, s_fin = call(_OP, kernel, inputs + (s0,), outs, state_pass_tuning)
     return (_unchunk(y), s_fin), (x, a, b, c, k, h_in, s_fin)
 
 
@@ -148,7 +148,7 @@ def _core_bwd(q: int, res: tuple[jax.Array, ...], cts: tuple[jax.Array, jax.Arra
     w, xc, cc, _, bc = inputs[:5]
     outs = (shape_dtype(w), shape_dtype(xc), shape_dtype(cc), shape_dtype(bc), shape_dtype(s_fin))
     kernel = functools.partial(_bwd_kernel, n_chunks=xc.shape[2])
-    dw, dx, dce, dbe, ds0 = call(_OP, kernel, inputs + (h_in, _chunked(dy, q), ds_fin), outs, tuning.for_platform)
+    dw, dx, dce, dbe, ds0 = call(_OP, kernel, inputs + (h_in, _chunked(dy, q), ds_fin), outs, state_pass_tuning)
     dc, db = _chunk.pair_bwd(cc, bc, d, dw)
     dc = _unchunk(dc + jnp.where(d.eg > 0.0, dce * d.eg, 0.0))
     db = _unchunk(db + jnp.where(d.er > 0.0, dbe * d.er, 0.0))
