@@ -1,5 +1,6 @@
 """Test pieces shared by the softmax-attention op tests (FoX and FiX, XLA and Pallas files): the FiX harness
-case, its float64 oracle, and the gradient half of "packed equals a loop over segments"."""
+case, its float64 oracle, the gradient half of "packed equals a loop over segments", a small FoX case for the
+Pallas files, and the NaN-in-one-gate check of the Pallas kernels themselves."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from harness import OpCase, assert_close, forward_and_grads, random_cotangents
+from harness import OpCase, assert_close, forward_and_grads, make_case_inputs, random_cotangents
 from tolerances import tolerance
 
+from icml26zoo.kernels.forgetting_attention import reference as fox_reference
 from icml26zoo.kernels.value_forget_attention import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,
@@ -114,3 +116,64 @@ def check_packed_grads_equal_loop(case: OpCase, impl: str, inputs: dict[str, jax
             assert_close(out[row:row + 1, lo:hi], out_s, tol, what=f"{what} output")
             for name in case.differentiable:
                 assert_close(grads[name][row:row + 1, lo:hi], grads_s[name], tol, kind="grad", what=f"{what} d{name}")
+
+
+def make_fox_inputs(rng: np.random.Generator, batch: int, length: int, *, heads: int = H, kv_heads: int = HKV,
+                    d: int = D, gate: tuple[float, float] = (-3.0, 0.0),
+                    dtype: jnp.dtype = jnp.float32) -> dict[str, jax.Array]:
+    """q [B,T,H,D], k and v [B,T,Hkv,D] ~ N(0, 1), log_fgate [B,T,H] ~ U(gate)."""
+    return {
+        "q": jnp.asarray(rng.normal(size=(batch, length, heads, d)), dtype),
+        "k": jnp.asarray(rng.normal(size=(batch, length, kv_heads, d)), dtype),
+        "v": jnp.asarray(rng.normal(size=(batch, length, kv_heads, d)), dtype),
+        "log_fgate": jnp.asarray(rng.uniform(*gate, size=(batch, length, heads)), jnp.float32),
+    }
+
+
+FOX_INPUTS = ("q", "k", "v", "log_fgate")
+FOX_CASE = OpCase(
+    name="forgetting_attention",
+    make_inputs=make_fox_inputs,
+    reference=fox_reference.forgetting_attention,
+    fast={},
+    differentiable=FOX_INPUTS,
+    time_inputs=FOX_INPUTS,
+    state_input=None,
+    returns_state=False,
+    chunk_arg="block_size",
+)
+
+
+def check_nan_gate_stays_in_its_segment(case: OpCase, impl: str, gate: str, bounds: list[list[int]],
+                                        poisoned: tuple[int, int], chunk_size: int) -> None:
+    """NaN in one packed segment of one log gate, straight into the kernels (no api quarantine): every other
+    segment's outputs and every input gradient outside that segment equal the clean run's.
+
+    The kernels mask logits with `jnp.where` (never an additive −inf on top of a NaN) and zero P and dS on
+    masked pairs with `jnp.where` (never a masked zero times a NaN), so a NaN gate, whose local sums spill
+    into the rest of its block, reaches only the pairs of its own segment. NaN in q, k or v would still
+    cross through the masked zeros of the P·V, dS·K and dSᵀ·Q matmuls: the public entries keep those out
+    (`segments.quarantine`), see `harness.check_nan_segment_isolation`.
+    """
+    tol = tolerance(case.name)
+    row, index = poisoned
+    lo, hi = bounds[row][index], bounds[row][index + 1]
+    inputs = make_case_inputs(case, 0, bounds=bounds)
+    bad = dict(inputs)
+    bad[gate] = inputs[gate].at[row, lo:hi].set(jnp.nan)
+    shape = jax.eval_shape(lambda i: case.reference(**i), inputs)
+    cotangent = random_cotangents(np.random.default_rng(1), shape)
+    clean_out, clean_grads = forward_and_grads(case, impl, inputs, cotangent, chunk_size)
+    out, grads = forward_and_grads(case, impl, bad, cotangent, chunk_size)
+    assert not np.all(np.isfinite(np.asarray(out[row, lo:hi]))), "the poisoned segment's outputs lost their NaN"
+
+    def outside(x: jax.Array) -> np.ndarray:
+        x = np.array(x, np.float64)
+        x[row, lo:hi] = 0.0
+        return x
+
+    what = f"{case.name}[{impl}] NaN {gate} in row {row}, {lo}:{hi}"
+    assert_close(outside(out), outside(clean_out), tol, what=f"{what}: output")
+    for name in case.differentiable:
+        assert_close(outside(grads[name]), outside(clean_grads[name]), tol, kind="grad", what=f"{what}: d{name}")
+
