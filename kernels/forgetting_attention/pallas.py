@@ -5,7 +5,8 @@ interpreted on CPU (the GPU-shaped kernel, or inside `lowering.interpret_as("tpu
 the TPU interpreter), Triton on CUDA, Mosaic on TPU. Each branch lays the inputs out for its kernels
 (`attention_tiles`: GPU [B, Tp, H, D] with D padded to a power of two, TPU head-major [B, H, Tp, D]; gate,
 logsumexp and δ as [B, H, N, 1, C] rows) and returns mode-independent arrays, so the forward's residuals
-(inputs, o, lse [B, H, T]) feed any branch of the backward. Block sizes come from `tuning.BlockConfig`.
+(inputs, o, lse [B, H, T]) feed any branch of the backward. Block sizes come from `tuning.for_platform`
+(a `TileConfig`).
 
 The VJP: dq and dk/dv come from two kernels, and d log_fgate is the segmented reverse cumsum of the dS row
 sums minus column sums (see `xla` for the derivation).
@@ -21,9 +22,10 @@ import jax.numpy as jnp
 from icml26zoo.kernels._common import attention_tiles as tiles
 from icml26zoo.kernels._common import lowering
 from icml26zoo.kernels._common.gate_sums import segmented_reverse_cumsum
+from icml26zoo.kernels._common.tile_config import check_block_size
+from icml26zoo.kernels.forgetting_attention import tuning
 from icml26zoo.kernels.forgetting_attention.pallas_bwd import dkv_kernel, dq_kernel
 from icml26zoo.kernels.forgetting_attention.pallas_fwd import fwd_kernel
-from icml26zoo.kernels.forgetting_attention.tuning import BlockConfig, check_block_size
 
 OP = "forgetting_attention"
 _F32 = jnp.float32
@@ -32,7 +34,7 @@ _F32 = jnp.float32
 def _setup(mode: lowering.Mode, q: jax.Array, k: jax.Array, a: jax.Array | None, seg: jax.Array | None,
            block: int | None) -> tuple:
     """(geometry, tuning, specs, gate rows (a, λ, ρ) or Nones, segment (rows, cols) or Nones) of one call."""
-    cfg = BlockConfig.for_platform(mode, q.dtype).with_block(block)
+    cfg = tuning.for_platform(mode, q.dtype).with_block(OP, block)
     geo = tiles.geometry(mode, q.shape[1], cfg.block)
     specs = tiles.Specs(geo, q.shape[2] // k.shape[2])
     gates = (None, None, None)
@@ -138,11 +140,11 @@ def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: ja
     """Pallas forgetting attention (inputs assumed validated by `api`).
 
     q [B, T, H, D]; k, v [B, T, Hkv, D]; log_fgate [B, T, H] or None (plain causal attention);
-    segment_ids [B, T] int or None; block_size: the query/key tile (None: `BlockConfig.for_platform`'s,
+    segment_ids [B, T] int or None; block_size: the query/key tile (None: `tuning.for_platform`'s,
     rounded per mode by `attention_tiles.geometry`). Returns o [B, T, H, D] in q.dtype.
     """
     scale = q.shape[3]**-0.5 if scale is None else float(scale)
-    check_block_size(block_size)  # before any tracing: each lowering mode reads it in its own branch
+    check_block_size(OP, block_size)  # before any tracing: each lowering mode reads it in its own branch
     a = None if log_fgate is None else log_fgate.astype(_F32)
     seg = None if segment_ids is None else segment_ids.astype(jnp.int32)
     return _attention(q, k, v, a, seg, scale, block_size)

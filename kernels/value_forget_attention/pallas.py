@@ -8,7 +8,8 @@ under the TPU interpreter), Triton on CUDA, Mosaic on TPU. Each branch lays the 
 (`attention_tiles`: GPU [B, Tp, H, F] with F padded to a power of two, TPU head-major [B, H, Tp, F]; the FoX
 gate, logsumexp and δ as [B, H, N, 1, C] rows), precomputes the value gates' local sums λ^v, ρ^v, and
 returns mode-independent arrays: the residuals are (inputs, u [B, T, H, Dv] float32, lse [B, H, T]).
-Block sizes come from `tuning.BlockConfig`. The gate gradients are segmented reverse cumsums (in XLA) of
+Block sizes come from `tuning.for_platform` (a `TileConfig`). The gate gradients are segmented reverse
+cumsums (in XLA) of
 
     dΛ^f_i = Σ_j dS_ij − Σ_j dS_ji            (row sums minus column sums, as in FoX)
     dΛ^v_i = du_i ⊙ u_i − v_i ⊙ dv_i           (dv_i: the gradient of v_i for this query head)
@@ -25,9 +26,10 @@ from jax.experimental.pallas import tpu as pltpu
 from icml26zoo.kernels._common import attention_tiles as tiles
 from icml26zoo.kernels._common import lowering
 from icml26zoo.kernels._common.gate_sums import segmented_reverse_cumsum
+from icml26zoo.kernels._common.tile_config import check_block_size
+from icml26zoo.kernels.value_forget_attention import tuning
 from icml26zoo.kernels.value_forget_attention.pallas_bwd import dkv_kernel, dq_kernel
 from icml26zoo.kernels.value_forget_attention.pallas_fwd import fwd_kernel
-from icml26zoo.kernels.value_forget_attention.tuning import BlockConfig, check_block_size
 
 OP = "value_forget_attention"
 _F32 = jnp.float32
@@ -40,7 +42,7 @@ class _Call:
                  af: jax.Array | None, seg: jax.Array | None, block: int | None):
         self.b, _, self.h, self.d = q.shape
         self.hkv, self.dv = k.shape[2], v.shape[3]
-        self.cfg = BlockConfig.for_platform(mode, q.dtype).with_block(block)
+        self.cfg = tuning.for_platform(mode, q.dtype).with_block(OP, block)
         self.geo = geo = tiles.geometry(mode, q.shape[1], self.cfg.block)
         self.sp = tiles.Specs(geo, self.h // self.hkv)
         self.wd, self.wv = geo.width(self.d), geo.width(self.dv)
@@ -178,11 +180,11 @@ def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: 
 
     q [B, T, H, D]; k [B, T, Hkv, D]; v [B, T, Hkv, Dv]; log_vgate [B, T, H, Dv] (≤ 0);
     log_fgate [B, T, H] (≤ 0) or None; segment_ids [B, T] int or None; block_size: the query/key tile (None:
-    `BlockConfig.for_platform`'s, rounded per mode by `attention_tiles.geometry`).
+    `tuning.for_platform`'s, rounded per mode by `attention_tiles.geometry`).
     Returns u [B, T, H, Dv] in v.dtype: Σ_j P_ij exp(Λ^v_i − Λ^v_j) ⊙ v_j, softmax-normalized, no RMSNorm.
     """
     scale = q.shape[3]**-0.5 if scale is None else float(scale)
-    check_block_size(block_size)  # before any tracing: each lowering mode reads it in its own branch
+    check_block_size(OP, block_size)  # before any tracing: each lowering mode reads it in its own branch
     av = log_vgate.astype(_F32)
     af = None if log_fgate is None else log_fgate.astype(_F32)
     seg = None if segment_ids is None else segment_ids.astype(jnp.int32)

@@ -6,9 +6,9 @@ tests/kernels/test_forgetting_attention.py with every other path. This file chec
 * the TPU-shaped kernels (head-major tiles, gate rows [B, H, N, 1, C], the roll-doubling cumsum), run on CPU
   by Pallas's TPU interpreter inside `lowering.interpret_as("tpu")`, against the reference: outputs and every
   gradient, an odd length over several blocks, packed segment ids, GQA (tolerance "forgetting_attention");
-* NaN isolation: a NaN in one packed segment of the public entry's inputs (harness), and a NaN log gate
-  handed straight to the kernels, reach no other segment;
-* the block settings (`tuning.BlockConfig`, `attention_tiles.geometry`) and that the trace-time
+* NaN isolation inside the kernels: a NaN log gate handed straight to them reaches no other segment (the
+  public entry's isolation, whatever the layout, is tested in test_segment_isolation.py);
+* the block settings (`tuning.for_platform`, `attention_tiles.geometry`) and that the trace-time
   `interpret=` switch is gone.
 
 Shapes are tiny: the TPU interpreter simulates every load and store.
@@ -24,7 +24,7 @@ import harness
 import jax.numpy as jnp
 import pytest
 from attention_cases import FOX_CASE, check_nan_gate_stays_in_its_segment
-from test_segment_isolation import BOUNDS, CASES, CHUNK, POISONED
+from test_segment_isolation import BOUNDS, POISONED
 from tolerances import tolerance
 
 from icml26zoo.kernels._common import attention_tiles, lowering
@@ -72,20 +72,10 @@ def test_nan_log_gate_stays_in_its_segment(target):
         check_nan_gate_stays_in_its_segment(case, next(iter(case.fast)), "log_fgate", BOUNDS, POISONED, BLOCK)
 
 
-def test_nan_inputs_stay_in_their_segment_tpu_layout():
-    """The public entry (NaN, then inf, in every input of one segment; `segments.quarantine`) with the
-    TPU-shaped kernels; the generic-interpreter run is in test_segment_isolation.py."""
-    case = CASES["fox"]
-    shared = case.fast["pallas"]  # also used by test_segment_isolation.py: a fresh partial gets its own jit
-    case = dataclasses.replace(case, fast={"pallas": functools.partial(shared.func, *shared.args, **shared.keywords)})
-    with lowering.interpret_as("tpu"):
-        harness.check_nan_segment_isolation(case, "pallas", BOUNDS, POISONED, chunk_size=CHUNK)
-
-
 def test_block_config_defaults_fit_each_layout():
     for mode in lowering.MODES:
         for dtype in (jnp.float32, jnp.bfloat16):
-            cfg = tuning.BlockConfig.for_platform(mode, dtype)
+            cfg = tuning.for_platform(mode, dtype)
             geo = attention_tiles.geometry(mode, 1000, cfg.block)
             assert geo.block == cfg.block, (mode, dtype)
             if lowering.is_tpu_layout(mode):
@@ -108,7 +98,7 @@ def test_geometry_rounds_blocks_per_layout(mode, length, block, expected):
 
 def test_bad_block_size_raises():
     with pytest.raises(ValueError, match="block_size"):
-        tuning.BlockConfig.for_platform("triton", jnp.float32).with_block(0)
+        tuning.for_platform("triton", jnp.float32).with_block("forgetting_attention", 0)
 
 
 def test_no_trace_time_interpret_switch():

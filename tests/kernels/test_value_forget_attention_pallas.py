@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_cases import FIX_CASE, check_nan_gate_stays_in_its_segment, fix_case, fix_float64_oracle, make_fix_inputs
-from test_segment_isolation import BOUNDS, CASES, CHUNK, POISONED
+from test_segment_isolation import BOUNDS, POISONED
 from tolerances import tolerance
 
 from icml26zoo.kernels import _dispatch
@@ -175,19 +175,9 @@ def test_nan_scalar_gate_stays_in_its_segment(target):
         check_nan_gate_stays_in_its_segment(case, target, "log_fgate", BOUNDS, POISONED, BLOCK)
 
 
-def test_nan_inputs_stay_in_their_segment_tpu_layout():
-    """The public entry (NaN, then inf, in every input of one segment; `segments.quarantine`) with the
-    TPU-shaped kernels; the generic-interpreter run is in test_segment_isolation.py."""
-    case = CASES["fix"]
-    shared = case.fast["pallas"]  # also used by test_segment_isolation.py: a fresh partial gets its own jit
-    case = dataclasses.replace(case, fast={"pallas": functools.partial(shared.func, *shared.args, **shared.keywords)})
-    with lowering.interpret_as("tpu"):
-        harness.check_nan_segment_isolation(case, "pallas", BOUNDS, POISONED, chunk_size=CHUNK)
-
-
 def test_block_config_defaults_fit_each_layout():
     for mode in lowering.MODES:
-        cfg = tuning.BlockConfig.for_platform(mode, jnp.float32)
+        cfg = tuning.for_platform(mode, jnp.float32)
         geo = attention_tiles.geometry(mode, 1000, cfg.block)
         assert geo.block == cfg.block, mode
         if lowering.is_tpu_layout(mode):
