@@ -5,7 +5,8 @@ then timings at the H-goal shapes of the performance goals (docs/performance.md)
     python scripts/gpu_check.py --dry-run --out /tmp/dry.json   # tiny shapes, interpreted on CPU
 
 Sections, in order:
-- H0: device kind, jax version, a bf16 matmul (TFLOP/s; 8192^3 on the GPU).
+- H0: device kind, jax version, a bf16 matmul (TFLOP/s; 8192^3 on the GPU) and an HBM read+write of a
+  4 GB array (TB/s).
 - Accuracy: for every op with a Pallas path (FoX, FiX, DeltaNet, Gated DeltaNet, KDA, MDN, SSD scalar and
   diagonal, selective scan), forward outputs and the gradients of every differentiable input through one
   VJP with fixed random cotangents, on small shapes, in float32 (matmul precision "highest") and bfloat16:
@@ -13,8 +14,12 @@ Sections, in order:
   values upcast to float32).
 - Timings: forward and forward+backward of the pallas and xla paths (and cuDNN's
   `jax.nn.dot_product_attention` on the attention rows) at the shapes of goals H1-H3, H6, H7 and H9, bf16,
-  warmup then the median of `--iters` runs with `block_until_ready`. H4, H5, H8, H10 and H11 need kernels or
-  models this script does not cover (additive prior, PBS, a fused-recurrent kernel, the LM step).
+  warmup then the median of `--iters` runs with `block_until_ready`.
+- H4 (dense form): causal attention with a dense per-head additive bias [1, H, T, T] against the same
+  attention without it, XLA's `jax.nn.dot_product_attention` (and cuDNN), fwd and fwd+bwd, as a ratio.
+  GOAT's parametric prior is computed inside its mixer, not by an op, so its ≤ 1.10× goal is not timed
+  here; H5 (PBS-Attn) and H8 (a fused-recurrent kernel) need kernels the zoo does not have yet; H10/H11
+  (the LM step, compile time) are scripts/bench_train.py's.
 Prints one table and writes every row to `--out` (JSON).
 """
 
@@ -234,12 +239,40 @@ def timing_rows(goals: list[tuple[str, str, dict[str, int]]], iters: int, with_c
 
 
 def sanity(dry_run: bool) -> dict:
-    """H0: device kind, jax version, bf16 matmul TFLOP/s."""
+    """H0: device kind, jax version, bf16 matmul TFLOP/s, HBM bandwidth (read + write of one array, TB/s)."""
     n = 256 if dry_run else 8192
     x = jnp.ones((n, n), jnp.bfloat16)
-    seconds = timed(jax.jit(lambda a: a @ a), (x,), 3 if dry_run else 10)
+    iters = 3 if dry_run else 10
+    seconds = timed(jax.jit(lambda a: a @ a), (x,), iters)
+    # 4 GB of float32 on the GPU (1 MB in the dry run); the scale keeps XLA from aliasing input and output.
+    y = jnp.ones(((1 << 18) if dry_run else (1 << 30),), jnp.float32)
+    copy_seconds = timed(jax.jit(lambda a: a * 1.0001), (y,), iters)
     return {"section": "sanity", "row": "H0 bf16 matmul", "device": jax.devices()[0].device_kind,
-            "jax": jax.__version__, "n": n, "ms": 1e3 * seconds, "tflops": 2 * n**3 / seconds / 1e12}
+            "jax": jax.__version__, "n": n, "ms": 1e3 * seconds, "tflops": 2 * n**3 / seconds / 1e12,
+            "hbm_bytes": 2 * y.nbytes, "hbm_tbps": 2 * y.nbytes / copy_seconds / 1e12}
+
+
+def prior_rows(dims: dict[str, int], iters: int, with_cudnn: bool) -> list[dict]:
+    """H4, dense form: causal attention with a [1, H, T, T] additive bias over the same without it (bf16)."""
+    rng = np.random.default_rng(2)
+    b, t, h, d = dims["B"], dims["T"], dims["H"], dims["D"]
+    q, k, v = (_normal(rng, (b, t, h, d), jnp.bfloat16) for _ in range(3))
+    bias = _normal(rng, (1, h, t, t), jnp.bfloat16)
+    rows = []
+    for impl in ("xla", "cudnn") if with_cudnn else ("xla",):
+        plain = lambda q, k, v, impl=impl: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
+        biased = lambda q, k, v, impl=impl: jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True,
+                                                                         implementation=impl)
+        for kind, wrap in (("fwd", _jit), ("fwd+bwd", _forward_and_backward)):
+            try:
+                base, with_bias = (1e3 * timed(wrap(f), (q, k, v), iters) for f in (plain, biased))
+                row = {"ms": with_bias, "plain_ms": base, "ratio": with_bias / base, "error": None}
+            except Exception as exc:  # noqa: BLE001  (a failing row is reported, the run goes on)
+                row = {"ms": float("nan"), "plain_ms": float("nan"), "ratio": float("nan"),
+                       "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            rows.append({"section": "prior", "row": f"H4 dense bias {kind} {impl}", "kind": kind, "path": impl,
+                         "shape": f"B{b} T{t} H{h} D{d}", **row})
+    return rows
 
 
 def plan(dry_run: bool) -> tuple[dict[str, dict[str, int]], list[tuple[str, str, dict[str, int]]]]:
@@ -271,7 +304,11 @@ def print_table(rows: list[dict]) -> None:
     print(f"{'section':<9} {'row':<56} {'value':>28}")
     for r in rows:
         if r["section"] == "sanity":
-            label, value = f"{r['row']} ({r['device']}, jax {r['jax']})", f"{r['tflops']:.3g} TFLOP/s"
+            label = f"{r['row']}, HBM ({r['device']}, jax {r['jax']})"
+            value = f"{r['tflops']:.3g} TFLOP/s, {r['hbm_tbps']:.3g} TB/s"
+        elif r["section"] == "prior":
+            label = f"{r['row']} [{r['shape']}]"
+            value = r["error"] or f"{r['ms']:.3f} ms ({r['ratio']:.2f}x plain)"
         elif r["section"] == "accuracy":
             label = f"{r['op']} {r['dtype']} {r['pair']}"
             value = f"fwd {r['fwd_max_abs']:.2e} grad {r['grad_max_abs']:.2e}"
@@ -298,6 +335,8 @@ def main() -> int:
     rows = [sanity(opts.dry_run)]
     rows += accuracy_rows(acc_dims, (jnp.float32,) if opts.dry_run else (jnp.float32, jnp.bfloat16))
     rows += timing_rows(goals, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
+    prior = {"B": 1, "T": 16, "H": 2, "D": 16} if opts.dry_run else {"B": 4, "T": 8192, "H": 16, "D": 128}
+    rows += prior_rows(prior, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
     print_table(rows)
     with open(opts.out, "w") as f:
         json.dump({"dry_run": opts.dry_run, "rows": rows}, f, indent=1)

@@ -1,5 +1,6 @@
 """scripts/gpu_check.py --dry-run runs end to end on CPU (tiny shapes, interpreted kernels) and writes every
-row: the sanity row, three accuracy pairs per op with finite, small errors, and timing rows."""
+row: the sanity row (matmul and HBM), three accuracy pairs per op with finite, small errors, timing rows
+and the H4 dense-bias rows."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_dry_run_writes_every_row(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     sanity = [r for r in rows if r["section"] == "sanity"]
-    assert len(sanity) == 1 and sanity[0]["tflops"] > 0 and sanity[0]["jax"]
+    assert len(sanity) == 1 and sanity[0]["tflops"] > 0 and sanity[0]["hbm_tbps"] > 0 and sanity[0]["jax"]
     accuracy = [r for r in rows if r["section"] == "accuracy"]
     assert {(r["op"], r["pair"]) for r in accuracy} == {(op, pair) for op in OPS for pair in PAIRS}
     for r in accuracy:
@@ -34,4 +35,8 @@ def test_dry_run_writes_every_row(tmp_path):
     assert {r["op"] for r in timing} >= {"fox", "gdn", "selective_scan"}
     for r in timing:
         assert r["error"] is None and math.isfinite(r["ms"]) and r["ms"] > 0, r
+    prior = [r for r in rows if r["section"] == "prior"]
+    assert {(r["path"], r["kind"]) for r in prior} == {("xla", "fwd"), ("xla", "fwd+bwd")}
+    for r in prior:
+        assert r["error"] is None and math.isfinite(r["ratio"]) and r["ratio"] > 0, r
     assert "H0 bf16 matmul" in done.stdout and "selective_scan float32 pallas vs reference" in done.stdout
