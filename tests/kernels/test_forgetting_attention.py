@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_cases import check_packed_grads_equal_loop
+from attention_cases import FOX_CASE, FOX_INPUTS, HKV, D, H, check_packed_grads_equal_loop, make_fox_inputs
 from tolerances import tolerance
 
 from icml26zoo.kernels import forgetting_attention
@@ -34,19 +34,6 @@ from icml26zoo.kernels.forgetting_attention import (
 
 TOL = tolerance("forgetting_attention")
 BLOCK = 16  # small blocks so that T = 63, 100, 257 span several blocks plus a padded tail
-H, HKV, D = 4, 2, 16
-INPUTS = ("q", "k", "v", "log_fgate")
-
-
-def _make(rng: np.random.Generator, batch: int, length: int, *, gate: tuple[float, float] = (-3.0, 0.0),
-          dtype: jnp.dtype = jnp.float32) -> dict[str, jax.Array]:
-    """q [B, T, H, D], k and v [B, T, Hkv, D] ~ N(0, 1) (GQA: two query heads per kv head), log_fgate [B, T, H]."""
-    return {
-        "q": jnp.asarray(rng.normal(size=(batch, length, H, D)), dtype),
-        "k": jnp.asarray(rng.normal(size=(batch, length, HKV, D)), dtype),
-        "v": jnp.asarray(rng.normal(size=(batch, length, HKV, D)), dtype),
-        "log_fgate": jnp.asarray(rng.uniform(*gate, size=(batch, length, H)), jnp.float32),
-    }
 
 
 def _one_token_step(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array, *,
@@ -56,16 +43,9 @@ def _one_token_step(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Arr
     return o[:, 0], state
 
 
-CASE = harness.OpCase(
-    name="forgetting_attention",
-    make_inputs=_make,
-    reference=reference.forgetting_attention,
+CASE = dataclasses.replace(
+    FOX_CASE,
     fast={"xla": xla.forgetting_attention, "pallas": pallas.forgetting_attention},
-    differentiable=INPUTS,
-    time_inputs=INPUTS,
-    state_input=None,
-    returns_state=False,
-    chunk_arg="block_size",
     step=_one_token_step,
     init_state=lambda inputs: init_forgetting_attention_state(*inputs["q"].shape[:2], H, HKV, D, jnp.float32),
 )
@@ -134,14 +114,14 @@ def _float64_oracle(q: jax.Array, k: jax.Array, v: jax.Array, a: jax.Array) -> n
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_strong_gates_match_float64(impl):
     """Gates U(−20, 0) at T = 257: |Λ_T| ≈ 2.6e3; a global float32 cumsum is 5.6e-5 off here (measured)."""
-    x = _make(np.random.default_rng(257), 2, 257, gate=(-20.0, 0.0))
-    args = [x[n] for n in INPUTS]
+    x = make_fox_inputs(np.random.default_rng(257), 2, 257, gate=(-20.0, 0.0))
+    args = [x[n] for n in FOX_INPUTS]
     harness.assert_close(jax.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
 
 
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_zero_gate_is_causal_dot_product_attention(impl):
-    x = _make(np.random.default_rng(100), 2, 100)
+    x = make_fox_inputs(np.random.default_rng(100), 2, 100)
     q, k, v = x["q"], x["k"], x["v"]
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     zeros = jnp.zeros(q.shape[:3], jnp.float32)
@@ -169,7 +149,7 @@ def test_very_strong_gates_are_finite_and_local(impl, length):
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_no_gradient_crosses_a_segment_boundary(impl):
     """A loss on the second segment's outputs gives exactly zero gradient to every first-segment input."""
-    x = _make(np.random.default_rng(40), 2, 40)
+    x = make_fox_inputs(np.random.default_rng(40), 2, 40)
     seg = jnp.asarray(np.repeat([[1] * 17 + [2] * 23], 2, axis=0), jnp.int32)
     mask = (seg == 2).astype(jnp.float32)[..., None, None]
     weights = jnp.asarray(np.random.default_rng(1).normal(size=x["q"].shape), jnp.float32) * mask
@@ -177,15 +157,15 @@ def test_no_gradient_crosses_a_segment_boundary(impl):
     def loss(q, k, v, a):
         return jnp.sum(PATHS[impl](q, k, v, a, segment_ids=seg).astype(jnp.float32) * weights)
 
-    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*[x[n] for n in INPUTS])
-    for name, grad in zip(INPUTS, grads, strict=True):
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*[x[n] for n in FOX_INPUTS])
+    for name, grad in zip(FOX_INPUTS, grads, strict=True):
         np.testing.assert_array_equal(np.asarray(grad[:, :17]), 0.0, err_msg=f"d{name} leaked across segments")
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_bfloat16_forward(impl):
-    x = _make(np.random.default_rng(63), 2, 63, dtype=jnp.bfloat16)
-    args = [x[n] for n in INPUTS]
+    x = make_fox_inputs(np.random.default_rng(63), 2, 63, dtype=jnp.bfloat16)
+    args = [x[n] for n in FOX_INPUTS]
     o = jax.jit(PATHS[impl])(*args)
     assert o.dtype == jnp.bfloat16
     harness.assert_close(o, reference.forgetting_attention(*args), tolerance("forgetting_attention", jnp.bfloat16),
@@ -193,7 +173,7 @@ def test_bfloat16_forward(impl):
 
 
 def test_implementation_dispatch(monkeypatch):
-    args = [_make(np.random.default_rng(8), 2, 8)[n] for n in INPUTS]
+    args = [make_fox_inputs(np.random.default_rng(8), 2, 8)[n] for n in FOX_INPUTS]
     expected = reference.forgetting_attention(*args)
     for impl in [None, "reference", "xla", "pallas", ("pallas", "xla")]:
         fn = jax.jit(functools.partial(forgetting_attention, implementation=impl))
@@ -209,7 +189,7 @@ def test_implementation_dispatch(monkeypatch):
 
 
 def _bad_cases() -> dict[str, tuple[dict, str]]:
-    x = _make(np.random.default_rng(8), 2, 8)
+    x = make_fox_inputs(np.random.default_rng(8), 2, 8)
     k, v, a = x["k"], x["v"], x["log_fgate"]
     seg = jnp.zeros((2, 8), jnp.int32)
     return {
@@ -229,7 +209,7 @@ def _bad_cases() -> dict[str, tuple[dict, str]]:
 
 @pytest.mark.parametrize("case", list(_bad_cases()))
 def test_bad_inputs_raise(case):
-    args = _make(np.random.default_rng(8), 2, 8)
+    args = make_fox_inputs(np.random.default_rng(8), 2, 8)
     change, message = _bad_cases()[case]
     args.update(change)
     with pytest.raises(ValueError, match=message):
@@ -237,8 +217,8 @@ def test_bad_inputs_raise(case):
 
 
 def test_bad_decode_inputs_raise():
-    x = _make(np.random.default_rng(3), 2, 3)
-    q, k, v, a = (x[n] for n in INPUTS)
+    x = make_fox_inputs(np.random.default_rng(3), 2, 3)
+    q, k, v, a = (x[n] for n in FOX_INPUTS)
     state = init_forgetting_attention_state(2, 4, H, HKV, D, jnp.float32)
     with pytest.raises(ValueError, match=r"`q` has shape \(2, 3, 16\)"):
         forgetting_attention_step(q[:, :, 0], k, v, a, state=state)
