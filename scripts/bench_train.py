@@ -28,6 +28,7 @@ from flax import nnx  # noqa: E402
 from icml26zoo.losses import weighted_cross_entropy  # noqa: E402
 from icml26zoo.models import build_model  # noqa: E402
 from icml26zoo.models.config import ModelConfig  # noqa: E402
+from icml26zoo.train.batch_source import batch_from_tokens  # noqa: E402
 from icml26zoo.train.config import load_preset  # noqa: E402
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token  # noqa: E402
 from icml26zoo.train.loop import build_run  # noqa: E402
@@ -39,14 +40,7 @@ GOALS = {"mfu_min": 0.25, "compile_12_max_s": 5.0, "compile_ratio_max": 1.3}
 
 def random_batch(batch_size: int, seq_len: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, vocab, size=(batch_size, seq_len + 1), dtype=np.int32)
-    return {
-        "inputs": tokens[:, :-1],
-        "targets": tokens[:, 1:],
-        "segment_ids": np.ones((batch_size, seq_len), np.int32),
-        "positions": np.broadcast_to(np.arange(seq_len, dtype=np.int32), (batch_size, seq_len)).copy(),
-        "weights": np.ones((batch_size, seq_len), np.float32),
-    }
+    return batch_from_tokens(rng.integers(0, vocab, size=(batch_size, seq_len + 1), dtype=np.int32))
 
 
 def bench_step(steps: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UserBatches", "check_batch", "check_data_state", "check_eval_batches"]
+__all__ = ["UserBatches", "batch_from_tokens", "check_batch", "check_data_state", "check_eval_batches"]
 
 _REQUIRED = {"inputs": np.int32, "targets": np.int32, "segment_ids": np.int32, "positions": np.int32,
              "weights": np.float32}
@@ -35,6 +35,23 @@ _OPTIONAL = {"labels": np.int32}
 _TOKEN_FIELDS = ("inputs", "targets")
 GRAIN_KEY = "next_index"
 USER_KEY = "batches_consumed"
+
+
+def batch_from_tokens(tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """A batch in the format above from tokens [b, T + 1]: one unpacked sequence per row, every target weighted."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[1] < 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens has shape {tokens.shape} and dtype {tokens.dtype}; "
+                         "expected integers [b, T + 1] with T >= 1")
+    rows, length = tokens.shape[0], tokens.shape[1] - 1
+    tokens = tokens.astype(np.int32)
+    return {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "segment_ids": np.ones((rows, length), np.int32),
+        "positions": np.tile(np.arange(length, dtype=np.int32), (rows, 1)),
+        "weights": np.ones((rows, length), np.float32),
+    }
 
 
 def check_batch(batch: Any, index: int, *, rows: int, seq_len: int, vocab_size: int, name: str = "data") -> None:

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from icml26zoo.train.batch_source import batch_from_tokens
 from icml26zoo.train.checkpoint import Checkpointer
 from icml26zoo.train.config import apply_overrides, load_preset
 from icml26zoo.train.errors import RunError
@@ -198,14 +199,7 @@ def user_batches(seed: int, count: int, *, rows: int = 16, seq_len: int = 32, vo
     """A user's own pipeline: a generator of random single-segment batches in the built-in format."""
     rng = np.random.default_rng(seed)
     for _ in range(count):
-        tokens = rng.integers(0, vocab, (rows, seq_len + 1), dtype=np.int32)
-        yield {
-            "inputs": tokens[:, :-1],
-            "targets": tokens[:, 1:],
-            "segment_ids": np.ones((rows, seq_len), np.int32),
-            "positions": np.broadcast_to(np.arange(seq_len, dtype=np.int32), (rows, seq_len)).copy(),
-            "weights": np.ones((rows, seq_len), np.float32),
-        }
+        yield batch_from_tokens(rng.integers(0, vocab, (rows, seq_len + 1), dtype=np.int32))
 
 
 def test_user_iterable_trains_evaluates_and_resumes_bit_exactly(mqar_dir, tmp_path):
