@@ -331,16 +331,12 @@ def selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C
     Returns y [B, T, D_in] in u.dtype and the final state [B, D_in, N] float32 (of each row's last segment).
     """
     del chunk_size
-    return _selective_scan(u, delta, A, B, C, D, initial_state, segment_ids, lowering.cpu_mode())
+    return _selective_scan(u, delta, A, B, C, D, initial_state, segment_ids)
 
 
-# `cpu_mode` is a static argument only so that jit's cache tells the generic and the TPU-interpreted CPU
-# branches apart: `by_platform` reads the mode while tracing, which a cached trace would skip.
-@functools.partial(jax.jit, static_argnames=("cpu_mode",))
+@jax.jit
 def _selective_scan(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C: jax.Array, D: jax.Array | None,
-                    initial_state: jax.Array | None, segment_ids: jax.Array | None,
-                    cpu_mode: lowering.Mode) -> tuple[jax.Array, jax.Array]:
-    del cpu_mode
+                    initial_state: jax.Array | None, segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
     bsz, seqlen, d_in = u.shape
     n = A.shape[-1]
     n_sub = tuning.padded_length(seqlen) // _S
