@@ -32,12 +32,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 # Walked root by root: in an editable install icml26zoo.kernels lives outside icml26zoo's folder. The train
-# loop and the configs (which build TrainConfigs) are the [train] extra's part of the namespace.
+# loop, the configs (which build TrainConfigs) and the reproductions (which train) are the [train] extra's part
+# of the namespace.
 modules = set()
 for root in ("icml26zoo", "icml26zoo.kernels"):
     package = importlib.import_module(root)
     modules |= {root} | {info.name for info in pkgutil.walk_packages(package.__path__, root + ".")}
-modules = sorted(name for name in modules if not name.startswith(("icml26zoo.train", "icml26zoo.configs")))
+extra_only = ("icml26zoo.train", "icml26zoo.configs", "icml26zoo.repro")
+modules = sorted(name for name in modules if not name.startswith(extra_only))
 for name in modules:
     importlib.import_module(name)
 

@@ -1,0 +1,105 @@
+"""The reproductions' shared harness: checked budgets and names, run directories, cells, tables and figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.common import Budget, Experiment, check_mixers, line_figure, metric_series
+from icml26zoo.train.config import TrainConfig
+
+BUDGET = Budget(steps=4, batch_size=2, seq_len=8, seeds=(0, 1))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"steps": 0}, r"budget.steps must be an integer >= 1, got 0"),
+    ({"batch_size": -1}, r"budget.batch_size must be an integer >= 1, got -1"),
+    ({"seeds": ()}, r"budget.seeds must be a non-empty tuple"),
+    ({"seeds": (0, 0)}, r"budget.seeds must not repeat a seed"),
+    ({"seeds": (-1,)}, r"budget.seeds\[i\] must be an integer >= 0, got -1"),
+])
+def test_budget_rejects_impossible_values(fields, message):
+    values = {"steps": 4, "batch_size": 2, "seq_len": 8} | fields
+    with pytest.raises(ValueError, match=message):
+        Budget(**values)
+
+
+def test_unknown_or_repeated_mixer_names_are_errors():
+    assert check_mixers("mixers", ["fox", "fix"]) == ("fox", "fix")
+    with pytest.raises(ValueError, match=r"mixers: unknown name 'foxx'; expected one of \[.*'fox'"):
+        check_mixers("mixers", ["foxx"])
+    with pytest.raises(ValueError, match=r"mixers must name at least one"):
+        check_mixers("mixers", [])
+    with pytest.raises(ValueError, match=r"mixers must not repeat a name"):
+        check_mixers("mixers", ["fox", "fox"])
+    with pytest.raises(ValueError, match=r"expected one of \['fox'\]"):
+        check_mixers("mixers", ["fix"], allowed=["fox"])
+
+
+def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"run_dir .*missing.* does not exist: there is nothing to resume"):
+        Experiment(tmp_path / "missing", budget=BUDGET, resume=True)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"exists and is not a directory"):
+        Experiment(tmp_path / "file", budget=BUDGET)
+
+
+def test_a_cell_trained_with_another_config_is_not_reused(tmp_path):
+    experiment = Experiment(tmp_path / "run", budget=BUDGET)
+    config = experiment.cell_config(TrainConfig(), seed=1, checkpoints=2)
+    assert (config.num_steps, config.batch_size, config.seq_len, config.seed) == (4, 2, 8, 1)
+    assert config.checkpoint_every == 2 and not config.tensorboard and config.sample_length == 0
+    cell = experiment.cell_dir("fox_seed1")
+    cell.mkdir(parents=True)
+    (cell / "config.json").write_text(config.to_json())
+    (cell / "summary.json").write_text(json.dumps({"eval/loss": 1.5}))
+    assert experiment.train_cell("fox_seed1", config) == {"eval/loss": 1.5}
+    other = experiment.cell_config(TrainConfig(), seed=2)
+    with pytest.raises(ValueError, match=r"cell 'fox_seed1' .* was trained with another config"):
+        experiment.train_cell("fox_seed1", other)
+    with pytest.raises(ValueError, match=r"cell must be a name"):
+        experiment.cell_dir("../escape")
+
+
+def test_write_produces_the_table_json_and_figures(tmp_path):
+    experiment = Experiment(tmp_path / "run", budget=BUDGET)
+    figure = line_figure({"fox": ([1, 2], [3.0, 2.5])}, xlabel="step", ylabel="loss", title="t",
+                         hlines={"unigram": 4.0})
+    rows = [{"mixer": "fox", "bits": 1.23456, "params": 12345, "note": None}]
+    results = experiment.write(rows, columns=("mixer", "bits", "params", "note"), title="T", notes=["a note"],
+                               figures={"curves": figure}, extra={"k": 1})
+    text = (tmp_path / "run" / "results.md").read_text()
+    assert "| fox | 1.235 | 12,345 | - |" in text and "Budget: 4 steps x 2 rows x 8 tokens" in text
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["rows"] == rows and record["budget"]["seeds"] == [0, 1] and record["extra"] == {"k": 1}
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+    assert results.figure() is figure and results.figure("curves") is figure
+    with pytest.raises(ValueError, match=r"columns \['missing'\] are missing"):
+        experiment.write(rows, columns=("missing",), title="T")
+
+
+def test_metric_series_keeps_the_last_record_of_a_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "train/loss": 3.0}\n{"step": 2, "train/loss": "NaN"}\n'
+                    '{"step": 1, "train/loss": 2.0}\n')
+    assert metric_series(path, "train/loss") == ([1], [2.0])
+
+
+def test_the_command_line_checks_its_budget_flags(capsys):
+    quick, full = Budget(steps=2, batch_size=2, seq_len=8), BUDGET
+    parser = budget_parser("demo", default_out="runs/demo")
+    args, budget = parse_budget(parser, ["--quick", "--seeds", "3,4"], quick=quick, full=full)
+    assert budget == Budget(steps=2, batch_size=2, seq_len=8, seeds=(3, 4)) and args.out == "runs/demo"
+    for argv, message in ((["--steps", "0"], "--steps must be an integer >= 1, got 0"),
+                          (["--seeds", "a"], "--seeds must be comma-separated integers")):
+        with pytest.raises(SystemExit):
+            parse_budget(budget_parser("demo", default_out="x"), argv, quick=quick, full=full)
+        assert message in capsys.readouterr().err
+
+    def fails(argv):
+        raise FileNotFoundError("run_dir 'x' does not exist")
+
+    assert run_main(fails, []) == 2
+    assert "error: run_dir 'x' does not exist" in capsys.readouterr().err

@@ -1,0 +1,274 @@
+"""What every reproduction shares: a checked budget, a run directory of resumable cells, result tables and plots.
+
+A reproduction is a grid of *cells* (one training run each: a mixer, a size, a seed ...). `Experiment` gives
+each cell its own workdir under ``<run_dir>/cells/<cell>``, trains it with the shared trainer, and reuses it
+when the script is run again: a cell whose run finished (``summary.json`` written) is read back, one that was
+interrupted resumes from its latest checkpoint, and a cell whose stored config differs from the requested one
+is an error rather than a silent mix of two experiments. `Experiment.write` writes the result table as
+markdown (``results.md``) and JSON (``results.json``, with the budget and the machine), and every figure as
+PNG, all into the run directory.
+
+Example::
+
+    experiment = Experiment("runs/fox_fix", budget=Budget(steps=200, batch_size=16, seq_len=128))
+    summary = experiment.train_cell("fox_seed0", config)          # trains, or reuses a finished cell
+    results = experiment.write(rows, columns=("mixer", "bits_per_byte"), title="FoX vs FiX",
+                               figures={"loss_curves": figure})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import pathlib
+import platform
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+from matplotlib.figure import Figure
+
+from icml26zoo.registry import MIXERS, OPTIMIZERS
+from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.loop import train
+from icml26zoo.train.metrics import read_metrics
+from icml26zoo.validation import check_int
+
+__all__ = ["Budget", "Experiment", "Results", "check_mixers", "check_names", "check_optimizers", "line_figure",
+           "machine", "metric_series"]
+
+CELL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The compute of one reproduction: every cell trains `steps` steps of `batch_size` rows of `seq_len`
+    tokens, once per seed in `seeds`. Each field is checked on construction (ValueError names it)."""
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    seeds: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len"):
+            check_int(f"budget.{name}", getattr(self, name))
+        seeds = self.seeds
+        if not isinstance(seeds, tuple) or not seeds:
+            raise ValueError(f"budget.seeds must be a non-empty tuple of integers >= 0, got {seeds!r}")
+        for seed in seeds:
+            check_int("budget.seeds[i]", seed, minimum=0)
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"budget.seeds must not repeat a seed, got {seeds!r}")
+
+    @property
+    def tokens_per_cell(self) -> int:
+        return self.steps * self.batch_size * self.seq_len
+
+    def describe(self) -> str:
+        """One line for tables and paper pages, e.g. "200 steps x 16 rows x 128 tokens, seeds (0, 1)"."""
+        return (f"{self.steps} steps x {self.batch_size} rows x {self.seq_len} tokens "
+                f"({self.tokens_per_cell:,} tokens per cell), seeds {self.seeds}")
+
+
+def check_names(field: str, names: Iterable[str], allowed: Iterable[str]) -> tuple[str, ...]:
+    """`names` as a tuple, each one of `allowed`; otherwise ValueError naming `field`, the bad name and the
+    allowed ones. An empty selection is an error too (a reproduction of nothing)."""
+    names, allowed = tuple(names), list(allowed)
+    if not names:
+        raise ValueError(f"{field} must name at least one of {allowed}, got none")
+    for name in names:
+        if name not in allowed:
+            raise ValueError(f"{field}: unknown name {name!r}; expected one of {allowed}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{field} must not repeat a name, got {list(names)}")
+    return names
+
+
+def check_mixers(field: str, names: Iterable[str], allowed: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Like `check_names` against the registered mixers (or the subset `allowed` an experiment supports)."""
+    return check_names(field, names, MIXERS.names() if allowed is None else allowed)
+
+
+def check_optimizers(field: str, names: Iterable[str], allowed: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Like `check_names` against the registered optimizers (or the subset `allowed`)."""
+    return check_names(field, names, OPTIMIZERS.names() if allowed is None else allowed)
+
+
+def machine() -> str:
+    """Where a result was measured: processor count, OS, JAX version and backend, for tables and pages."""
+    devices = jax.devices()
+    kind = devices[0].device_kind if devices[0].platform != "cpu" else f"{os.cpu_count()}-core CPU"
+    return (f"{len(devices)} x {kind} ({platform.system()} {platform.machine()}), jax {jax.__version__}, "
+            f"backend {jax.default_backend()}")
+
+
+@dataclasses.dataclass
+class Results:
+    """What a reproduction returns: its rows, the markdown table, its figures and the files written."""
+
+    title: str
+    rows: list[dict]
+    markdown: str
+    figures: dict[str, Figure]
+    paths: dict[str, pathlib.Path]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def figure(self, name: str | None = None) -> Figure:
+        """The figure `name` (default: the first one), for a notebook cell to display."""
+        if name is None:
+            return next(iter(self.figures.values()))
+        if name not in self.figures:
+            raise ValueError(f"name must be one of {list(self.figures)}, got {name!r}")
+        return self.figures[name]
+
+
+class Experiment:
+    """A run directory holding one reproduction's cells, tables and figures.
+
+    Args:
+      run_dir: the directory (created with its parents when `resume` is False).
+      budget: the experiment's `Budget`, recorded with the results.
+      resume: require `run_dir` to exist already (a resumed or re-reported experiment); a missing one
+        raises FileNotFoundError naming it instead of silently starting over somewhere else.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, *, budget: Budget, resume: bool = False) -> None:
+        if not isinstance(budget, Budget):
+            raise ValueError(f"budget must be a repro.common.Budget, got {type(budget).__name__}")
+        self.run_dir = pathlib.Path(run_dir)
+        if resume and not self.run_dir.is_dir():
+            raise FileNotFoundError(f"run_dir {str(self.run_dir)!r} does not exist: there is nothing to resume "
+                                    f"(drop --resume to start a new experiment there)")
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise ValueError(f"run_dir {str(self.run_dir)!r} exists and is not a directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.budget = budget
+
+    def cell_dir(self, cell: str) -> pathlib.Path:
+        if not isinstance(cell, str) or not CELL_NAME.fullmatch(cell):
+            raise ValueError(f"cell must be a name of letters, digits and _.=- , got {cell!r}")
+        return self.run_dir / "cells" / cell
+
+    def cell_config(self, config: TrainConfig, *, seed: int | None = None, checkpoints: int = 2) -> TrainConfig:
+        """`config` with this experiment's budget (steps, batch size, sequence length, `seed`), quiet
+        logging, and `checkpoints` evenly spaced checkpoints so an interrupted cell resumes."""
+        check_int("checkpoints", checkpoints)
+        steps = self.budget.steps
+        return dataclasses.replace(
+            config, num_steps=steps, batch_size=self.budget.batch_size, seq_len=self.budget.seq_len,
+            seed=config.seed if seed is None else seed, checkpoint_every=max(1, math.ceil(steps / checkpoints)),
+            keep_checkpoints=1, tensorboard=False, progress_bar=False, sample_length=0,
+        )
+
+    def train_cell(self, cell: str, config: TrainConfig, **train_kwargs: Any) -> dict[str, Any]:
+        """Trains `config` in the cell's workdir, or reads back the summary of a cell that already finished.
+
+        Returns the run's final eval metrics (the JSON summary, without the train state). `train_kwargs`
+        go to `icml26zoo.train.loop.train` (e.g. `data=`, `eval_data=`). A cell whose stored config.json
+        differs from `config` raises ValueError: use another run directory for another experiment.
+        """
+        workdir = self.cell_dir(cell)
+        stored = workdir / "config.json"
+        if stored.is_file() and stored.read_text() != config.to_json():
+            raise ValueError(f"cell {cell!r} in {str(self.run_dir)!r} was trained with another config "
+                             f"({stored}); use a new run_dir, or delete the cell to retrain it")
+        summary_path = workdir / "summary.json"
+        if summary_path.is_file():
+            return json.loads(summary_path.read_text())
+        summary = train(config, workdir, **train_kwargs)
+        summary.pop("state", None)
+        return summary
+
+    def metrics(self, cell: str, key: str) -> tuple[list[int], list[float]]:
+        """Steps and finite values of metric `key` logged by `cell` (see `metric_series`)."""
+        return metric_series(self.cell_dir(cell) / "metrics.jsonl", key)
+
+    def write(self, rows: Sequence[Mapping[str, Any]], *, columns: Sequence[str], title: str,
+              notes: Sequence[str] = (), figures: Mapping[str, Figure] | None = None,
+              extra: Mapping[str, Any] | None = None) -> Results:
+        """Writes results.md (title, budget, machine, notes, the table of `columns`), results.json (rows,
+        budget, machine, date, `extra`) and `<name>.png` per figure; returns them as `Results`."""
+        rows = [dict(row) for row in rows]
+        missing = sorted({c for row in rows for c in columns if c not in row})
+        if missing:
+            raise ValueError(f"columns {missing} are missing from some rows")
+        figures = dict(figures or {})
+        where = machine()
+        lines = [f"# {title}", "", f"Budget: {self.budget.describe()}.", f"Machine: {where}.", ""]
+        lines += [f"{note}" for note in notes] + ([""] if notes else [])
+        lines += markdown_table(rows, columns)
+        text = "\n".join(lines) + "\n"
+        paths = {"markdown": self.run_dir / "results.md", "json": self.run_dir / "results.json"}
+        paths["markdown"].write_text(text)
+        record = {"title": title, "budget": dataclasses.asdict(self.budget), "machine": where,
+                  "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "rows": rows,
+                  "extra": dict(extra or {})}
+        paths["json"].write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
+        for name, figure in figures.items():
+            paths[name] = self.run_dir / f"{name}.png"
+            figure.savefig(paths[name], dpi=120)
+        return Results(title=title, rows=rows, markdown=text, figures=figures, paths=paths, extra=dict(extra or {}))
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[str]:
+    """The lines of a markdown table of `columns`; floats with 4 significant digits, None as "-"."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell_text(row[c]) for c in columns) + " |")
+    return lines
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def metric_series(metrics_path: str | os.PathLike, key: str) -> tuple[list[int], list[float]]:
+    """Steps and finite values of `key` in a metrics.jsonl, sorted by step, the last record of a step winning
+    (a resumed run may log a step twice)."""
+    by_step: dict[int, float] = {}
+    for record in read_metrics(metrics_path):
+        value = record.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            by_step[int(record["step"])] = float(value)
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def line_figure(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlabel: str, ylabel: str,
+                title: str, logx: bool = False, logy: bool = False, markers: bool = True,
+                hlines: Mapping[str, float] | None = None) -> Figure:
+    """One axes with a line per `series` entry (label -> (xs, ys)) and dashed reference lines `hlines`."""
+    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for label, (xs, ys) in series.items():
+        axes.plot(list(xs), list(ys), label=label, **({"marker": "o", "markersize": 3} if markers else {}))
+    for label, value in (hlines or {}).items():
+        axes.axhline(value, linestyle="--", linewidth=1, color="gray", label=label)
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logx:
+        axes.set_xscale("log")
+    if logy:
+        axes.set_yscale("log")
+    axes.grid(True, alpha=0.3)
+    if series or hlines:
+        axes.legend(fontsize=8)
+    return figure
