@@ -18,7 +18,7 @@ from mixer_helpers import F32, SEGMENTS, B, T
 from icml26zoo.kernels.forgetting_attention.decode import cached_forgetting_attention
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.mixers.fox import ForgettingAttention
-from icml26zoo.mixers.fox_parts import token_shift
+from icml26zoo.mixers.fox_parts import pro_mlp_dim, token_shift
 from icml26zoo.registry import MIXERS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -235,6 +235,37 @@ def test_pro_turns_on_all_flags_and_single_flags_override():
     assert partial.q_norm is None and partial.out_gate is None and partial.out_norm is not None
     plain = _mixer(("output_norm", True))
     assert plain.out_norm is not None and plain.k_shift is None and plain.q_norm is None
+
+
+def test_pro_mlp_dim_follows_the_spec_formula():
+    # 256·ceil((2/3)·ratio·d/256): FoX's 125M model (d=768) has 1792 with the Pro ratio, 2048 with Llama's 4.
+    assert pro_mlp_dim(768) == 1792 and pro_mlp_dim(768, hidden_ratio=4) == 2048
+    assert pro_mlp_dim(64, multiple_of=8) == 152 and pro_mlp_dim(64, hidden_ratio=4.0, multiple_of=8) == 176
+    assert pro_mlp_dim(96, hidden_ratio=3, multiple_of=64) == 192  # exactly 3 units: no ceiling bump
+    for kwargs, match in [({"hidden_ratio": 0}, "hidden_ratio"), ({"hidden_ratio": float("nan")}, "hidden_ratio"),
+                          ({"multiple_of": 0}, "multiple_of"), ({"hidden_ratio": True}, "hidden_ratio")]:
+        with pytest.raises(ValueError, match=match):
+            pro_mlp_dim(64, **kwargs)
+    with pytest.raises(ValueError, match="d_model"):
+        pro_mlp_dim(0)
+
+
+def test_fox_pro_preset_uses_the_pro_ratio_and_matches_the_plain_block_in_size():
+    import dataclasses
+
+    from icml26zoo.models import build_model, count_params
+    from icml26zoo.train.config import load_preset
+
+    pro, plain = load_preset("fox_pro_tiny").model, load_preset("fox_tiny").model
+    assert dict(pro.mixer_options) == {"pro": True} and pro.mlp_dim == 152
+    plain = dataclasses.replace(plain, mlp_dim=pro_mlp_dim(plain.d_model, hidden_ratio=4, multiple_of=8))
+
+    def count(cfg):
+        return count_params(nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0))))
+
+    # The smaller MLP pays for the Pro projections (within 3%); with ratio 4 Pro would be ~8% larger.
+    assert abs(count(pro) / count(plain) - 1) < 0.03
+    assert count(dataclasses.replace(pro, mlp_dim=plain.mlp_dim)) / count(plain) > 1.05
 
 
 def test_implementation_option_selects_the_op_path():

@@ -16,10 +16,15 @@ import numpy as np
 from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.validation import check_int
 
 GATES = ("full", "bias_only", "fixed", "none")
 PRO_FLAGS = ("qk_norm", "token_shift", "output_norm", "output_gate")
 IMPLEMENTATIONS = ("reference", "xla", "pallas")
+# The Pro block's MLP hidden ratio (FoX's Pro configs), down from the Llama block's 4 to pay for the Pro
+# projections; the MLP is the model's SwiGLU, so the ratio enters through ModelConfig.mlp_dim (`pro_mlp_dim`).
+PRO_MLP_RATIO = 3.5
+LLAMA_MLP_RATIO = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +69,24 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
     check_implementation("fox mixer", values["implementation"], IMPLEMENTATIONS)
     _check_decay_times(values["decay_time_min"], values["decay_time_max"])
     return FoxOptions(**values)
+
+
+def pro_mlp_dim(d_model: int, hidden_ratio: float = PRO_MLP_RATIO, multiple_of: int = 256) -> int:
+    """SwiGLU hidden width for FoX's blocks: multiple_of · ceil((2/3) · hidden_ratio · d_model / multiple_of).
+
+    FoX's code rounds to multiples of 256, so d_model=768 gives 1792 with the Pro ratio 3.5 and 2048 with
+    the Llama ratio 4. At the zoo's tiny widths a multiple of 256 swallows the ratio (d_model=64 gives 256
+    for both), so the presets and the reproduction pass a small `multiple_of` (8). Pass the result as
+    `ModelConfig.mlp_dim`; a bad argument raises ValueError naming it.
+    """
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
+    if isinstance(hidden_ratio, bool) or not isinstance(hidden_ratio, int | float) or not 0 < hidden_ratio < math.inf:
+        raise ValueError(f"hidden_ratio must be a positive finite number, got {hidden_ratio!r}")
+    # Exact for the ratios in use (2·3.5/3 etc.) up to float rounding: round before the ceiling so that
+    # an exact multiple is not pushed up by a last-bit error.
+    units = round(2.0 * hidden_ratio * d_model / (3.0 * multiple_of), 9)
+    return multiple_of * math.ceil(units)
 
 
 def decay_bias(num_heads: int, t_min: float, t_max: float) -> np.ndarray:
