@@ -239,6 +239,29 @@ def test_edits_block_writes_zero_memories_and_pin_reads():
     assert float(a[:, :, 1, 2].max()) == 0.0 and float(a[:, :, 0, 2].min()) > 0
 
 
+def test_scale_reads_multiplies_the_read_weights_of_the_listed_channels():
+    """A factor of 1 is the identity, 0 equals pinning the read weight to 0, and a factor > 1 scales b."""
+    m = _mixer(("num_heads", 2))
+    x, pos = _inputs(10)
+    plain = mh.mixer_output(m, x, None, pos)
+    _, reads = hooks.prototype_assignments(m, x)
+    m.edit = PrototypeEdit(scale_reads=((3, 1.0), (7, 1.0)))
+    np.testing.assert_allclose(mh.mixer_output(m, x, None, pos), plain, **F32)
+    m.edit = PrototypeEdit(scale_reads=((3, 0.0),))
+    silenced = mh.mixer_output(m, x, None, pos)
+    assert float(jnp.abs(silenced - plain).max()) > 1e-5
+    m.edit = PrototypeEdit(pin_reads=((3, 0.0),))
+    np.testing.assert_allclose(mh.mixer_output(m, x, None, pos), silenced, **F32)
+    m.edit = PrototypeEdit(scale_reads=((3, 2.0), (3, 1.5)), heads=(1,))
+    _, scaled = hooks.prototype_assignments(m, x)
+    np.testing.assert_allclose(scaled[..., 1, 3], 3.0 * reads[..., 1, 3], **F32)
+    np.testing.assert_allclose(scaled[..., 0, :], reads[..., 0, :], **F32)
+    for factor in (-1.0, float("nan"), float("inf"), True):
+        m.edit = PrototypeEdit(scale_reads=((3, factor),))
+        with pytest.raises(ValueError, match=r"PrototypeEdit.scale_reads factors must be finite numbers >= 0"):
+            m.internals(x)
+
+
 def test_bad_edits_raise():
     m = _mixer()
     m.edit = PrototypeEdit(block_writes=(5,))

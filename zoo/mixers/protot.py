@@ -29,8 +29,8 @@ value_dim (d_v, d_model), num_heads (1; cfg.num_heads is not used), eps (1e-6), 
 implementation (None). Init: P ~ N(0, 1/d_p); W_w, W_r, W_v, W_s ~ N(0, 0.02); W_o ~
 N(0, 0.02/√(2L)); β = 0.
 
-Edits: `self.edit`, a static protot_parts.PrototypeEdit or None, blocks writes, zeroes memories
-or pins read weights (set it through zoo.mixers.protot_hooks.edit_prototypes).
+Edits: `self.edit`, a static protot_parts.PrototypeEdit or None, blocks writes, zeroes memories,
+pins or scales read weights (set it through zoo.mixers.protot_hooks.edit_prototypes).
 
 Decode cache: "memory" [B, H, d_v/H, K] and "count" [B, H, K], float32, whatever max_len: O(K·d_v) per
 token. T > 1 tokens are prefilled by the chunked op from the cached state, one token by `ssd_step`.
@@ -173,7 +173,7 @@ class ProtoT(nnx.Module):
         )
         read_weights = jax.nn.softmax(self._read_logits(x, counts), axis=-1)
         if masks is not None:
-            read_weights = jnp.where(masks[2], masks[3], read_weights)
+            read_weights = jnp.where(masks[2], masks[3], read_weights) * masks[4]
         coeff = read_weights / (counts + jnp.float32(opts.eps)) if opts.memory == "avg" else read_weights
         if masks is not None:
             coeff = coeff * masks[1]

@@ -7,7 +7,7 @@ Read-outs (nothing here changes a model):
   channel_memories(mixer, x) -> the normalized memories m̄ [B, T, H, K, d_v/H] and normalizers n.
 Edits:
   edit_prototypes(model, {layer: PrototypeEdit(...)}) -> an edited copy (block writes to a concept, zero a
-  channel's memory, pin a read weight); channels_of_prototype(mixer, j) lists prototype j's K-channels.
+  channel's memory, pin or scale a read weight); channels_of_prototype(mixer, j) lists prototype j's K-channels.
 
 Channel layout: channel k = j·S + s is base prototype j at scale s (S = 1 with decay="learned").
 """

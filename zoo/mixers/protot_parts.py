@@ -114,20 +114,29 @@ class PrototypeEdit:
     block_writes: base prototypes j with a_{·,j} = 0 (no token writes to concept j, at any scale).
     zero_memories: channels k with m̄_{·,k} = 0 (read out as empty).
     pin_reads: (channel k, value) pairs: b_{·,k} = value, the other read weights left as they are.
+    scale_reads: (channel k, factor) pairs: b_{·,k} ← factor · b_{·,k} (after any pin), factor finite and
+      >= 0: 1 leaves the channel as it is, 0 silences it, > 1 amplifies it (the weights then no longer sum
+      to 1). A channel listed twice gets the product of its factors.
     heads: the heads the edit applies to; None = all.
     """
 
     block_writes: tuple[int, ...] = ()
     zero_memories: tuple[int, ...] = ()
     pin_reads: tuple[tuple[int, float], ...] = ()
+    scale_reads: tuple[tuple[int, float], ...] = ()
     heads: tuple[int, ...] | None = None
 
     def masks(self, heads: int, num_prototypes: int, channels: int) -> tuple[np.ndarray, ...]:
-        """(write_keep [H, K₀], memory_keep [H, K], pinned [H, K] bool, pin_value [H, K]) float32 masks."""
+        """(write_keep [H, K₀], memory_keep [H, K], pinned [H, K] bool, pin_value [H, K], read_scale [H, K])
+        float32 masks."""
         self._check("heads", self.heads or (), heads)
         self._check("block_writes", self.block_writes, num_prototypes)
         self._check("zero_memories", self.zero_memories, channels)
         self._check("pin_reads", tuple(k for k, _ in self.pin_reads), channels)
+        self._check("scale_reads", tuple(k for k, _ in self.scale_reads), channels)
+        factors = tuple(f for _, f in self.scale_reads)
+        if not all(not isinstance(f, bool) and isinstance(f, int | float) and 0 <= f < np.inf for f in factors):
+            raise ValueError(f"PrototypeEdit.scale_reads factors must be finite numbers >= 0, got {factors!r}")
         rows = np.zeros(heads, bool)
         rows[list(range(heads) if self.heads is None else self.heads)] = True
         write_keep = np.ones((heads, num_prototypes), np.float32)
@@ -137,7 +146,10 @@ class PrototypeEdit:
         pinned, pin_value = np.zeros((heads, channels), bool), np.zeros((heads, channels), np.float32)
         for k, value in self.pin_reads:
             pinned[rows, k], pin_value[rows, k] = True, value
-        return write_keep, memory_keep, pinned, pin_value
+        read_scale = np.ones((heads, channels), np.float32)
+        for k, factor in self.scale_reads:
+            read_scale[rows, k] *= factor
+        return write_keep, memory_keep, pinned, pin_value, read_scale
 
     @staticmethod
     def _check(name: str, ids: tuple[int, ...], size: int) -> None:
