@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.layers.alibi import alibi_slopes
 from icml26zoo.mixers.attention import Attention, decode_mask, training_mask
 from icml26zoo.models import ModelConfig
 from icml26zoo.registry import MIXERS
@@ -31,20 +34,30 @@ def _rope(x, positions, theta):
     )
 
 
-def _reference(mixer: Attention, x, positions, segment_ids) -> np.ndarray:
-    """Materialized causal softmax attention in float64 with GQA and segment masking."""
+def _alibi_slopes(h):
+    # ALiBi's geometric slopes 2^(-8i/h), i = 1..h, for a power-of-two head count (here h = 4).
+    return 2.0 ** (-8.0 * np.arange(1, h + 1) / h)
+
+
+def _reference(mixer: Attention, x, positions, segment_ids, position="rope", cfg=CFG) -> np.ndarray:
+    """Materialized causal softmax attention in float64 with GQA and segment masking; RoPE, ALiBi or none."""
     w = {
         name: np.asarray(getattr(mixer, name).kernel[...], np.float64)
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
     x = np.asarray(x, np.float64)
     b, t, _ = x.shape
-    h, hkv, dh = CFG.num_heads, CFG.num_kv_heads, CFG.resolved_head_dim
-    q = _rope((x @ w["q_proj"]).reshape(b, t, h, dh), positions, CFG.rope_theta)
-    k = _rope((x @ w["k_proj"]).reshape(b, t, hkv, dh), positions, CFG.rope_theta)
+    h, hkv, dh = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    q = (x @ w["q_proj"]).reshape(b, t, h, dh)
+    k = (x @ w["k_proj"]).reshape(b, t, hkv, dh)
+    if position == "rope":
+        q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
     v = (x @ w["v_proj"]).reshape(b, t, hkv, dh)
     kv_head = np.arange(h) // (h // hkv)  # query head -> kv head
     scores = np.einsum("bthd,bshd->bhts", q, k[:, :, kv_head]) / np.sqrt(dh)
+    if position == "alibi":
+        distance = positions[:, :, None] - positions[:, None, :]
+        scores = scores - _alibi_slopes(h)[None, :, None, None] * distance[:, None]
     allowed = np.tril(np.ones((t, t), bool))[None] & (segment_ids[:, :, None] == segment_ids[:, None, :])
     scores = np.where(allowed[:, None], scores, -np.inf)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
@@ -112,6 +125,32 @@ def test_qk_norm_option_adds_norms_and_stays_causal():
     y, _ = mixer(x, segment_ids=None, positions=positions)
     y_cut, _ = mixer(x.at[:, 5:].set(0.0), segment_ids=None, positions=positions)
     np.testing.assert_allclose(y_cut[:, :5], y[:, :5], **F32)
+
+
+@pytest.mark.parametrize("position", ["alibi", "none"])
+def test_alibi_and_no_position_match_the_reference_in_training_and_decoding(position):
+    cfg = ModelConfig(**{**CFG.__dict__, "num_heads": 4, "head_dim": 6, "mixer_options": (("position", position),)})
+    mixer = Attention(cfg, rngs=nnx.Rngs(1))
+    x = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))
+    _, segment_ids, positions = _inputs()
+    reference = functools.partial(_reference, mixer, position=position, cfg=cfg)
+    y, _ = _apply(mixer, x, jnp.asarray(segment_ids), jnp.asarray(positions))
+    np.testing.assert_allclose(y, reference(x, positions, segment_ids), **F32)
+    plain = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
+    cache, outputs = mixer.init_cache(B, 12, jnp.float32), []
+    for start, stop in ((0, 5), (5, 6), (6, 9)):
+        y, cache = _apply(mixer, x[:, start:stop], None, jnp.asarray(plain[:, start:stop]), cache)
+        outputs.append(y)
+    expected = reference(x, plain, np.ones((B, T), np.int32))
+    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), expected, **F32)
+
+
+def test_alibi_slopes_and_a_bad_position_option():
+    np.testing.assert_allclose(alibi_slopes(4), _alibi_slopes(4))
+    np.testing.assert_allclose(alibi_slopes(6), [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3])
+    cfg = ModelConfig(**{**CFG.__dict__, "mixer_options": (("position", "xpos"),)})
+    with pytest.raises(ValueError, match=r"option 'position' must be one of \['rope', 'alibi', 'none'\]"):
+        Attention(cfg, rngs=nnx.Rngs(0))
 
 
 def test_masks():

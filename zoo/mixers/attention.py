@@ -1,4 +1,5 @@
-"""Causal softmax attention with grouped-query heads, RoPE, packed segments and a KV cache."""
+"""Causal softmax attention with grouped-query heads, RoPE (or ALiBi, or no positions), packed segments and a
+KV cache."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.layers import projections
+from icml26zoo.layers.alibi import alibi_bias
 from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.layers.options import check_choice
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer
@@ -22,6 +25,10 @@ class AttentionOptions:
     """The attention mixer's `cfg.mixer_options` (see `Attention`)."""
 
     qk_norm: bool = False
+    position: str = "rope"
+
+
+POSITIONS = ("rope", "alibi", "none")
 
 
 def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
@@ -81,9 +88,12 @@ class Attention(nnx.Module):
     Options (`cfg.mixer_options`):
       qk_norm (bool, default False): RMSNorm over the head dimension of q and k before RoPE
         (as in OLMo 2 / Qwen 3); keeps attention logits bounded in long or low-precision runs.
+      position (str, default "rope"): how positions enter. "rope" rotates q and k; "alibi" adds the
+        per-head recency bias -slope_h·(i - j) to the logits instead (Press et al. 2022; the usual
+        length-extrapolation baseline); "none" uses no positional signal (NoPE: causality alone).
     """
 
-    CONFORMANCE_OPTIONS = ((), (("qk_norm", True),))
+    CONFORMANCE_OPTIONS = ((), (("qk_norm", True),), (("position", "alibi"),))
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.num_heads = cfg.num_heads
@@ -99,7 +109,10 @@ class Attention(nnx.Module):
         self.k_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
         self.v_proj = linear(cfg.d_model, cfg.num_kv_heads * self.head_dim)
         self.o_proj = linear(cfg.num_heads * self.head_dim, cfg.d_model)
-        qk_norm = mixer_options(cfg, "attention", AttentionOptions).qk_norm
+        options = mixer_options(cfg, "attention", AttentionOptions)
+        check_choice("attention mixer", "position", options.position, POSITIONS)
+        self.position = options.position
+        qk_norm = options.qk_norm
         self.q_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
 
@@ -110,33 +123,42 @@ class Attention(nnx.Module):
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
-            out = causal_attention(q, k, v, segment_ids)
+            bias = alibi_bias(positions, positions, self.num_heads) if self.position == "alibi" else None
+            out = causal_attention(q, k, v, segment_ids, bias=bias)
             new_cache = None
         else:
-            out, new_cache = self._attend_cached(q, k, v, cache)
+            out, new_cache = self._attend_cached(q, k, v, cache, positions)
         batch, length = x.shape[:2]
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 
     def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k."""
+        """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k (position "rope")."""
         q, k, v = projections.project_qkv(
             x, self.q_proj, self.k_proj, self.v_proj, self.num_heads, self.num_kv_heads, self.head_dim
         )
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = projections.rope_qk(q, k, positions, self.rope_theta)
+        if self.position == "rope":
+            q, k = projections.rope_qk(q, k, positions, self.rope_theta)
         return q, k, v
 
     def _attend_cached(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array]
+        self, q: jax.Array, k: jax.Array, v: jax.Array, cache: dict[str, jax.Array], positions: jax.Array
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """Writes k, v [B, T', Hkv, Dh] at the cache index; attends q [B, T', H, Dh] to the filled slots."""
+        """Writes k, v [B, T', Hkv, Dh] at the cache index; attends q [B, T', H, Dh] to the filled slots.
+
+        With ALiBi a key's position is its cache slot: decoding writes one unpacked sequence from slot 0.
+        """
         index = cache["index"]
         start = (jnp.zeros((), jnp.int32), index, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
         keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
         values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
         mask = decode_mask(index, q.shape[1], keys.shape[1])
-        out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask)
+        bias = None
+        if self.position == "alibi":
+            slots = jnp.broadcast_to(jnp.arange(keys.shape[1], dtype=jnp.int32), (q.shape[0], keys.shape[1]))
+            bias = alibi_bias(positions, slots, self.num_heads)
+        out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask, bias=bias)
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "index": new_index}
 
@@ -152,6 +174,8 @@ class Attention(nnx.Module):
         logits = jnp.einsum(
             "bihd,bjhd->bhij", q.astype(jnp.float32), k.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
         ) * jnp.float32(self.head_dim**-0.5)
+        if self.position == "alibi":
+            logits = logits + alibi_bias(positions, positions, self.num_heads)
         return jnp.where(causal_mask(segment_ids, x.shape[1]), logits, -jnp.inf)
 
     def attention_weights(

@@ -55,6 +55,7 @@ import numpy as np
 from flax import nnx
 
 from icml26zoo.layers import projections
+from icml26zoo.layers.alibi import alibi_slopes
 from icml26zoo.layers.options import check_choice
 from icml26zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
@@ -69,18 +70,6 @@ def fourier_frequencies(rank: int, base: float = 1e4) -> np.ndarray:
     """ω_r = base^(−r/(rank−1)) for r < rank, float64 [rank] (a single frequency is 1)."""
     exponent = np.arange(rank) / (rank - 1) if rank > 1 else np.zeros(rank)
     return base ** (-exponent)
-
-
-def alibi_slopes(num_heads: int) -> np.ndarray:
-    """ALiBi head slopes [num_heads], with the standard interleaved extension for non-powers of two."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    closest = 2 ** int(math.floor(math.log2(num_heads)))
-    slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: num_heads - closest]
-    return np.asarray(slopes, np.float64)
 
 
 def sink_features(positions: jax.Array, abs_rank: int, train_len: int) -> jax.Array:
