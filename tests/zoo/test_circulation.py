@@ -1,7 +1,9 @@
 """Circulation attention: the concatenation trick against the materialized ℓ_α, the symmetric/skew
 decomposition of the bilinear form, reductions (α = 1 → attention, α = 0 → symmetric logits), the blend
 paths, the adaptive η_M against explicit norms, the stability measures against hand computations,
-options and bf16. Model-level checks run in tests/zoo/test_conformance.py.
+options and bf16, the non-causal (paper) mode and the per-layer stability measures. Model-level checks of
+the causal mode run in tests/zoo/test_conformance.py; the non-causal mode cannot run there (it checks
+causality and cache decoding), so its model-level checks are here.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import pytest
 from flax import nnx
 
 from icml26zoo.mixers.attention import Attention
-from icml26zoo.mixers.circulation import CirculationAttention, circulation_logits, reference_logits
+from icml26zoo.mixers.circulation import (
+    STABILITY_SUMMARIES,
+    CirculationAttention,
+    circulation_logits,
+    reference_logits,
+)
 from icml26zoo.mixers.circulation_stats import stability_measures, sym_skew_frobenius, symmetric_skew_parts
-from icml26zoo.models import ModelConfig
+from icml26zoo.models import ModelConfig, build_model
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
@@ -69,8 +76,8 @@ def test_concat_trick_equals_decomposition(alpha):
         np.testing.assert_allclose(trick, np.einsum("bthd,bshd->bhts", _np(k), _np(q)) / np.sqrt(8), **F32)
 
 
-def _masked_softmax_out(m, logits, x):
-    logits = np.where(np.tril(np.ones((T, T), bool)), logits, -np.inf)
+def _masked_softmax_out(m, logits, x, causal=True):
+    logits = np.where(np.tril(np.ones((T, T), bool)), logits, -np.inf) if causal else logits
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     v = np.repeat(_np(m.v_proj(x)).reshape(B, T, 2, 8), 2, axis=2)
@@ -171,7 +178,8 @@ def test_stability_measures_by_hand():
 @pytest.mark.parametrize(
     "options, name",
     [((("alpha", "big"),), "alpha"), ((("beta", float("nan")),), "beta"), ((("adaptive", "on"),), "adaptive"),
-     ((("adaptive_beta", True),), "adaptive_beta"), ((("ratio_min", 0.0),), "ratio_min")],
+     ((("adaptive_beta", True),), "adaptive_beta"), ((("ratio_min", 0.0),), "ratio_min"),
+     ((("causal", "no"),), "causal")],
 )
 def test_bad_options_raise_naming_the_option(options, name):
     with pytest.raises(ValueError, match=name):
@@ -185,3 +193,86 @@ def test_bfloat16_forward_is_finite_and_close():
     y32, _ = m32(_x(6), positions=POS)
     assert y16.dtype == jnp.bfloat16 and bool(jnp.isfinite(y16).all())
     np.testing.assert_allclose(_np(y16), _np(y32), atol=0.15, rtol=0.15)
+
+
+FULL_PATH = (("alpha", 0.9), ("beta", 3.0), ("adaptive", "dev"), ("adaptive_beta", True))
+
+
+def test_non_causal_is_unmasked_symmetric_attention():
+    """causal=False with α = 0: softmax over all positions of M_sym/√d (the paper's setting), float64 reference."""
+    m, x = _mixer(("alpha", 0.0), ("causal", False)), _x(7)
+    a = _per_head_a(m)
+    xn = _np(x)
+    m_sym = np.einsum("btc,hce,bse->bhts", xn, (a + a.transpose(0, 2, 1)) / 2, xn) / np.sqrt(8)
+    np.testing.assert_allclose(_np(m(x, positions=POS)[0]), _masked_softmax_out(m, m_sym, x, causal=False),
+                               atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("options", [(("alpha", 1.2),), FULL_PATH], ids=["skew", "blend-adaptive"])
+def test_non_causal_reads_later_tokens_and_causal_does_not(options):
+    """Changing the last token changes position 0 of the non-causal output, and no earlier position causally."""
+    x = _x(8)
+    x2 = x.at[:, -1].add(1.0)
+    causal, bidirectional = _mixer(*options), _mixer(*options, ("causal", False))
+    y, y2 = _np(causal(x, positions=POS)[0]), _np(causal(x2, positions=POS)[0])
+    np.testing.assert_array_equal(y[:, :-1], y2[:, :-1])
+    z, z2 = _np(bidirectional(x, positions=POS)[0]), _np(bidirectional(x2, positions=POS)[0])
+    assert np.abs(z[:, 0] - z2[:, 0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("options", [(("alpha", 1.2),), FULL_PATH], ids=["skew", "blend-adaptive"])
+def test_non_causal_segments_equal_separate_sequences(options):
+    """Segment masking still applies: each packed segment's output equals that segment run alone."""
+    m = _mixer(*options, ("causal", False))
+    x = _x(9)
+    segments = jnp.asarray([[1, 1, 1, 2, 2, 2]] * B, jnp.int32)
+    packed = _np(m(x, segment_ids=segments, positions=POS)[0])
+    for lo, hi in ((0, 3), (3, T)):
+        alone = _np(m(x[:, lo:hi], positions=POS[:, : hi - lo])[0])
+        np.testing.assert_allclose(packed[:, lo:hi], alone, atol=2e-5, rtol=2e-5)
+
+
+def test_non_causal_model_runs_and_cannot_decode():
+    """A whole non-causal LM: finite logits, position 0 reads the last token, no decode cache."""
+    cfg = dataclasses.replace(CFG, mixer_options=(("alpha", 1.1), ("causal", False)))
+    model = build_model(cfg, rngs=nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64, dtype=jnp.int32)
+    forward = jax.jit(lambda t: model(t))
+    logits = forward(tokens)
+    assert logits.shape == (B, T, 64) and bool(jnp.isfinite(logits).all())
+    changed = forward(tokens.at[:, -1].set((tokens[:, -1] + 1) % 64))
+    assert float(jnp.abs(changed[:, 0] - logits[:, 0]).max()) > 1e-4
+    with pytest.raises(ValueError, match="causal=False"):
+        model.init_cache(B, 16)
+    causal_cache = _mixer(("alpha", 1.1)).init_cache(B, 16, jnp.float32)
+    with pytest.raises(ValueError, match="cannot decode"):
+        _mixer(("alpha", 1.1), ("causal", False))(_x()[:, :1], cache=causal_cache)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_retrieved_patterns_reproduce_the_forward(causal):
+    """H_new from `retrieved_patterns`, projected by W_V and o_proj, is the blended forward's output."""
+    m, x = _mixer(*FULL_PATH, ("causal", causal)), _x(10)
+    h_new = _np(m.retrieved_patterns(x))
+    wv = np.repeat(_np(m.v_proj.kernel.value).reshape(32, 2, 8), 2, axis=1)
+    out = np.einsum("bthc,chd->bthd", h_new, wv).reshape(B, T, 32) @ _np(m.o_proj.kernel.value)
+    np.testing.assert_allclose(_np(m(x, positions=POS)[0]), out, atol=2e-5, rtol=2e-5)
+
+
+def test_layer_stability_equals_the_pure_measures():
+    """`stability` = stability_measures per row on (H_new, X, W_Q, W_K) with GQA's KV head per query head,
+    averaged over rows; η_M = 1 once W_K = W_Q makes every A_h symmetric."""
+    m, x = _mixer(("alpha", 1.2), ("beta", 3.0)), _x(11)
+    got = m.stability(x)
+    assert set(got) == set(STABILITY_SUMMARIES)
+    wq = _np(m.q_proj.kernel.value).reshape(32, 4, 8).transpose(1, 2, 0)
+    wk = np.repeat(_np(m.k_proj.kernel.value).reshape(32, 2, 8), 2, axis=1).transpose(1, 2, 0)
+    patterns = np.moveaxis(_np(m.retrieved_patterns(x)), 2, 1)
+    rows = [stability_measures(*(jnp.asarray(a, jnp.float32) for a in (patterns[b], _np(x)[b], wq, wk)))
+            for b in range(B)]
+    for name in STABILITY_SUMMARIES:
+        np.testing.assert_allclose(got[name], np.mean([np.mean(r[name]) for r in rows]), rtol=1e-5, atol=1e-6)
+    assert got["eta_m"] < 0.999
+    # Query heads 2g and 2g+1 share KV head g: W_Q,h = W_K,g makes every A_h symmetric.
+    m.q_proj.kernel.value = jnp.repeat(m.k_proj.kernel.value.reshape(32, 2, 8), 2, axis=1).reshape(32, 32)
+    assert abs(m.stability(x)["eta_m"] - 1.0) < 1e-5

@@ -16,6 +16,11 @@ coefficients fold in. `reference_logits` materializes c₁QKᵀ + c₂KQᵀ for 
 
 Causal LM extension (the zoo's, not in the paper, which is non-causal): the causal and segment
 masks are applied after forming ℓ_α, so the symmetric/skew split holds for the unmasked logits only.
+The paper's own setting is the option `causal=False`: bidirectional attention in which every token
+attends to every token of its segment (segment masking still applies), so ℓ_α is exactly M_sym + α·M_skew
+within a segment. That mode is for encoders and sequence-level objectives (e.g. the classification
+objective); a next-token LM trained with it sees its targets. It has no decode cache: `init_cache` and
+a call with a cache raise ValueError.
 GQA is allowed: k̃ contains q, so it has H heads (the cache stores past queries); A_h pairs head h with
 its KV head. No RoPE: the input-space bilinear form (and the energy analysis) needs bias-free q/k
 projections and no position-dependent rotation.
@@ -29,8 +34,11 @@ Options (`cfg.mixer_options`):
   ratio_min, ratio_max (float, 0.25 and 4.0): the per-token norm-ratio clamp.
   adaptive (None | "dev" | "scale", None): η_M-guided knob, α_eff = 1 + (α − 1)·η_M ("dev") or α·η_M.
   adaptive_beta (bool, False): also β_eff = β(1 − η_M); needs adaptive.
+  causal (bool, True): causal attention (the zoo's LM setting); False is the paper's non-causal
+    (bidirectional) attention within each segment.
 Adaptive, causal (my extension): η_M is computed per row and token from the token's own prefix (same
 segment, centered over it), averaged over heads, not over the batch (which would mix rows); gradient-free.
+Non-causal, the "prefix" is the token's whole segment, so η_M is the paper's per-sequence value.
 It costs O(T·C²) memory per row ([B, T, H, C, C] intermediates): meant for small models and analysis.
 
 Decode cache: k [B, S, Hkv, Dh], past queries q [B, S, H, Dh], v [B, S, Hkv, Dh] (or, with the blend,
@@ -53,12 +61,22 @@ from icml26zoo.layers import projections
 from icml26zoo.layers.options import check_choice
 from icml26zoo.mixers.attention import causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from icml26zoo.mixers.circulation_stats import eta_m, sym_skew_frobenius, symmetric_skew_parts
+from icml26zoo.mixers.circulation_stats import (
+    eta_m,
+    stability_measures,
+    sym_skew_frobenius,
+    symmetric_skew_parts,
+)
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer
 
 _HP = jax.lax.Precision.HIGHEST
 ADAPTIVE = (None, "dev", "scale")
+# The per-layer summaries `CirculationAttention.stability` returns (see circulation_stats.stability_measures).
+STABILITY_SUMMARIES = ("energy_mean", "energy_min", "energy_p5", "instability_mean", "alignment_mean", "eta_m",
+                       "symmetry_balance")
+_NO_DECODE = ("the circulation mixer with causal=False (bidirectional attention) cannot decode with a cache: "
+              "every token attends to later ones; use causal=True to generate")
 
 
 def circulation_logits(
@@ -94,6 +112,7 @@ class CirculationOptions:
     ratio_max: float = 4.0
     adaptive: str | None = None
     adaptive_beta: bool = False
+    causal: bool = True
 
 
 def parse_options(cfg: ModelConfig) -> CirculationOptions:
@@ -115,6 +134,8 @@ class CirculationAttention(nnx.Module):
     """Circulation attention mixer: x [B, T, D] -> y [B, T, D] (see the module docstring)."""
 
     # The skew path (α ≠ 1, V retrieval) and the full path (blend over X, adaptive α and β, prefix sums).
+    # causal=False is left out: the harness checks causality and cache decoding, which the bidirectional
+    # mode breaks by design; tests/zoo/test_circulation.py checks that mode's model-level properties.
     CONFORMANCE_OPTIONS = (
         (("alpha", 1.2),),
         (("alpha", 0.9), ("beta", 3.0), ("adaptive", "dev"), ("adaptive_beta", True)),
@@ -143,6 +164,8 @@ class CirculationAttention(nnx.Module):
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions = None, cache: MixerCache = None
     ) -> MixerOutput:
         """x [B, T, D]; segment_ids, positions [B, T] or None (positions unused) -> (y [B, T, D], cache or None)."""
+        if cache is not None and not self.options.causal:
+            raise ValueError(_NO_DECODE)
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         batch, length = x.shape[:2]
         q, k, v = projections.project_qkv(
@@ -150,7 +173,7 @@ class CirculationAttention(nnx.Module):
         )
         new_cache = None
         if cache is None:
-            mask = jnp.broadcast_to(causal_mask(segment_ids, length), (batch, 1, length, length))
+            mask = self.mask(segment_ids, batch, length)
             q_cols, k_cols, v_cols, x_cols = q, k, v, x
             stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
         else:
@@ -177,8 +200,17 @@ class CirculationAttention(nnx.Module):
         out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats)
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 
+    def mask(self, segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array:
+        """Boolean [B, 1, T, T] (True = attend): causal within a segment, or (causal=False) the whole segment."""
+        if self.options.causal:
+            return jnp.broadcast_to(causal_mask(segment_ids, length), (batch, 1, length, length))
+        if segment_ids is None:
+            return jnp.ones((batch, 1, length, length), jnp.bool_)
+        return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+
     def _prefix_stats(self, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Per-token sums over the token's prefix in its segment: x [B, T, C], mask [B, T, S] bool ->
+        """Per-token sums over the tokens it attends to (its prefix, or non-causal its segment): x [B, T, C],
+        mask [B, T, S] bool ->
         (Σx [B, T, C], Σxxᵀ [B, T, C, C], count [B, T]) in float32."""
         m, x32 = mask.astype(jnp.float32), x.astype(jnp.float32)
         sum_x = jnp.einsum("bts,bsc->btc", m, x32, precision=_HP)
@@ -190,11 +222,7 @@ class CirculationAttention(nnx.Module):
         sum_x, sum_xx, count = jax.lax.stop_gradient(stats)
         # Centered Gram matrix of the prefix: Σxxᵀ − n·μμᵀ with μ = Σx / n.
         gram = sum_xx - sum_x[..., :, None] * sum_x[..., None, :] / count[..., None, None]
-        w_q = self.q_proj.kernel[...].reshape(self.d_model, self.num_heads, self.head_dim)
-        w_k = jnp.repeat(self.k_proj.kernel[...].reshape(self.d_model, self.num_kv_heads, self.head_dim),
-                         self.num_heads // self.num_kv_heads, axis=1)
-        # Our kernels are [C, H, Dh]; the paper's W_Q,h is [Dh, C], i.e. the transpose of kernel[:, h].
-        s_mat, n_mat = jax.vmap(symmetric_skew_parts)(w_q.transpose(1, 2, 0), w_k.transpose(1, 2, 0))
+        s_mat, n_mat = jax.vmap(symmetric_skew_parts)(*self.query_key_weights())
         s_mat, n_mat = jax.lax.stop_gradient((s_mat, n_mat))
         sym_sq, skew_sq = jax.vmap(lambda s, n: sym_skew_frobenius(gram, s, n))(s_mat, n_mat)  # [H, B, T]
         return jnp.mean(eta_m(sym_sq, skew_sq), axis=0)
@@ -215,15 +243,34 @@ class CirculationAttention(nnx.Module):
         x_cols: jax.Array, mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None,
     ) -> jax.Array:
         """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
+        if not self.retrieve_inputs:
+            probs, _, _ = self._probabilities(q, k, q_cols, k_cols, mask, stats)
+            return jnp.einsum("bhts,bshd->bthd", probs.astype(self.dtype), self._group(v_cols))
+        h_new = self._blended_patterns(q, k, q_cols, k_cols, x_cols, mask, stats).astype(self.dtype)
+        w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
+        w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
+        return jnp.einsum("bthc,chd->bthd", h_new, w_v)
+
+    def _probabilities(
+        self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, mask: jax.Array,
+        stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+    ) -> tuple[jax.Array, Any, Any]:
+        """(softmax(ℓ_α/√d_h) [B, H, T, S] float32, α, β) for rows q, k and columns q_cols, k_cols."""
         alpha, beta = self.blend_coefficients(stats)
         c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0
         if not isinstance(alpha, jax.Array) and abs(c2) < 1e-12:
             logits = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)  # α = 1: the baseline (c₂ = 0)
         else:
             logits = circulation_logits(q, k, q_cols, k_cols, c1, c2)
-        probs = jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
-        if not self.retrieve_inputs:
-            return jnp.einsum("bhts,bshd->bthd", probs.astype(self.dtype), self._group(v_cols))
+        return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1), alpha, beta
+
+    def _blended_patterns(
+        self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, x_cols: jax.Array,
+        mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+    ) -> jax.Array:
+        """H_new [B, T, H, C] float32: H_org + β(H_α − H_org) over the inputs x_cols [B, S, C], rescaled per
+        token by clip(‖H_α‖/‖H_new‖) (before W_V)."""
+        probs, _, beta = self._probabilities(q, k, q_cols, k_cols, mask, stats)
         base = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)
         probs_org = jax.nn.softmax(jnp.where(mask, base, -jnp.inf), axis=-1)
         x32 = x_cols.astype(jnp.float32)
@@ -233,10 +280,37 @@ class CirculationAttention(nnx.Module):
         norm_alpha = jnp.maximum(jnp.linalg.norm(h_alpha, axis=-1, keepdims=True), 1e-6)
         norm_new = jnp.maximum(jnp.linalg.norm(h_new, axis=-1, keepdims=True), 1e-6)
         ratio = jnp.nan_to_num(jnp.clip(norm_alpha / norm_new, self.options.ratio_min, self.options.ratio_max))
-        h_new = (h_new * ratio).astype(self.dtype)
-        w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
-        w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
-        return jnp.einsum("bthc,chd->bthd", h_new, w_v)
+        return h_new * ratio
+
+    def retrieved_patterns(self, x: jax.Array, *, segment_ids: jax.Array | None = None) -> jax.Array:
+        """x [B, T, D] -> the retrieved patterns H_new [B, T, H, D] float32 (after the blend and rescale,
+        before W_V; H_α when β = 1), whatever path the forward takes. Diagnostics, O(T²)."""
+        batch, length = x.shape[:2]
+        q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
+        k = self._group(projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim))
+        mask = self.mask(segment_ids, batch, length)
+        stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
+        return self._blended_patterns(q, k, q, k, x, mask, stats)
+
+    def query_key_weights(self) -> tuple[jax.Array, jax.Array]:
+        """(W_Q, W_K), each [H, Dh, D] float32 in the paper's layout (W_K of each query head's KV head).
+
+        Our kernels are [D, H, Dh]; the paper's W_Q,h is [Dh, D], i.e. the transpose of kernel[:, h]."""
+        w_q = self.q_proj.kernel[...].astype(jnp.float32).reshape(self.d_model, self.num_heads, self.head_dim)
+        w_k = self.k_proj.kernel[...].astype(jnp.float32).reshape(self.d_model, self.num_kv_heads, self.head_dim)
+        w_k = jnp.repeat(w_k, self.num_heads // self.num_kv_heads, axis=1)
+        return w_q.transpose(1, 2, 0), w_k.transpose(1, 2, 0)
+
+    def stability(self, x: jax.Array, *, scale_energy: bool = False) -> dict[str, float]:
+        """The paper's stability measures of this layer on mixer inputs x [B, T, D] (one sequence per row):
+        `circulation_stats.stability_measures` per row on (H_new, X, W_Q, W_K), its head-averaged summaries
+        (energy_mean, energy_min, energy_p5, instability_mean, alignment_mean) and the head means of eta_m
+        and symmetry_balance, each averaged over rows, as floats. Gradient-free."""
+        x = jax.lax.stop_gradient(x)
+        patterns = jnp.moveaxis(self.retrieved_patterns(x), 2, 1)  # [B, H, T, D]
+        w_q, w_k = self.query_key_weights()
+        per_row = jax.vmap(lambda p, xr: stability_measures(p, xr, w_q, w_k, scale_energy=scale_energy))(patterns, x)
+        return {name: float(jnp.mean(per_row[name])) for name in STABILITY_SUMMARIES}
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array | None = None
@@ -246,13 +320,16 @@ class CirculationAttention(nnx.Module):
         batch, length = x.shape[:2]
         q = projections.project_heads(x, self.q_proj, self.num_heads, self.head_dim)
         k = self._group(projections.project_heads(x, self.k_proj, self.num_kv_heads, self.head_dim))
-        mask = jnp.broadcast_to(causal_mask(segment_ids, length), (batch, 1, length, length))
+        mask = self.mask(segment_ids, batch, length)
         alpha, _ = self.blend_coefficients(self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None)
         logits = circulation_logits(q, k, q, k, (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0)
         return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1)
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:
-        """Empty cache (see the module docstring): k, q, v or x in dtype, prefix sums in float32, index."""
+        """Empty cache (see the module docstring): k, q, v or x in dtype, prefix sums in float32, index.
+        Raises ValueError in the non-causal mode, which cannot decode."""
+        if not self.options.causal:
+            raise ValueError(_NO_DECODE)
         kv_shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)
         cache = {
             "k": jnp.zeros(kv_shape, dtype),
