@@ -39,8 +39,14 @@ def _alibi_slopes(h):
     return 2.0 ** (-8.0 * np.arange(1, h + 1) / h)
 
 
-def _reference(mixer: Attention, x, positions, segment_ids, position="rope", cfg=CFG) -> np.ndarray:
-    """Materialized causal softmax attention in float64 with GQA and segment masking; RoPE, ALiBi or none."""
+def _reference(
+    mixer: Attention, x, positions, segment_ids, position="rope", cfg=CFG, sink_logit=None, gate=None
+) -> np.ndarray:
+    """Materialized causal softmax attention in float64 with GQA and segment masking; RoPE, ALiBi or none.
+
+    sink_logit [H]: an extra key column with that logit and a zero value; gate "head"/"channel": multiply
+    each head's output by sigmoid(x @ gate_proj).
+    """
     w = {
         name: np.asarray(getattr(mixer, name).kernel[...], np.float64)
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -60,10 +66,16 @@ def _reference(mixer: Attention, x, positions, segment_ids, position="rope", cfg
         scores = scores - _alibi_slopes(h)[None, :, None, None] * distance[:, None]
     allowed = np.tril(np.ones((t, t), bool))[None] & (segment_ids[:, :, None] == segment_ids[:, None, :])
     scores = np.where(allowed[:, None], scores, -np.inf)
+    if sink_logit is not None:
+        sink_column = np.broadcast_to(np.asarray(sink_logit, np.float64)[None, :, None, None], (b, h, t, 1))
+        scores = np.concatenate([scores, sink_column], axis=-1)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    out = np.einsum("bhts,bshd->bthd", probs, v[:, :, kv_head]).reshape(b, t, h * dh)
-    return out @ w["o_proj"]
+    out = np.einsum("bhts,bshd->bthd", probs[..., :t], v[:, :, kv_head])
+    if gate is not None:
+        logits = x @ np.asarray(mixer.gate_proj.kernel[...], np.float64)
+        out = out / (1.0 + np.exp(-logits.reshape(b, t, h, -1)))
+    return out.reshape(b, t, h * dh) @ w["o_proj"]
 
 
 @jax.jit
@@ -151,6 +163,53 @@ def test_alibi_slopes_and_a_bad_position_option():
     cfg = ModelConfig(**{**CFG.__dict__, "mixer_options": (("position", "xpos"),)})
     with pytest.raises(ValueError, match=r"option 'position' must be one of \['rope', 'alibi', 'none'\]"):
         Attention(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize(("gate", "sink"), [("channel", "learnable"), ("head", "plus_one")])
+def test_output_gate_and_sink_match_the_reference_in_training_and_decoding(gate, sink):
+    cfg = ModelConfig(**{**CFG.__dict__, "mixer_options": (("output_gate", gate), ("sink", sink))})
+    mixer = Attention(cfg, rngs=nnx.Rngs(2))
+    assert mixer.gate_proj.kernel.shape == (24, 6 * (8 if gate == "channel" else 1))
+    if sink == "learnable":
+        assert mixer.sink_logit.shape == (6,)
+        mixer.sink_logit[...] = jnp.linspace(-2.0, 3.0, 6)  # away from the zero init, per head
+    else:
+        assert mixer.sink_logit is None
+    logit = np.asarray(mixer.sink_logits(), np.float64)
+    x, segment_ids, positions = _inputs(5)
+    reference = functools.partial(_reference, mixer, cfg=cfg, sink_logit=logit, gate=gate)
+    y, _ = _apply(mixer, x, jnp.asarray(segment_ids), jnp.asarray(positions))
+    np.testing.assert_allclose(y, reference(x, positions, segment_ids), **F32)
+    plain = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
+    cache, outputs = mixer.init_cache(B, 12, jnp.float32), []
+    for start, stop in ((0, 4), (4, 5), (5, 9)):
+        y, cache = _apply(mixer, x[:, start:stop], None, jnp.asarray(plain[:, start:stop]), cache)
+        outputs.append(y)
+    np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), reference(x, plain, np.ones((B, T), np.int32)), **F32)
+
+
+def test_sink_weights_sum_to_one_with_the_sink_slot_and_the_sink_takes_mass():
+    cfg = ModelConfig(**{**CFG.__dict__, "mixer_options": (("sink", "learnable"),)})
+    mixer = Attention(cfg, rngs=nnx.Rngs(3))
+    mixer.sink_logit[...] = jnp.full((6,), 4.0)
+    x, _, _ = _inputs(6)
+    positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    probs = np.asarray(mixer.attention_weights(x, positions=positions))
+    logits = np.asarray(mixer.attention_logits(x, positions=positions))
+    assert probs.shape == logits.shape == (B, 6, T, T + 1)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, **F32)
+    np.testing.assert_array_equal(logits[..., -1], 4.0)
+    # The first query sees one real key (logit s) and the sink (logit 4): weights 1 / (1 + e^(4 - s)).
+    s = logits[:, :, 0, 0]
+    np.testing.assert_allclose(probs[:, :, 0, -1], 1.0 / (1.0 + np.exp(s - 4.0)), **F32)
+    np.testing.assert_array_equal(probs[:, :, 0, 1:T], 0.0)
+
+
+def test_bad_output_gate_and_sink_options():
+    for name, value in (("output_gate", "elementwise"), ("sink", "register")):
+        cfg = ModelConfig(**{**CFG.__dict__, "mixer_options": ((name, value),)})
+        with pytest.raises(ValueError, match=rf"option '{name}' must be one of .*got '{value}'"):
+            Attention(cfg, rngs=nnx.Rngs(0))
 
 
 def test_masks():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 
 import chex
 import jax
@@ -25,6 +26,8 @@ from icml26zoo.layers import (
     apply_rope,
     rope_inverse_frequencies,
 )
+from icml26zoo.layers.mlp import GeluMLP, build_mlp
+from icml26zoo.layers.norms import DyT
 from icml26zoo.layers.options import build_options
 from icml26zoo.models import config
 from icml26zoo.registry import MIXERS, OPTIMIZERS
@@ -259,3 +262,65 @@ def test_head_and_gated_rmsnorm_match_numpy_formula():
         GatedRMSNorm(8, eps=1e-5, activation="relu")
     with pytest.raises(ValueError, match=r"x must end in \[H, Dh\]"):
         head(x[..., :4])
+
+
+def test_dyt_matches_formula_and_rejects_bad_inputs():
+    dyt = DyT(8, alpha_init=0.7)
+    assert float(dyt.alpha[...]) == pytest.approx(0.7)
+    dyt.weight[...] = _normal(20, (8,))
+    dyt.bias[...] = _normal(21, (8,))
+    x = 5.0 * _normal(22, (2, 3, 8))
+    expected = np.tanh(0.7 * np.asarray(x, np.float64)) * np.asarray(dyt.weight[...]) + np.asarray(dyt.bias[...])
+    np.testing.assert_allclose(dyt(x), expected, **F32)
+    assert dyt(x.astype(jnp.bfloat16)).dtype == jnp.bfloat16
+    with pytest.raises(ValueError, match=r"x must have last dimension 8"):
+        dyt(jnp.zeros((2, 4)))
+    with pytest.raises(ValueError, match=r"alpha_init must be > 0, got 0.0"):
+        DyT(8, alpha_init=0.0)
+
+
+def test_gelu_mlp_matches_formula():
+    mlp = GeluMLP(8, 32, rngs=nnx.Rngs(0))
+    x = _normal(23, (2, 3, 8))
+    xs, u, d = (np.asarray(a, np.float64) for a in (x, mlp.up.kernel[...], mlp.down.kernel[...]))
+    hidden = xs @ u
+    gelu = 0.5 * hidden * (1.0 + np.vectorize(math.erf)(hidden / math.sqrt(2.0)))
+    np.testing.assert_allclose(mlp(x), gelu @ d, **F32)
+    assert isinstance(build_mlp("swiglu", 8, 16, rngs=nnx.Rngs(0)), SwiGLU)
+    with pytest.raises(ValueError, match=r"mlp activation must be one of \['swiglu', 'gelu'\], got 'relu'"):
+        build_mlp("relu", 8, 16, rngs=nnx.Rngs(0))
+
+
+def test_norm_and_mlp_activation_config_switches():
+    base = config.ModelConfig(d_model=48)
+    assert (base.norm, base.mlp_activation, base.resolved_mlp_dim) == ("rmsnorm", "swiglu", 128)
+    gelu = dataclasses.replace(base, mlp_activation="gelu")
+    assert gelu.resolved_mlp_dim == 4 * 48  # 2 * 4D * D = 3 * (8/3)D * D: SwiGLU's parameter count
+    with pytest.raises(ValueError, match=r"norm must be one of \['rmsnorm', 'dyt'\], got 'layernorm'"):
+        dataclasses.replace(base, norm="layernorm")
+    with pytest.raises(ValueError, match=r"mlp_activation must be one of \['swiglu', 'gelu'\], got 'relu'"):
+        dataclasses.replace(base, mlp_activation="relu")
+
+
+@pytest.mark.parametrize("placement", ["pre", "sandwich"])
+def test_block_uses_dyt_and_gelu_when_asked(placement):
+    from icml26zoo.models.block import Block
+
+    cfg = config.ModelConfig(d_model=16, num_heads=2, num_kv_heads=1, num_layers=1, norm_placement=placement,
+                             norm="dyt", mlp_activation="gelu", scan_layers=False)
+    block = Block(cfg, rngs=nnx.Rngs(0))
+    norms = [block.mixer_residual.norm, block.mlp_residual.norm]
+    if placement == "sandwich":
+        norms += [block.mixer_residual.norm_out, block.mlp_residual.norm_out]
+    assert all(isinstance(n, DyT) for n in norms)
+    assert isinstance(block.mlp, GeluMLP)
+    # pre: x + mlp(DyT(x)) on the mixer's output stream, checked through the block's own pieces.
+    x = _normal(24, (1, 5, 16))
+    positions = jnp.arange(5, dtype=jnp.int32)[None]
+    out, _ = block(x, segment_ids=None, positions=positions)
+    h, _ = block.mixer_residual(x, lambda a: block.mixer(a, segment_ids=None, positions=positions))
+    if placement == "pre":
+        np.testing.assert_allclose(out, h + block.mlp(block.mlp_residual.norm(h)), **F32)
+    else:
+        expected = h + block.mlp_residual.norm_out(block.mlp(block.mlp_residual.norm(h)))
+        np.testing.assert_allclose(out, expected, **F32)

@@ -4,6 +4,8 @@
 * `HeadRMSNorm`: one scale per head, [H, Dh] (FoX's qk and output norms, FiX's mandatory output norm).
 * `GatedRMSNorm`: one scale [Dv] shared by the heads, times act(gate) (the delta-rule mixers' output).
 
+`DyT` (Dynamic Tanh) is the normalization-free stand-in for a block norm (`ModelConfig.norm = "dyt"`).
+
 The mean square and the rescaling run in float32 whatever the input dtype (a bfloat16 mean of squares
 loses about three digits); each module casts its result back to the input dtype.
 """
@@ -85,3 +87,25 @@ def gated_norm_output(
     batch, length, heads, dim = o.shape
     out = norm(o.astype(dtype), gate.reshape(batch, length, heads, dim))
     return o_proj(out.reshape(batch, length, heads * dim))
+
+
+class DyT(nnx.Module):
+    """Dynamic Tanh (Zhu, Chen, He, LeCun, Liu 2025, "Transformers without Normalization"), a drop-in for a norm.
+
+    `y = tanh(alpha · x) · weight + bias` elementwise: alpha a learned scalar (init `alpha_init`), weight
+    [dim] (init 1), bias [dim] (init 0). No statistics over tokens or channels; computed in float32.
+    """
+
+    def __init__(self, dim: int, *, alpha_init: float = 0.5) -> None:
+        if not alpha_init > 0:
+            raise ValueError(f"alpha_init must be > 0, got {alpha_init!r}")
+        self.alpha = nnx.Param(jnp.full((), alpha_init, jnp.float32))
+        self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((dim,), jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """x: [..., dim] -> [..., dim] in x.dtype."""
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must have last dimension {self.weight.shape[0]}, got shape {x.shape}")
+        y = jnp.tanh(self.alpha[...] * x.astype(jnp.float32)) * self.weight[...] + self.bias[...]
+        return y.astype(x.dtype)

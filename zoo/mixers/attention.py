@@ -1,5 +1,5 @@
 """Causal softmax attention with grouped-query heads, RoPE (or ALiBi, or no positions), packed segments and a
-KV cache."""
+KV cache; optionally a sigmoid output gate and an explicit attention sink (learnable logit or softmax-plus-one)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ class AttentionOptions:
 
     qk_norm: bool = False
     position: str = "rope"
+    output_gate: str = "none"
+    sink: str = "none"
 
 
 POSITIONS = ("rope", "alibi", "none")
+OUTPUT_GATES = ("none", "head", "channel")
+SINKS = ("none", "learnable", "plus_one")
 
 
 def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
@@ -81,6 +85,29 @@ def causal_attention(
     return _dot_product_attention(q, k, v, mask=mask, is_causal=mask is None, **kwargs)
 
 
+def sink_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, bias: jax.Array | None, sink_logit: jax.Array
+) -> jax.Array:
+    """Softmax attention with one extra always-visible key slot whose logit is sink_logit [H] and value is 0.
+
+    q [B, T, H, Dh], k/v [B, S, Hkv, Dh], mask bool [B or 1, 1, T, S], bias float32 [B or 1, H, T, S] or None
+    -> [B, T, H, Dh]. The slot is appended as a zero key (logit 0) plus a bias of sink_logit_h, so the row
+    softmax runs over S + 1 entries and the real keys' weights sum to less than 1 (softmax-plus-one when
+    sink_logit = 0).
+    """
+    batch, length = q.shape[:2]
+    zero_slot = jnp.zeros((batch, 1, *k.shape[2:]), k.dtype)
+    keys, values = jnp.concatenate([k, zero_slot], axis=1), jnp.concatenate([v, zero_slot], axis=1)
+    heads, slots = q.shape[2], k.shape[1]
+    mask = jnp.broadcast_to(mask, (mask.shape[0], 1, length, slots))
+    mask = jnp.concatenate([mask, jnp.ones((*mask.shape[:3], 1), jnp.bool_)], axis=-1)
+    bias = jnp.zeros((1, heads, length, slots), jnp.float32) if bias is None else bias
+    bias = jnp.broadcast_to(bias, (bias.shape[0], heads, length, slots))
+    sink_col = jnp.broadcast_to(sink_logit.astype(jnp.float32)[None, :, None, None], (*bias.shape[:3], 1))
+    bias = jnp.concatenate([bias, sink_col], axis=-1)
+    return _dot_product_attention(q, keys, values, mask=mask, bias=bias)
+
+
 @register_mixer("attention")
 class Attention(nnx.Module):
     """Multi-head causal softmax attention (GQA: query head h reads kv head h // (H // Hkv)).
@@ -91,9 +118,18 @@ class Attention(nnx.Module):
       position (str, default "rope"): how positions enter. "rope" rotates q and k; "alibi" adds the
         per-head recency bias -slope_h·(i - j) to the logits instead (Press et al. 2022; the usual
         length-extrapolation baseline); "none" uses no positional signal (NoPE: causality alone).
+      output_gate (str, default "none"): a sigmoid gate on the attention output before o_proj,
+        o_h ← o_h ⊙ σ(x W_g) computed from the mixer input x (gated attention, Qiu et al. 2025). "head":
+        one gate per head (W_g [D, H]); "channel": one per head and channel (W_g [D, H·Dh]). Adds parameters.
+      sink (str, default "none"): an explicit attention sink, a key slot every query sees, with value 0
+        and logit s_h, so the real keys' weights may sum to less than 1. "learnable": s_h is a learned
+        per-head scalar (init 0); "plus_one": s_h = 0 fixed (softmax-plus-one, softmax₁).
+        `attention_logits` / `attention_weights` then have S + 1 columns, the sink last.
     """
 
-    CONFORMANCE_OPTIONS = ((), (("qk_norm", True),), (("position", "alibi"),))
+    CONFORMANCE_OPTIONS = (
+        (), (("qk_norm", True),), (("position", "alibi"),), (("output_gate", "channel"), ("sink", "learnable"))
+    )
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.num_heads = cfg.num_heads
@@ -115,6 +151,12 @@ class Attention(nnx.Module):
         qk_norm = options.qk_norm
         self.q_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if qk_norm else None
+        check_choice("attention mixer", "output_gate", options.output_gate, OUTPUT_GATES)
+        check_choice("attention mixer", "sink", options.sink, SINKS)
+        self.output_gate, self.sink = options.output_gate, options.sink
+        gate_width = {"none": 0, "head": cfg.num_heads, "channel": cfg.num_heads * self.head_dim}[self.output_gate]
+        self.gate_proj = linear(cfg.d_model, gate_width) if gate_width else None
+        self.sink_logit = nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if self.sink == "learnable" else None
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -124,12 +166,30 @@ class Attention(nnx.Module):
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             bias = alibi_bias(positions, positions, self.num_heads) if self.position == "alibi" else None
-            out = causal_attention(q, k, v, segment_ids, bias=bias)
+            if self.sink == "none":
+                out = causal_attention(q, k, v, segment_ids, bias=bias)
+            else:
+                out = sink_attention(q, k, v, causal_mask(segment_ids, x.shape[1]), bias, self.sink_logits())
             new_cache = None
         else:
             out, new_cache = self._attend_cached(q, k, v, cache, positions)
         batch, length = x.shape[:2]
+        out = self.gate_heads(x, out)
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
+
+    def sink_logits(self) -> jax.Array:
+        """The sink slot's logit per head, float32 [H]: learned ("learnable") or zeros ("plus_one")."""
+        if self.sink_logit is not None:
+            return self.sink_logit[...]
+        return jnp.zeros((self.num_heads,), jnp.float32)
+
+    def gate_heads(self, x: jax.Array, heads: jax.Array) -> jax.Array:
+        """Applies the output gate: heads [B, T, H, Dh] ⊙ σ(x W_g) with x [B, T, D]; identity without a gate."""
+        if self.gate_proj is None:
+            return heads
+        batch, length = x.shape[:2]
+        gate = jax.nn.sigmoid(self.gate_proj(x).astype(jnp.float32)).reshape(batch, length, self.num_heads, -1)
+        return (heads.astype(jnp.float32) * gate).astype(heads.dtype)
 
     def _project_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x: [B, T, D] -> q [B, T, H, Dh], k and v [B, T, Hkv, Dh], with RoPE applied to q and k (position "rope")."""
@@ -158,7 +218,10 @@ class Attention(nnx.Module):
         if self.position == "alibi":
             slots = jnp.broadcast_to(jnp.arange(keys.shape[1], dtype=jnp.int32), (q.shape[0], keys.shape[1]))
             bias = alibi_bias(positions, slots, self.num_heads)
-        out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask, bias=bias)
+        if self.sink == "none":
+            out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask, bias=bias)
+        else:
+            out = sink_attention(q.astype(keys.dtype), keys, values, mask, bias, self.sink_logits())
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "index": new_index}
 
@@ -168,6 +231,7 @@ class Attention(nnx.Module):
         """x [B, T, D] -> the forward's float32 logits [B, H, T, T], −inf where masked (diagnostics; O(T²)).
 
         Query head h reads kv head h // (H // Hkv); q and k carry QK-norm and RoPE as in the forward.
+        With a sink the result is [B, H, T, T + 1]: the last column holds the sink logit s_h for every query.
         """
         q, k, _ = self._project_qkv(x, positions)
         k = jnp.repeat(k, self.num_heads // self.num_kv_heads, axis=2)
@@ -176,12 +240,19 @@ class Attention(nnx.Module):
         ) * jnp.float32(self.head_dim**-0.5)
         if self.position == "alibi":
             logits = logits + alibi_bias(positions, positions, self.num_heads)
-        return jnp.where(causal_mask(segment_ids, x.shape[1]), logits, -jnp.inf)
+        logits = jnp.where(causal_mask(segment_ids, x.shape[1]), logits, -jnp.inf)
+        if self.sink == "none":
+            return logits
+        sink = jnp.broadcast_to(self.sink_logits()[None, :, None, None], (*logits.shape[:3], 1))
+        return jnp.concatenate([logits, sink], axis=-1)
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array
     ) -> jax.Array:
-        """x [B, T, D] -> the softmax probabilities [B, H, T, T] float32 of the forward, 0 where masked."""
+        """x [B, T, D] -> the softmax probabilities [B, H, T, T] float32 of the forward, 0 where masked.
+
+        With a sink: [B, H, T, T + 1], the sink slot last; each row sums to 1 including the sink.
+        """
         return jax.nn.softmax(self.attention_logits(x, segment_ids=segment_ids, positions=positions), axis=-1)
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any) -> dict[str, jax.Array]:

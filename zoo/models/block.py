@@ -14,25 +14,40 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.layers.mlp import SwiGLU
+from icml26zoo.layers.mlp import build_mlp
+from icml26zoo.layers.norms import DyT
 from icml26zoo.layers.residual import Residual
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import MIXERS
 
 
-class Block(nnx.Module):
-    """One decoder layer: x -> Residual(mixer) -> Residual(SwiGLU), both with cfg.norm_placement.
+def block_residual(cfg: ModelConfig) -> Residual:
+    """The residual wrapper of one sublayer: cfg.norm_placement, with cfg.norm ("rmsnorm" or "dyt") as its norms."""
+    residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
+    if cfg.norm == "dyt":
+        # Residual builds RMSNorms; swap in a DyT of the same width wherever the placement has a norm.
+        for name in ("norm", "norm_out"):
+            if getattr(residual, name) is not None:
+                setattr(residual, name, DyT(cfg.d_model))
+    return residual
 
-    With cfg.mlp_dim == 0 the SwiGLU sublayer (and its norm) is absent: x -> Residual(mixer).
+
+class Block(nnx.Module):
+    """One decoder layer: x -> Residual(mixer) -> Residual(MLP), both with cfg.norm_placement and cfg.norm.
+
+    The MLP is SwiGLU or GELU (cfg.mlp_activation). With cfg.mlp_dim == 0 the MLP sublayer (and its norm)
+    is absent: x -> Residual(mixer).
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
-        self.mixer_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
+        self.mixer_residual = block_residual(cfg)
         self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
         self.has_mlp = cfg.resolved_mlp_dim > 0
         if self.has_mlp:
-            self.mlp_residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
-            self.mlp = SwiGLU(cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
+            self.mlp_residual = block_residual(cfg)
+            self.mlp = build_mlp(
+                cfg.mlp_activation, cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs
+            )
 
     def __call__(
         self,

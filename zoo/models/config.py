@@ -9,6 +9,8 @@ from icml26zoo.validation import check_choice, check_int, check_pairs, check_pos
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 COMPUTE_DTYPES = ("float32", "bfloat16")
+NORMS = ("rmsnorm", "dyt")
+MLP_ACTIVATIONS = ("swiglu", "gelu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +33,17 @@ class ModelConfig:
     num_kv_heads: int = 2
     # Per-head width; None means d_model // num_heads.
     head_dim: int | None = None
-    # SwiGLU hidden width; None means 8/3 * d_model rounded up to a multiple of 64; 0 means no MLP sublayer
-    # (a block is then only its mixer, as in Mamba's own backbone).
+    # MLP hidden width; None means 8/3 * d_model rounded up to a multiple of 64 for SwiGLU and 4 * d_model
+    # for GELU (equal parameter counts); 0 means no MLP sublayer (a block is then only its mixer, as in
+    # Mamba's own backbone).
     mlp_dim: int | None = None
-    # Where the RMSNorms sit around each sublayer: "pre", "post", "sandwich" or "none".
+    # The MLP: "swiglu" (down(silu(gate x) * up x), Llama) or "gelu" (down(gelu(up x)), GPT-2).
+    mlp_activation: str = "swiglu"
+    # Where the norms sit around each sublayer: "pre", "post", "sandwich" or "none".
     norm_placement: str = "pre"
+    # The block norm: "rmsnorm" or "dyt" (Dynamic Tanh, tanh(alpha x) * w + b; zoo.layers.norms.DyT).
+    # DyT replaces the norms inside the blocks; the final norm before the head (pre/sandwich) stays RMSNorm.
+    norm: str = "rmsnorm"
     # RMSNorm epsilon.
     norm_eps: float = 1e-6
     # RoPE base frequency.
@@ -74,6 +82,8 @@ class ModelConfig:
             raise ValueError(f"head_dim must be even for RoPE, got {self.resolved_head_dim}")
         check_choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         check_positive("norm_eps", self.norm_eps)
         check_positive("rope_theta", self.rope_theta)
         check_pairs("mixer_options", self.mixer_options)
@@ -86,6 +96,8 @@ class ModelConfig:
     def resolved_mlp_dim(self) -> int:
         if self.mlp_dim is not None:
             return self.mlp_dim
+        if self.mlp_activation == "gelu":
+            return 4 * self.d_model
         return -(-(8 * self.d_model // 3) // 64) * 64
 
     def option(self, name: str, default: Any = None) -> Any:
