@@ -212,3 +212,28 @@ def test_sink_statistics_for_every_softmax_mixer(mixer: str):
     if mixer != "attention":
         with pytest.raises(ValueError, match="attention"):
             sink_removal(model, tokens, i0=I0)
+
+
+def test_explicit_sink_slot_and_output_gate_in_capture_diagnose_and_sink_removal():
+    options = (("output_gate", "head"), ("sink", "learnable"))
+    model = _planted(dataclasses.replace(CFG, mixer_options=options))
+    for layer in model.layers:
+        layer.mixer.sink_logit[...] = jnp.asarray([-1.0, 0.5, 2.0, 3.0])
+    tokens = _tokens()
+    cap = capture_forward(model, tokens)
+    np.testing.assert_array_equal(np.asarray(cap["logits"]), np.asarray(model(tokens)))
+    probs, slot = np.asarray(cap["probs"]), np.asarray(cap["sink_probs"])
+    assert probs.shape == (2, 2, 4, 24, 24) and slot.shape == (2, 2, 4, 24)
+    # Rows sum to one including the sink slot, which takes visible mass.
+    np.testing.assert_allclose(probs.sum(-1) + slot, 1.0, atol=1e-5)
+    assert slot.min() > 0.0
+    # The gated head outputs reproduce the mixer's output through o_proj.
+    heads = cap["head_out"][0].reshape(2, 24, -1)
+    np.testing.assert_allclose(np.asarray(model.layers[0].mixer.o_proj(heads)), np.asarray(cap["mixer_out"][0]),
+                               rtol=1e-4, atol=1e-5)
+    result = diagnose(model, tokens, i0=I0)
+    np.testing.assert_allclose(result["sinks"]["slot_mass"], slot[..., I0:].mean(axis=(1, 3)), rtol=1e-6)
+    # I2 removes the first real key, never the sink slot: the slot's mass grows.
+    out = sink_removal(model, tokens, i0=I0)
+    assert np.all(out["after"]["first_token_mass"] == 0.0)
+    assert np.all(out["after"]["slot_mass"] > out["before"]["slot_mass"])

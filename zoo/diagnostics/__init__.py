@@ -23,6 +23,7 @@ from icml26zoo.diagnostics.stats import (
     life_cycle,
     massive_activations,
     sink_locality,
+    slot_mass,
     spike_token_geometry,
 )
 
@@ -51,7 +52,8 @@ def diagnose(
       spike_geometry: D3 (`stats.spike_token_geometry`) on the mixer inputs;
       sinks / locality / co_occurrence: D4 / D5 / D6 for the softmax-family mixers (attention, fox, fix,
         goat, circulation: `mixer.attention_weights`) with materialize_attention; otherwise
-        {"available": False, "reason": ...}.
+        {"available": False, "reason": ...}. With the attention mixer's explicit sink slot, sinks also
+        holds slot_mass [L, H] (`stats.slot_mass`) and the D4-D6 statistics see the real keys only.
     i0 must be < T for the sink statistics (queries i < i0 are excluded as trivially local).
     """
     cap = capture_forward(model, tokens, segment_ids=segment_ids, materialize_attention=materialize_attention)
@@ -82,6 +84,8 @@ def diagnose(
         return result
     probs = np.asarray(cap["probs"])
     result["sinks"] = {"available": True, **attention_sinks(probs, i0=i0, eps=eps, top_k=sink_top_k)}
+    if cap["sink_probs"] is not None:
+        result["sinks"]["slot_mass"] = slot_mass(np.asarray(cap["sink_probs"]), i0=i0)
     result["locality"] = {"available": True, **sink_locality(probs, i0=i0, eps=eps)}
     result["co_occurrence"] = {"available": True, **co_occurrence(d1["flagged_entries"], probs, i0=i0, eps=eps)}
     return result
@@ -101,6 +105,7 @@ __all__ = [
     "next_token_loss",
     "sink_locality",
     "sink_removal",
+    "slot_mass",
     "spike_clamp",
     "spike_token_geometry",
 ]

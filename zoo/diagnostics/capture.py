@@ -65,10 +65,15 @@ def softmax_rows(logits: jax.Array) -> jax.Array:
 
 
 def head_outputs(mixer: nnx.Module, x: jax.Array, probs: jax.Array, positions: jax.Array) -> jax.Array:
-    """Per-head output P @ V [B, T, H, Dh] (before o_proj) of an "attention" mixer; probs [B, H, T, T]."""
+    """Per-head output P @ V [B, T, H, Dh] (before o_proj, after any output gate) of an "attention" mixer.
+
+    probs [B, H, T, T], or [B, H, T, T + 1] with the mixer's sink slot last (its value is zero, so the slot
+    only takes weight away from the real keys).
+    """
     _, _, v = mixer._project_qkv(x, positions)
     v = jnp.repeat(v, mixer.num_heads // mixer.num_kv_heads, axis=2)
-    return jnp.einsum("bhij,bjhd->bihd", probs, v.astype(jnp.float32)).astype(mixer.dtype)
+    heads = jnp.einsum("bhij,bjhd->bihd", probs[..., : v.shape[1]], v.astype(jnp.float32)).astype(mixer.dtype)
+    return mixer.gate_heads(x, heads) if callable(getattr(mixer, "gate_heads", None)) else heads
 
 
 class EditedAttention(nnx.Module):
@@ -143,7 +148,9 @@ def capture_forward(
         hidden[l+1] - hidden[l] = attn_delta[l] + mlp_delta[l] up to rounding. Without an MLP sublayer
         (mlp_dim=0) mlp_in / mlp_out are None and mlp_delta is zero;
       probs [L, B, H, T, T] float32 or None — attention probabilities of a softmax-family mixer
-        (`attention_weights`), when materialize_attention (memory grows as T²);
+        (`attention_weights`), when materialize_attention (memory grows as T²); on the real keys only;
+      sink_probs [L, B, H, T] float32 or None — the weight each query puts on the mixer's explicit sink slot
+        (attention option sink = learnable / plus_one; then each row of probs sums to 1 - sink_probs);
       head_out [L, B, T, H, Dh] or None — per-head output before o_proj ("attention" mixer only);
       tokens [B, T]; mixer (name); has_attention (bool: the mixer exposes attention probabilities).
     A scanned model is first converted to the unrolled layout (a copy; the model is not changed).
@@ -160,7 +167,8 @@ def capture_forward(
     has_attention = all(has_attention_weights(layer.mixer) for layer in model.layers)
     # The same casts as DecoderLM.forward_embeddings, so the stream enters block 0 identically.
     x = model.embed(tokens).astype(jnp.dtype(cfg.compute_dtype))
-    names = ("hidden", "mixer_in", "mixer_out", "mlp_in", "mlp_out", "attn_delta", "mlp_delta", "probs", "heads")
+    names = ("hidden", "mixer_in", "mixer_out", "mlp_in", "mlp_out", "attn_delta", "mlp_delta", "probs", "heads",
+             "sink_probs")
     rec: dict[str, list] = {name: [] for name in names}
     for index, layer in enumerate(model.layers):
         if hooks.block_input is not None:
@@ -176,6 +184,10 @@ def capture_forward(
         rec["mlp_delta"].append(out - sown["after_mixer"])
         if has_attention and (materialize_attention or hooks.attention_logits is not None):
             probs, heads = _attention_maps(layer, sown["mixer_in"], segment_ids=segment_ids, positions=positions)
+            if probs.shape[-1] == tokens.shape[1] + 1:
+                # An explicit sink slot (the mixer's last column) is kept apart: probs index real keys only.
+                rec["sink_probs"].append(probs[..., -1])
+                probs = probs[..., :-1]
             rec["probs"].append(probs)
             if heads is not None:
                 rec["heads"].append(heads)

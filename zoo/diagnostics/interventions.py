@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from icml26zoo.diagnostics.capture import Hooks, capture_forward, next_token_loss
-from icml26zoo.diagnostics.stats import attention_sinks, massive_activations, sink_locality
+from icml26zoo.diagnostics.stats import attention_sinks, massive_activations, sink_locality, slot_mass
 
 
 def _summary(cap: dict[str, Any], *, i0: int, eps: float) -> dict[str, Any]:
@@ -29,6 +29,8 @@ def _summary(cap: dict[str, Any], *, i0: int, eps: float) -> dict[str, Any]:
         probs = np.asarray(cap["probs"])
         sinks = attention_sinks(probs, i0=i0, eps=eps)
         out.update(sink_rate=sinks["sink_rate"], first_token_mass=sinks["first_token_mass"])
+        if cap["sink_probs"] is not None:
+            out["slot_mass"] = slot_mass(np.asarray(cap["sink_probs"]), i0=i0)
         out["distance"] = sink_locality(probs, i0=i0, eps=eps)["distance"]
     return out
 
@@ -50,7 +52,8 @@ def spike_clamp(
     entries default to D1's flagged entries of that output stream (h^{layer+1}) with tau_abs / tau_rel.
     mode "median": |value| is clipped to the stream's median magnitude (sign kept); "zero": set to 0.
     Returns {"before", "after"} summaries (loss, max_ratio [L+1], max_abs [L+1], and for attention
-    sink_rate, first_token_mass [L, H], distance [L, H]), "delta_loss", and the clamped "entries".
+    sink_rate, first_token_mass [L, H], distance [L, H], and with an explicit sink slot slot_mass [L, H]),
+    "delta_loss", and the clamped "entries".
     """
     if mode not in ("median", "zero"):
         raise ValueError(f"mode must be 'median' or 'zero', got {mode!r}")
@@ -96,9 +99,10 @@ def sink_removal(
         selected[lay, h] = True
     length = tokens.shape[1]
     query_after_sink = jnp.arange(length)[:, None] > sink  # [T, 1]
-    key_is_sink = jnp.arange(length)[None, :] == sink  # [1, T]
 
     def remove(index: int, logits: jax.Array) -> jax.Array:
+        # logits may carry the mixer's explicit sink slot as an extra last column; key `sink` is a real token.
+        key_is_sink = jnp.arange(logits.shape[-1])[None, :] == sink  # [1, S]
         drop = jnp.asarray(selected[index])[None, :, None, None] & (query_after_sink & key_is_sink)[None, None]
         return jnp.where(drop, -jnp.inf, logits)
 

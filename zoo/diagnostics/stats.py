@@ -169,6 +169,18 @@ def attention_sinks(probs: np.ndarray, *, i0: int = 16, eps: float = 0.3, top_k:
     }
 
 
+def slot_mass(sink_probs: np.ndarray, *, i0: int = 16) -> np.ndarray:
+    """Mean weight on an explicit sink slot over queries i ≥ i0, batch-averaged: sink_probs [L, B, H, T] -> [L, H].
+
+    The slot is the attention mixer's learnable / softmax-plus-one sink (capture's sink_probs), the
+    architectural counterpart of the first-token mass a_h(0).
+    """
+    p = np.asarray(sink_probs, np.float64)
+    if not 0 <= i0 < p.shape[-1]:
+        raise ValueError(f"i0 must be in [0, T) = [0, {p.shape[-1]}), got {i0}")
+    return p[..., i0:].mean(axis=(1, 3))
+
+
 def _distance_entropy(p: np.ndarray, i0: int) -> tuple[np.ndarray, np.ndarray]:
     """Mean distance Σ_j P_ij (i - j) and entropy of rows i ≥ i0; p [L, B, H, T, T] -> two [L, H]."""
     length = p.shape[-1]
