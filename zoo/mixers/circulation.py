@@ -301,16 +301,16 @@ class CirculationAttention(nnx.Module):
         w_k = jnp.repeat(w_k, self.num_heads // self.num_kv_heads, axis=1)
         return w_q.transpose(1, 2, 0), w_k.transpose(1, 2, 0)
 
-    def stability(self, x: jax.Array, *, scale_energy: bool = False) -> dict[str, float]:
+    def stability(self, x: jax.Array, *, scale_energy: bool = False) -> dict[str, jax.Array]:
         """The paper's stability measures of this layer on mixer inputs x [B, T, D] (one sequence per row):
         `circulation_stats.stability_measures` per row on (H_new, X, W_Q, W_K), its head-averaged summaries
         (energy_mean, energy_min, energy_p5, instability_mean, alignment_mean) and the head means of eta_m
-        and symmetry_balance, each averaged over rows, as floats. Gradient-free."""
+        and symmetry_balance, each averaged over rows, as float32 scalars [] (jittable). Gradient-free."""
         x = jax.lax.stop_gradient(x)
         patterns = jnp.moveaxis(self.retrieved_patterns(x), 2, 1)  # [B, H, T, D]
         w_q, w_k = self.query_key_weights()
         per_row = jax.vmap(lambda p, xr: stability_measures(p, xr, w_q, w_k, scale_energy=scale_energy))(patterns, x)
-        return {name: float(jnp.mean(per_row[name])) for name in STABILITY_SUMMARIES}
+        return {name: jnp.mean(per_row[name]) for name in STABILITY_SUMMARIES}
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array | None = None
