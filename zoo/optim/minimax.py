@@ -29,6 +29,10 @@ with the fallback). Every try costs three gradient evaluations (∇_y, ∇_x, an
 W). With B = 0 (no coupling) and κ below the per-player contraction the first try is always accepted
 and TALDA-R is separate gradient descent on x and ascent on y.
 
+Diagnostic (not used by any update): the idealised Lyapunov function of Yang et al.,
+V(x, y) = [Φ(x) − Φ*] + λ [Φ(x) − f(x, y)] with Φ(x) = max_y f(x, y), for problems whose saddle point is
+known (`lyapunov`; Φ by inner gradient ascent, `max_value`).
+
 Everything is jit-able; f is `f(x, y) -> scalar` on float arrays x `[dx]`, y `[dy]`.
 """
 
@@ -76,6 +80,40 @@ def surrogate(f: Objective, x: jax.Array, y: jax.Array, a: float = 1.0, b: float
     gx, gy = jax.grad(f, argnums=(0, 1))(x, y)
     sq_x, sq_y = jnp.sum(gx.astype(jnp.float32) ** 2), jnp.sum(gy.astype(jnp.float32) ** 2)
     return as_float32(a) * sq_x + as_float32(b) * sq_y
+
+
+def max_value(f: Objective, x: jax.Array, y: jax.Array, *, step: float, num_steps: int,
+              y_star: jax.Array | None = None) -> jax.Array:
+    """Φ(x) = max_y f(x, y) from below: the best f(x, ·) seen by `num_steps` gradient-ascent steps of size `step`
+    from y (≤ 1/L_yy; PL makes them converge linearly), and at `y_star` when given. float32 [].
+
+    Every candidate is a lower bound of the max, so the estimate is ≥ f(x, y) (and ≥ f(x, y_star)) exactly,
+    whatever the round-off; with y_star the maximiser at the saddle, f(x, y_star) ≥ f(x*, y_star) = Φ*.
+    """
+    grad_y = jax.grad(f, argnums=1)
+
+    def ascend(_, carry):
+        y_cur, best = carry
+        y_cur = y_cur + as_float32(step).astype(y_cur.dtype) * grad_y(x, y_cur)
+        return y_cur, jnp.maximum(best, f(x, y_cur).astype(jnp.float32))
+
+    best = f(x, y).astype(jnp.float32)
+    if y_star is not None:
+        best = jnp.maximum(best, f(x, y_star).astype(jnp.float32))
+    return jax.lax.fori_loop(0, num_steps, ascend, (y, best))[1]
+
+
+def lyapunov(f: Objective, x: jax.Array, y: jax.Array, *, x_star: jax.Array, y_star: jax.Array, lam: float = 0.1,
+             step: float, num_steps: int = 200) -> jax.Array:
+    """The idealised Lyapunov function V = [Φ(x) − Φ*] + λ [Φ(x) − f(x, y)] (Yang, Kiyavash, He 2020) at
+    (x, y), with Φ* = f(x*, y*) at the known saddle (x*, y*) and Φ from `max_value(step, num_steps)`.
+
+    A diagnostic for toy problems: computable only where the saddle is known. Both terms are ≥ 0 and V is
+    exactly 0 at the saddle (∇_y f = 0 there, so the inner ascent stays put). float32 [].
+    """
+    phi = max_value(f, x, y, step=step, num_steps=num_steps, y_star=y_star)
+    phi_star = f(x_star, y_star).astype(jnp.float32)
+    return (phi - phi_star) + as_float32(lam) * (phi - f(x, y).astype(jnp.float32))
 
 
 def pl_surrogate_weights(mu_y: float, cross_smoothness: float) -> tuple[float, float]:
