@@ -34,7 +34,7 @@ from icml26zoo.repro import ssd_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, markdown_table
 from icml26zoo.validation import check_int
 
-__all__ = ["FORMS", "FULL", "QUICK", "equality_rows", "rank_sweep", "run"]
+__all__ = ["FORMS", "FULL", "QUICK", "condition_rows", "equality_rows", "rank_sweep", "run", "sweep_lengths"]
 
 QUICK = Budget(steps=4, batch_size=1, seq_len=64, seeds=(0,))
 FULL = Budget(steps=7, batch_size=2, seq_len=512, seeds=(0, 1, 2))
