@@ -211,7 +211,7 @@ class Experiment:
         paths["json"].write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
         for name, figure in figures.items():
             paths[name] = self.run_dir / f"{name}.png"
-            figure.savefig(paths[name], dpi=120)
+            figure.savefig(paths[name], dpi=100)
         return Results(title=title, rows=rows, markdown=text, figures=figures, paths=paths, extra=dict(extra or {}))
 
 
