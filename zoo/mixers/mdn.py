@@ -235,3 +235,35 @@ class MomentumDeltaNet(nnx.Module):
             name: jnp.zeros(shape, jnp.float32 if name.startswith("state") else dtype)
             for name, shape in self._cache_shapes(batch_size).items()
         }
+
+
+def momentum_transition(
+    g: jax.Array, log_mu: jax.Array, beta: jax.Array, eta: jax.Array, *, p_times_alpha: bool = True
+) -> jax.Array:
+    """The input-free MDN step restricted to the key direction k̂. Gates [...] -> transition [..., 2, 2] float32.
+
+    With v = 0, k = η k̂ and p = α k̂, the components s = k̂ᵀS and m = k̂ᵀM of one step obey
+    (s, m)ᵀ ← A (s, m)ᵀ with A = [[α(1 − βη), −βμ], [ηα, μ]] (α = exp g, μ = exp log_mu): det A = αμ,
+    tr A = α(1 − βη) + μ. `p_times_alpha=False` is the variant p = k̂, A = [[α − βη, −βμ], [η, μ]], which
+    the layer does not use (its radius can exceed 1). Takes the layer's `gates(x)` dict as keywords.
+    """
+    alpha, mu = jnp.exp(g.astype(jnp.float32)), jnp.exp(log_mu.astype(jnp.float32))
+    beta, eta = beta.astype(jnp.float32), eta.astype(jnp.float32)
+    predict = alpha if p_times_alpha else jnp.ones_like(alpha)  # the coefficient of k̂ in p
+    rows = ((alpha - beta * eta * predict, -beta * mu), (eta * predict, mu))
+    return jnp.stack([jnp.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def transition_spectral_radius(
+    g: jax.Array, log_mu: jax.Array, beta: jax.Array, eta: jax.Array, *, p_times_alpha: bool = True
+) -> jax.Array:
+    """Spectral radius [...] float32 of `momentum_transition` (same arguments), in closed form.
+
+    Real eigenvalues (tr² ≥ 4 det): (|tr| + √(tr² − 4 det)) / 2; a complex-conjugate pair: √det. The
+    state decays geometrically along k̂ exactly when this is < 1 (spec mixers-02 invariant 7).
+    """
+    a = momentum_transition(g, log_mu, beta, eta, p_times_alpha=p_times_alpha)
+    trace, det = a[..., 0, 0] + a[..., 1, 1], a[..., 0, 0] * a[..., 1, 1] - a[..., 0, 1] * a[..., 1, 0]
+    disc = trace**2 - 4.0 * det
+    real = 0.5 * (jnp.abs(trace) + jnp.sqrt(jnp.maximum(disc, 0.0)))
+    return jnp.where(disc >= 0, real, jnp.sqrt(jnp.maximum(det, 0.0)))
