@@ -1,7 +1,7 @@
 """Circulation attention (arXiv 2605.27476): an (α, β) grid on the tiny byte LM with the Hopfield stability
 measures per layer through training.
 
-    python scripts/repro/circulation.py --out runs/repro/circulation [--quick] [--alphas 0.9,1,1.05,1.2]
+    python scripts/repro/circulation.py --out runs/repro/circulation [--quick] [--alphas 0.9,1,1.2]
         [--betas 1,3] [--measure-points 6] [--measure-rows 8] [--steps N] [--seeds 0,1] [--resume]
 """
 
@@ -25,7 +25,7 @@ def _floats(flag: str, text: str | None) -> tuple[float, ...] | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = budget_parser(__doc__.split("\n\n")[0], default_out="runs/repro/circulation")
-    parser.add_argument("--alphas", help="comma-separated circulation knobs α (default 0.9,1,1.05,1.2)")
+    parser.add_argument("--alphas", help="comma-separated circulation knobs α (default 0.9,1,1.2)")
     parser.add_argument("--betas", help="comma-separated blend factors β >= 0 (default 1,3)")
     parser.add_argument("--measure-points", type=int, help="checkpoints measured per cell (default 6; QUICK 2)")
     parser.add_argument("--measure-rows", type=int, default=8, help="held-out rows in the measurement batch")

@@ -43,9 +43,12 @@ from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "QUICK", "run"]
 
-# QUICK: three settings, 24 steps, one seed, two measure points (the notebook; about 30 CPU-seconds).
+# Budgets of at most this many steps get the QUICK defaults of the grid and the measure points.
+SMALL_BUDGET_STEPS = 50
+
+# QUICK: the baseline and α = 1.2, β = 3; 24 steps, one seed, two measure points (the notebook, ~30 CPU-s).
 QUICK = Budget(steps=24, batch_size=4, seq_len=32, seeds=(0,))
-# FULL: the default grid (7 distinct cells) x 2 seeds at the tiny preset's batch shape.
+# FULL: the default grid (5 distinct cells) x 2 seeds at the tiny preset's batch shape.
 FULL = Budget(steps=240, batch_size=8, seq_len=64, seeds=(0, 1))
 
 
@@ -64,16 +67,20 @@ def run(
     Args:
       run_dir: the run directory (cells, results.md/json, figures).
       budget: steps, batch shape and seeds per cell (QUICK or FULL or your own).
-      alphas: the circulation knobs (finite; default (0.9, 1.0, 1.05, 1.2), QUICK (1.0, 1.2)).
-      betas: the blend factors (finite, >= 0; default (1.0, 3.0)); α = 1 is trained once (see the module).
+      alphas: the circulation knobs (finite; default (0.9, 1.0, 1.2), QUICK (1.0, 1.2)).
+      betas: the blend factors (finite, >= 0; default (1.0, 3.0), QUICK (3.0,)); α = 1 is trained once
+        (see the module).
       measure_points: checkpoints per cell at which the measures are taken (plus the initialization);
-        1 <= measure_points <= budget.steps; default 2 for budgets of at most 50 steps, else 6.
+        1 <= measure_points <= budget.steps; default 6, or 2 for a small budget.
       measure_rows: held-out rows of `budget.seq_len` bytes in the fixed measurement batch (1 to 64).
       resume: continue in an existing run_dir (FileNotFoundError when it does not exist).
+
+    The defaults of alphas, betas and measure_points are the QUICK ones for a small budget (at most
+    SMALL_BUDGET_STEPS steps) and the FULL ones otherwise.
     """
-    quick = budget.steps <= 50
-    alphas = _check_values("alphas", (1.0, 1.2) if quick else (0.9, 1.0, 1.05, 1.2), alphas)
-    betas = _check_values("betas", (1.0, 3.0), betas, minimum=0.0)
+    quick = budget.steps <= SMALL_BUDGET_STEPS
+    alphas = _check_values("alphas", (1.0, 1.2) if quick else (0.9, 1.0, 1.2), alphas)
+    betas = _check_values("betas", (3.0,) if quick else (1.0, 3.0), betas, minimum=0.0)
     points = (2 if quick else 6) if measure_points is None else measure_points
     _check_count("measure_points", points, budget.steps)
     _check_count("measure_rows", measure_rows, 64)

@@ -18,7 +18,6 @@ from icml26zoo.train import data as data_lib
 from icml26zoo.train.checkpoint import Checkpointer
 from icml26zoo.train.config import DataConfig, TrainConfig
 from icml26zoo.train.loop import build_run
-from icml26zoo.train.runs import load_run
 
 # Every per-layer measure recorded through training (CirculationAttention.stability's summaries).
 MEASURES = STABILITY_SUMMARIES
@@ -50,20 +49,29 @@ def _model_measures(model: nnx.Module, tokens: jax.Array) -> list[dict[str, jax.
 
 def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig,
                         tokens: np.ndarray) -> tuple[list[int], list[dict[str, list[float]]]]:
-    """The measures of every layer at the initialization (step 0, rebuilt from the seed exactly as the
-    trainer builds it) and at each saved checkpoint: (steps, per layer {measure: [value per step]})."""
+    """The measures of every layer at the initialization (step 0: the trainer's own initial state for the
+    seed) and at each saved checkpoint: (steps, per layer {measure: [value per step]}).
+
+    One `build_run` serves as the initial state and as the template of every restore (what `load_run` does
+    per call, which would rebuild and recompile the run once per checkpoint)."""
+    run, fresh = build_run(config)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fresh,
+                            run.state_shardings)
+    tokens = jax.numpy.asarray(tokens)
+    layers: list[dict[str, list[float]]] = []
+
+    def record(params: Any) -> None:
+        per_layer = jax.device_get(_model_measures(unrolled(nnx.merge(run.graphdef, params)), tokens))
+        layers.extend({name: [] for name in MEASURES} for _ in range(len(per_layer) - len(layers)))
+        for values, measures in zip(layers, per_layer, strict=True):
+            for name in MEASURES:
+                values[name].append(float(measures[name]))
+
+    record(fresh.params)
     with Checkpointer(cell_dir / "checkpoints", keep=config.keep_checkpoints, async_save=False) as checkpointer:
         saved = sorted(checkpointer.all_steps())
-    run, fresh = build_run(config)
-    models = [nnx.merge(run.graphdef, fresh.params)] + [load_run(cell_dir, step)[1] for step in saved]
-    layers: list[dict[str, list[float]]] = []
-    for model in models:
-        per_layer = jax.device_get(_model_measures(unrolled(model), jax.numpy.asarray(tokens)))
-        if not layers:
-            layers = [{name: [] for name in MEASURES} for _ in per_layer]
-        for record, values in zip(layers, per_layer, strict=True):
-            for name in MEASURES:
-                record[name].append(float(values[name]))
+        for step in saved:
+            record(checkpointer.restore(step, abstract)[0].params)
     return [0, *saved], layers
 
 
