@@ -17,6 +17,7 @@ import importlib.util
 import json
 import math
 import pathlib
+import re
 import types
 import typing
 from typing import Any
@@ -106,6 +107,25 @@ class DataConfig:
             )
 
 
+def check_param_groups(field: str, groups: Any) -> None:
+    """`groups` must be a tuple of (pattern, lr_scale, weight_decay): a compiling regular expression, a number
+    >= 0 and a number >= 0 (ValueError naming `field`, the entry and what was expected)."""
+    if not isinstance(groups, tuple):
+        raise ValueError(f"{field} must be a tuple of (pattern, lr_scale, weight_decay) triples, got {groups!r}")
+    for index, group in enumerate(groups):
+        where = f"{field}[{index}]"
+        if not isinstance(group, tuple) or len(group) != 3 or not isinstance(group[0], str) or not group[0]:
+            raise ValueError(f"{where} must be a (pattern, lr_scale, weight_decay) triple with a non-empty "
+                             f"pattern string, got {group!r}")
+        try:
+            re.compile(group[0])
+        except re.error as error:
+            raise ValueError(f"{where}: pattern {group[0]!r} is not a regular expression ({error})") from None
+        for name, value in zip(("lr_scale", "weight_decay"), group[1:], strict=True):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{where}: {name} must be a number >= 0, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
     """The optax optimizer: a registered name plus the shared schedule, clipping and accumulation."""
@@ -130,6 +150,12 @@ class OptimConfig:
     grad_accum_steps: int = 1
     # Extra optimizer-specific hyperparameters as (name, value) pairs, e.g. (("damping", 0.1),).
     options: tuple[tuple[str, Any], ...] = ()
+    # Parameter groups with their own learning rate and weight decay, as (pattern, lr_scale, weight_decay)
+    # triples: a parameter whose "/"-joined path (e.g. "layers/mixer/filter_out/kernel") matches the regular
+    # expression `pattern` (re.search; the first matching group wins) is updated at lr_scale x the schedule's
+    # learning rate with decoupled weight decay `weight_decay` (still only on matrices); every other parameter
+    # keeps the fields above. () = one group. E.g. (("mixer/filter_", 0.5, 0.0),) for Hyena's filters.
+    param_groups: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_finite_floats("optim", self)
@@ -143,6 +169,7 @@ class OptimConfig:
         check_non_negative("optim.grad_clip_norm", self.grad_clip_norm)
         check_int("optim.grad_accum_steps", self.grad_accum_steps)
         check_pairs("optim.options", self.options)
+        check_param_groups("optim.param_groups", self.param_groups)
 
     def option(self, name: str, default: Any = None) -> Any:
         """The value of optimizer option `name`, or `default` when it is not set."""

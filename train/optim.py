@@ -1,7 +1,13 @@
-"""Builds the optax optimizer a TrainConfig names: schedule, clipping, registered core, accumulation."""
+"""Builds the optax optimizer a TrainConfig names: schedule, clipping, registered core (optionally one per
+parameter group), accumulation."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from typing import Any
+
+import jax
 import optax
 
 from icml26zoo.registry import OPTIMIZERS, UpdateFn
@@ -28,7 +34,11 @@ def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransform
             f"optim.grad_accum_steps must be 1 for optim.name={cfg.name!r}, which takes two gradients per step "
             f"(optax.MultiSteps drops the extra arguments it needs), got {cfg.grad_accum_steps}"
         )
-    core = factory(learning_rate_schedule(cfg, num_steps), cfg)
+    if cfg.param_groups and custom_update(cfg) is not None:
+        raise ValueError(f"optim.param_groups needs a single-gradient optimizer; optim.name={cfg.name!r} takes "
+                         f"two gradients per step, got {cfg.param_groups!r}")
+    schedule = learning_rate_schedule(cfg, num_steps)
+    core = factory(schedule, cfg) if not cfg.param_groups else grouped_core(factory, schedule, cfg)
     if cfg.grad_clip_norm > 0:
         core = optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), core)
     if cfg.grad_accum_steps > 1:
@@ -45,3 +55,53 @@ def custom_update(cfg: OptimConfig) -> UpdateFn | None:
     """
     make_update = OPTIMIZERS.update(cfg.name)
     return None if make_update is None else make_update(cfg)
+
+
+DEFAULT_GROUP = "default"
+
+
+def grouped_core(factory: Any, schedule: optax.Schedule, cfg: OptimConfig) -> optax.GradientTransformation:
+    """One copy of the registered core per `cfg.param_groups` entry (its own learning-rate scale and weight
+    decay) plus the default one, each updating only its parameters (optax.multi_transform). Clipping and
+    accumulation stay outside, over all parameters together."""
+    base = dataclasses.replace(cfg, param_groups=())
+    transforms = {DEFAULT_GROUP: factory(schedule, base)}
+    for index, (_, lr_scale, weight_decay) in enumerate(cfg.param_groups):
+        scaled = lambda step, lr_scale=lr_scale: lr_scale * schedule(step)
+        transforms[f"group{index}"] = factory(scaled, dataclasses.replace(base, weight_decay=weight_decay))
+    return optax.multi_transform(transforms, lambda params: param_group_labels(cfg.param_groups, params))
+
+
+def param_group_labels(groups: tuple[tuple[str, float, float], ...], params: Any) -> Any:
+    """The group label of every leaf of `params`: "group<i>" for the first pattern its "/"-joined path matches,
+    else "default". A pattern that matches no parameter is a ValueError (a typo would silently do nothing)."""
+    patterns = [re.compile(pattern) for pattern, _, _ in groups]
+    used = [False] * len(patterns)
+
+    def label(path: tuple, _: Any) -> str:
+        name = parameter_path(path)
+        for index, pattern in enumerate(patterns):
+            if pattern.search(name):
+                used[index] = True
+                return f"group{index}"
+        return DEFAULT_GROUP
+
+    labels = jax.tree_util.tree_map_with_path(label, params)
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    for index, hit in enumerate(used):
+        if not hit:
+            example = parameter_path(leaves[0][0]) if leaves else ""
+            raise ValueError(f"optim.param_groups[{index}]: pattern {groups[index][0]!r} matches no parameter "
+                             f"(paths look like {example!r})")
+    return labels
+
+
+def parameter_path(path: tuple) -> str:
+    """A pytree key path as "layers/mixer/in_proj/kernel" (dict keys, sequence indices, attribute names)."""
+    parts = []
+    for key in path:
+        for attribute in ("key", "idx", "name"):
+            if hasattr(key, attribute):
+                parts.append(str(getattr(key, attribute)))
+                break
+    return "/".join(parts)
