@@ -24,6 +24,7 @@ import os
 import statistics
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -47,7 +48,10 @@ QUICK = Budget(steps=16, batch_size=4, seq_len=32, seeds=(0,))
 FULL = Budget(steps=200, batch_size=8, seq_len=128, seeds=(0, 1))
 # What the QUICK run (the notebook, `--quick`) compares: every trainer cell costs ~10 CPU-seconds of
 # compilation alone, so the quick run trains the FoX-vs-RoPE contrast on the byte corpus only.
-QUICK_ARGS = {"variants": ("softmax", "fox"), "tasks": ("pystdlib",), "extrapolation": (2,), "eval_rows": 2}
+QUICK_ARGS = {"variants": ("softmax", "fox"), "tasks": ("pystdlib",), "extrapolation": (2,), "eval_rows": 1}
+# A cell of at most this many steps saves only its final checkpoint (an interruption retrains it, cheaply);
+# longer ones save two, so an interrupted one resumes from the middle.
+SHORT_CELL = 50
 TASKS = ("pystdlib", "mqar")
 METRIC = {"pystdlib": "eval/bits_per_byte", "mqar": "eval/accuracy"}
 
@@ -84,6 +88,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, variants: Sequence
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     lengths = tuple(budget.seq_len * m for m in (1, *factors))
     configs = {task: _task_config(experiment, task, d_model, lengths[-1], mqar_pairs) for task in tasks}
+    # One device: the models are tiny, and batches need not divide a (possibly virtual) device count.
+    devices = jax.devices()[:1]
     matched = matched_mlp_dims(next(iter(configs.values())).model, variants)
     finals: dict[tuple[str, str], list[float]] = {}
     curves: dict[tuple[str, str], list[tuple[list[int], list[float]]]] = {}
@@ -93,12 +99,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, variants: Sequence
             for seed in budget.seeds:
                 cell = f"{task}_{variant}_seed{seed}"
                 model = variant_model(base.model, variant, matched[variant][0])
-                config = experiment.cell_config(dataclasses.replace(base, model=model), seed=seed)
-                summary = experiment.train_cell(cell, config)
+                config = experiment.cell_config(dataclasses.replace(base, model=model), seed=seed,
+                                                checkpoints=1 if budget.steps <= SHORT_CELL else 2)
+                summary = experiment.train_cell(cell, config, devices=devices)
                 finals.setdefault((task, variant), []).append(float(summary[METRIC[task]]))
                 curves.setdefault((task, variant), []).append(experiment.metrics(cell, "train/loss"))
                 if task == "pystdlib" and factors:
-                    _, trained, _ = load_run(experiment.cell_dir(cell))
+                    _, trained, _ = load_run(experiment.cell_dir(cell), devices=devices)
                     extrapolated.setdefault(variant, []).append(
                         length_losses(trained, config, lengths, rows=eval_rows))
     rows = [_row(variant, matched[variant], finals, extrapolated, tasks, lengths) for variant in variants]
