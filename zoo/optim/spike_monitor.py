@@ -88,14 +88,21 @@ def directional_curvature(loss: Loss, params: Any, grads: Any, direction: Any) -
 
 
 def preconditioned_sharpness(
-    loss: Loss, params: Any, precond: Any, *, key: jax.Array, num_iters: int = 20
+    loss: Loss, params: Any, precond: Any, *, key: jax.Array, num_iters: int = 20, init: Any | None = None
 ) -> tuple[jax.Array, Any]:
-    """(λ_max, u): top eigenpair of P^{1/2} H P^{1/2} by `num_iters` power iterations (one HVP each)."""
+    """(λ_max, u): top eigenpair of P^{1/2} H P^{1/2} by `num_iters` power iterations (one HVP each).
+
+    `init` (param-shaped) starts the iteration instead of a random vector from `key`: a trace that passes the
+    previous step's `u` back in tracks λ_max with a few iterations per step, since P and H change slowly.
+    """
     root = jax.tree.map(jnp.sqrt, precond)
     leaves, treedef = jax.tree.flatten(root)
-    keys = jax.random.split(key, len(leaves))
-    u = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, jnp.float32) for k, x in zip(keys, leaves,
-                                                                                                 strict=True)])
+    if init is None:
+        keys = jax.random.split(key, len(leaves))
+        u = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape, jnp.float32)
+                                         for k, x in zip(keys, leaves, strict=True)])
+    else:
+        u = _f32(init)
 
     def normalize(t):
         norm = jnp.sqrt(_dot(t, t))
