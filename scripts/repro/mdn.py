@@ -10,6 +10,7 @@ the MQAR cells of one mixer, which share their shapes, compile once.
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -42,8 +43,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--implementation", default="reference",
                         help="mixer implementation: reference, xla or default (each op's own; default reference)")
     args, budget = parse_budget(parser, argv, quick=mdn.QUICK, full=mdn.FULL)
-    if jax.config.jax_compilation_cache_dir is None:
-        jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / "jax_cache"))
     results = mdn.run(
         args.out, budget=budget, mixers=_names(args.mixers), pairs=_ints("--pairs", args.pairs),
         byte_corpus=False if args.no_bytes else None, num_keys=args.num_keys,
@@ -54,5 +53,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{name}: {path}")
 
 
+def use_compilation_cache(argv: Sequence[str]) -> None:
+    """Caches compiled programs under <--out>/jax_cache unless a JAX compilation cache is already configured.
+
+    Only the command line does this (not `main`), since it changes process-wide JAX settings."""
+    if jax.config.jax_compilation_cache_dir is not None:
+        return
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--out", default="runs/repro/mdn")
+    args, _ = parser.parse_known_args(argv)
+    jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / "jax_cache"))
+
+
 if __name__ == "__main__":
+    use_compilation_cache(sys.argv[1:])
     sys.exit(run_main(main))
