@@ -119,3 +119,16 @@ def test_the_monitor_is_read_only():
 def test_missing_adam_state_is_a_clear_error():
     with pytest.raises(ValueError, match="ScaleByAdamState"):
         sm.find_adam_state(optax.sgd(0.1).init({"x": jnp.ones(2)}))
+
+
+def test_power_iteration_warm_started_on_the_top_eigenvector_needs_one_iteration():
+    hess = jnp.diag(jnp.asarray([1.0, 3.0, 0.5]))
+    loss = lambda p: 0.5 * p["x"] @ hess @ p["x"]
+    precond = {"x": jnp.asarray([2.0, 1.0, 1.0])}  # P^{1/2} H P^{1/2} = diag(2, 3, 0.5): top vector e_2
+    init = {"x": jnp.asarray([0.0, 1.0, 0.0])}
+    lam, top = sm.preconditioned_sharpness(loss, {"x": jnp.ones(3)}, precond, key=jax.random.PRNGKey(0),
+                                           num_iters=1, init=init)
+    np.testing.assert_allclose(lam, 3.0, rtol=1e-6)
+    np.testing.assert_allclose(top["x"], init["x"], atol=1e-7)
+    cold, _ = sm.preconditioned_sharpness(loss, {"x": jnp.ones(3)}, precond, key=jax.random.PRNGKey(0), num_iters=1)
+    assert abs(float(cold) - 3.0) > 1e-3  # a random start is not there after one iteration
