@@ -27,6 +27,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from icml26zoo.repro.circulation_parts import (
@@ -161,8 +162,10 @@ def _train_and_measure(experiment: Experiment, base: Any, alpha: float, beta: fl
     config = experiment.cell_config(config, seed=seed)
     every = max(1, math.ceil(experiment.budget.steps / points))
     config = dataclasses.replace(config, checkpoint_every=every, keep_checkpoints=points + 1)
-    summary = experiment.train_cell(name, config)
-    steps, layers = measure_checkpoints(experiment.cell_dir(name), config, tokens)
+    # One device: the tiny model gains nothing from a data-parallel mesh, and any batch size then works.
+    devices = jax.devices()[:1]
+    summary = experiment.train_cell(name, config, devices=devices)
+    steps, layers = measure_checkpoints(experiment.cell_dir(name), config, tokens, devices=devices)
     return {"cell": name, "alpha": alpha, "beta": beta, "seed": seed, "bits_per_byte": summary["eval/bits_per_byte"],
             "steps": steps, "layers": layers}
 

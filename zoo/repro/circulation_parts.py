@@ -47,14 +47,15 @@ def _model_measures(model: nnx.Module, tokens: jax.Array) -> list[dict[str, jax.
     return [layer.mixer.stability(mixer_in[i]) for i, layer in enumerate(model.layers)]
 
 
-def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig,
-                        tokens: np.ndarray) -> tuple[list[int], list[dict[str, list[float]]]]:
+def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig, tokens: np.ndarray, *,
+                        devices: list | None = None) -> tuple[list[int], list[dict[str, list[float]]]]:
     """The measures of every layer at the initialization (step 0: the trainer's own initial state for the
-    seed) and at each saved checkpoint: (steps, per layer {measure: [value per step]}).
+    seed) and at each saved checkpoint: (steps, per layer {measure: [value per step]}), on `devices`
+    (default: all, as the trainer).
 
     One `build_run` serves as the initial state and as the template of every restore (what `load_run` does
     per call, which would rebuild and recompile the run once per checkpoint)."""
-    run, fresh = build_run(config)
+    run, fresh = build_run(config, devices)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fresh,
                             run.state_shardings)
     tokens = jax.numpy.asarray(tokens)
