@@ -6,7 +6,7 @@ differ only in the mixer. `classify_tiny.py` trains the same model as a sequence
 
 The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (ICML 2026, docs/papers.md): Llama, Mamba
 and Hyena backbones with matched parameter counts per size, on the synthetic nucleotide dataset or the
-byte corpus, all with one recipe (scripts/eden_compare.py trains the grid at an equal token budget).
+byte corpus, all with one recipe (scripts/repro/eden.py trains the grid at an equal token budget).
 """
 
 from __future__ import annotations
@@ -87,6 +87,12 @@ EDEN_SHAPES = {
     "medium": {"llama": (96, 3), "mamba": (84, 6), "hyena": (88, 3)},
 }
 EDEN_DATASETS = ("nucleotide", "pystdlib")
+EDEN_LEARNING_RATE = 3e-3
+# Hyena's implicit-filter FFN (its Linear layers and Sin frequencies) trains in its own optimizer group, as
+# in safari: learning rate 1e-3 and no weight decay (spec 06). The group's rate is a multiple of the peak,
+# so it follows the shared warmup-cosine schedule (and scales with an overridden optim.learning_rate).
+HYENA_FILTER_LEARNING_RATE = 1e-3
+HYENA_FILTER_GROUP = (r"mixer/filter_(layers|freqs|out)/", HYENA_FILTER_LEARNING_RATE / EDEN_LEARNING_RATE, 0.0)
 
 
 def eden_model(arch: str, size: str, *, max_seq_len: int) -> ModelConfig:
@@ -111,8 +117,9 @@ def eden_lm(arch: str, size: str, dataset: str = "nucleotide", *, num_steps: int
     """One cell of the EDEN comparison: `arch` at `size` on `dataset`, with a recipe shared by all cells.
 
     On "nucleotide" each sequence holds seq_len + 1 bases, so every row is exactly one whole sequence and
-    the generator's Bayes-optimal loss on the eval rows is exact (scripts/eden_compare.py). The same
+    the generator's Bayes-optimal loss on the eval rows is exact (icml26zoo.repro.eden). The same
     backbones run on the built-in byte corpus with dataset="pystdlib" (the vocabulary is 256 bytes in both).
+    Hyena's filter FFN gets its own optimizer group (`HYENA_FILTER_GROUP`).
     """
     if dataset not in EDEN_DATASETS:
         raise ValueError(f"dataset must be one of {list(EDEN_DATASETS)}, got {dataset!r}")
@@ -120,7 +127,8 @@ def eden_lm(arch: str, size: str, dataset: str = "nucleotide", *, num_steps: int
     return TrainConfig(
         model=eden_model(arch, size, max_seq_len=seq_len),
         data=DataConfig(name=dataset, nucleotide_length=seq_len + 1),
-        optim=OptimConfig(learning_rate=3e-3, warmup_steps=max(1, num_steps // 10)),
+        optim=OptimConfig(learning_rate=EDEN_LEARNING_RATE, warmup_steps=max(1, num_steps // 10),
+                          param_groups=(HYENA_FILTER_GROUP,) if arch == "hyena" else ()),
         batch_size=batch_size,
         seq_len=seq_len,
         num_steps=num_steps,

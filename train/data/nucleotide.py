@@ -107,6 +107,41 @@ def optimal_bits(seed: int, rows: list[np.ndarray]) -> tuple[float, int]:
     return total, count
 
 
+def motif_occurrences(variant: np.ndarray, offset: np.ndarray, motif_length: int,
+                      num_motifs: int) -> dict[str, np.ndarray]:
+    """Every planted motif that lies wholly inside its row, from a split's "variant" and "offset" labels.
+
+    Args:
+      variant, offset: int [N, n] labels of `generate_split` (or the TFDS features), −1 outside motifs.
+      motif_length, num_motifs: the generator's L and M (`spec(config).motif_length`, `.num_motifs`).
+
+    Returns:
+      int64 [K] "row", "start" (offset-0 position) and "variant" (v < M: forward motif v; v >= M: the
+      reverse complement of motif v − M, the second arm of a pair) per occurrence, in row-major order, and
+      bool [K] "paired": a second arm whose first arm starts earlier in the same row, so that the context
+      alone fixes which motif it is (a recall of the first arm rather than of the motif list).
+    """
+    variant, offset = np.asarray(variant, np.int64), np.asarray(offset, np.int64)
+    if variant.shape != offset.shape or variant.ndim != 2:
+        raise ValueError(f"variant and offset must be [N, n] label arrays of one shape, got {variant.shape} "
+                         f"and {offset.shape}")
+    rows, starts = np.nonzero(offset == 0)
+    steps = np.arange(motif_length)
+    whole = starts + motif_length <= variant.shape[1]
+    rows, starts = rows[whole], starts[whole]
+    window = starts[:, None] + steps
+    kinds = variant[rows, starts]
+    # A whole occurrence runs offsets 0 .. L−1 of one variant (a row's end would cut it short).
+    complete = (offset[rows[:, None], window] == steps).all(axis=1) & (variant[rows[:, None], window] ==
+                                                                      kinds[:, None]).all(axis=1)
+    rows, starts, kinds = rows[complete], starts[complete], kinds[complete]
+    paired = np.zeros(rows.size, bool)
+    for index in np.flatnonzero(kinds >= num_motifs):
+        earlier = np.flatnonzero(offset[rows[index], : starts[index]] == 0)
+        paired[index] = earlier.size > 0 and variant[rows[index], earlier[-1]] == kinds[index] - num_motifs
+    return {"row": rows, "start": starts, "variant": kinds, "paired": paired}
+
+
 class ZooNucleotide(GeneratedBuilder):
     """Synthetic DNA sequences with their hidden labels; splits "train" and "validation"."""
 

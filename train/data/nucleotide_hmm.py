@@ -204,21 +204,41 @@ def conditional_bits(spec: HmmSpec, codes: np.ndarray) -> np.ndarray:
     Returns:
       [N, n − 1] float64 bits, by the scaled forward algorithm.
     """
-    codes = np.asarray(codes, np.int64)
-    if codes.ndim != 2 or codes.shape[1] < 1 or codes.min(initial=0) < 0 or codes.max(initial=0) >= NUM_BASES:
-        raise ValueError(f"codes must be [N, n] with n >= 1 and values in 0..3, got shape {codes.shape}")
+    codes = _check_codes(codes)
+    probabilities = next_base_probabilities(spec, codes)[:, 1:]
+    picked = np.take_along_axis(probabilities, codes[:, 1:, None], axis=2)[..., 0]
+    return -np.log2(picked)
+
+
+def next_base_probabilities(spec: HmmSpec, codes: np.ndarray) -> np.ndarray:
+    """p(x_t = c | x_<t) under the true generator for every t = 0 .. n−1 and base c (the scaled forward
+    algorithm; row t = 0 is the stationary base distribution).
+
+    Args:
+      codes: [N, n] base codes, rows as in `conditional_bits`.
+
+    Returns:
+      [N, n, 4] float64 probabilities; row t does not depend on x_t or anything after it.
+    """
+    codes = _check_codes(codes)
     chain = build_chain(spec)
     # About 2 of the S entries of a row of P are non-zero: a sparse product makes long sequences cheap.
     transposed = scipy.sparse.csr_matrix(chain.transitions.T)
-    alpha = chain.start[None, :] * chain.emissions[:, codes[:, 0]].T
-    alpha /= alpha.sum(axis=1, keepdims=True)
-    bits = np.empty((codes.shape[0], codes.shape[1] - 1))
-    for t in range(1, codes.shape[1]):
-        joint = (transposed @ alpha.T).T * chain.emissions[:, codes[:, t]].T
-        probability = joint.sum(axis=1)
-        bits[:, t - 1] = -np.log2(probability)
-        alpha = joint / probability[:, None]
-    return bits
+    probabilities = np.empty((*codes.shape, NUM_BASES))
+    posterior = None  # p(state_{t−1} | x_<t), [N, S]
+    for t in range(codes.shape[1]):
+        prior = chain.start[None, :] if posterior is None else (transposed @ posterior.T).T
+        probabilities[:, t] = prior @ chain.emissions
+        joint = prior * chain.emissions[:, codes[:, t]].T
+        posterior = joint / joint.sum(axis=1, keepdims=True)
+    return probabilities
+
+
+def _check_codes(codes: np.ndarray) -> np.ndarray:
+    codes = np.asarray(codes, np.int64)
+    if codes.ndim != 2 or codes.shape[1] < 1 or codes.min(initial=0) < 0 or codes.max(initial=0) >= NUM_BASES:
+        raise ValueError(f"codes must be [N, n] with n >= 1 and values in 0..3, got shape {codes.shape}")
+    return codes
 
 
 def entropy_rate(spec: HmmSpec, seed: int, num_sequences: int = 64, length: int = 4096,
