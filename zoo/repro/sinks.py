@@ -34,12 +34,12 @@ from flax import nnx
 
 from icml26zoo.models import build_model, count_params
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
-from icml26zoo.repro.goat_parts import single_segment_rows
 from icml26zoo.repro.sinks_parts import (
     LABELS,
     VARIANTS,
     ablation_figure,
     ablations,
+    document_rows,
     profile,
     profile_figure,
     variant_config,
@@ -51,7 +51,7 @@ from icml26zoo.validation import check_int
 
 __all__ = ["DEFAULT_VARIANTS", "FULL", "QUICK", "QUICK_VARIANTS", "VARIANTS", "run"]
 
-QUICK = Budget(steps=12, batch_size=4, seq_len=32, seeds=(0,))
+QUICK = Budget(steps=12, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=300, batch_size=8, seq_len=64, seeds=(0, 1))
 # The study's variants; every cell costs a training compile (~10 CPU-seconds), so the notebook's QUICK run
 # compares only the two norm placements the paper contrasts.
@@ -108,7 +108,7 @@ def run(
 
     batch = next(make_eval_iterator(configs[variants[0]].data, batch_size=eval_rows, seq_len=budget.seq_len,
                                     max_batches=1))
-    tokens = single_segment_rows(batch, budget.seq_len, eval_rows)
+    tokens = document_rows(batch, eval_rows)
     profiles, rows = {}, []
     for variant in variants:
         per_seed, ablation = [], None

@@ -20,7 +20,8 @@ from icml26zoo.diagnostics import attention_sinks, capture_forward, sink_removal
 from icml26zoo.diagnostics.capture import next_token_loss
 from icml26zoo.models.config import ModelConfig
 
-__all__ = ["LABELS", "VARIANTS", "ablations", "ablation_figure", "profile", "profile_figure", "variant_config"]
+__all__ = ["LABELS", "VARIANTS", "ablations", "ablation_figure", "document_rows", "profile", "profile_figure",
+           "variant_config"]
 
 # Each variant: the ModelConfig fields it changes from the pre-norm RMSNorm / SwiGLU / plain-softmax baseline.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -44,6 +45,19 @@ LABELS = {
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     """`base` (pre-norm attention) with the fields of VARIANTS[variant] replaced."""
     return dataclasses.replace(base, **VARIANTS[variant])
+
+
+def document_rows(batch: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
+    """Token rows [b, T] (b <= rows) of an eval batch whose T tokens all belong to one document piece.
+
+    The corpus has no BOS token: a row's first token is where its document starts (position 0), the token
+    a sink forms on; a row that mixes documents would restart positions mid-row.
+    """
+    ids = np.asarray(batch["segment_ids"])
+    keep = np.flatnonzero((ids == ids[:, :1]).all(axis=1) & (ids[:, 0] > 0))[:rows]
+    if not len(keep):
+        raise ValueError("no eval row holds a single document over its whole length; raise eval_rows")
+    return np.asarray(batch["inputs"])[keep].astype(np.int32)
 
 
 def _stream_stats(hidden: np.ndarray) -> dict[str, np.ndarray]:
