@@ -1,8 +1,6 @@
-"""The EDEN comparison: the synthetic nucleotide generator and dataset, the matched presets, the script."""
+"""The EDEN comparison: the synthetic nucleotide generator and dataset, its motif labels, the matched presets."""
 
-import importlib.util
 import itertools
-import json
 import pathlib
 
 import numpy as np
@@ -178,23 +176,53 @@ def test_preset_files_and_datasets():
             eden_lm(*bad)
 
 
-def test_compare_script_trains_every_cell_and_writes_table_and_plot(tmp_path):
-    spec = importlib.util.spec_from_file_location("eden_compare", REPO / "scripts" / "eden_compare.py")
-    eden_compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(eden_compare)
-    out = tmp_path / "out"
-    result = eden_compare.main(["--out", str(out), "--sizes", "tiny", "--steps", "2", "--seq-len", "32",
-                                "--data-dir", str(tmp_path / "data")])
-    assert [(r["arch"], r["size"]) for r in result["rows"]] == [(a, "tiny") for a in EDEN_ARCHS]
-    for row in result["rows"]:
-        assert row["tokens"] == 2 * 8 * 32 and np.isfinite(row["bits_per_base"]) and row["wall_s"] > 0
-        assert row["gap_to_entropy_rate"] == pytest.approx(row["bits_per_base"] - result["reference"]["entropy_rate"])
-    # Rows are whole validation sequences here, so the optimum is the forward algorithm on the split itself.
-    codes = nucleotide.generate_split(nucleotide.make_config(33, 4096, 128), "validation")["codes"]
-    total, count = nucleotide.optimal_bits(0, list(codes))
-    assert result["reference"]["bayes_optimum"] == pytest.approx(total / count, rel=1e-12)
-    assert 1.5 < result["reference"]["bayes_optimum"] < 2.0
-    table = (out / "eden_compare.md").read_text()
-    assert table.count("| tiny |") == 3 and "entropy rate" in table
-    assert json.loads((out / "eden_compare.json").read_text())["rows"][0]["params"] > 0
-    assert (out / "eden_compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_hyena_presets_train_the_filter_ffn_in_its_own_group():
+    from icml26zoo.train.optim import param_group_labels
+    from icml26zoo.train.presets import HYENA_FILTER_GROUP
+
+    config = eden_lm("hyena", "tiny")
+    assert config.optim.param_groups == (HYENA_FILTER_GROUP,) and HYENA_FILTER_GROUP[2] == 0.0
+    assert config.optim.learning_rate * HYENA_FILTER_GROUP[1] == pytest.approx(1e-3)
+    assert eden_lm("llama", "tiny").optim.param_groups == eden_lm("mamba", "tiny").optim.param_groups == ()
+    model = nnx.eval_shape(lambda: build_model(config.model, rngs=nnx.Rngs(0)))
+    params = nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
+    labels = param_group_labels(config.optim.param_groups, params)
+    mixer = labels["layers"]["mixer"]
+    grouped = [mixer["filter_out"]["kernel"], *mixer["filter_freqs"].values(),
+               *(v for layer in mixer["filter_layers"].values() for v in layer.values())]
+    assert set(grouped) == {"group0"}
+    assert {mixer["in_proj"]["kernel"], mixer["filter_bias"], labels["embed"]["embedding"]} == {"default"}
+
+
+def test_motif_occurrences_are_the_whole_planted_motifs(spec, draws):
+    found = nucleotide.motif_occurrences(draws["variant"], draws["offset"], spec.motif_length, spec.num_motifs)
+    starts = draws["offset"] == 0
+    whole = starts.copy()
+    whole[:, draws["offset"].shape[1] - spec.motif_length + 1 :] = False
+    assert found["row"].size == whole.sum() > 1000
+    window = found["start"][:, None] + np.arange(spec.motif_length)
+    assert (draws["variant"][found["row"][:, None], window] == found["variant"][:, None]).all()
+    # The bases agree with the canonical motif up to the generator's 5% mutations.
+    same = draws["codes"][found["row"][:, None], window] == spec.variants[found["variant"]]
+    assert same.mean() == pytest.approx(1 - spec.mutation, abs=0.01)
+    paired = found["paired"]
+    assert paired.any() and (found["variant"][paired] >= spec.num_motifs).all()
+    # A paired second arm's first arm is the previous motif start of its row.
+    index = np.flatnonzero(paired)[0]
+    previous = np.flatnonzero(starts[found["row"][index], : found["start"][index]])[-1]
+    assert draws["variant"][found["row"][index], previous] == found["variant"][index] - spec.num_motifs
+    with pytest.raises(ValueError, match="variant and offset must be"):
+        nucleotide.motif_occurrences(draws["variant"], draws["offset"][:, :5], 10, 4)
+
+
+def test_next_base_probabilities_are_causal_distributions(spec, draws):
+    codes = draws["codes"][:8, :40].astype(np.int64)
+    probabilities = nucleotide_hmm.next_base_probabilities(spec, codes)
+    np.testing.assert_allclose(probabilities.sum(axis=2), 1.0, atol=1e-12)
+    chain = nucleotide_hmm.build_chain(spec)
+    np.testing.assert_allclose(probabilities[:, 0], np.broadcast_to(chain.start @ chain.emissions, (8, 4)))
+    changed = codes.copy()
+    changed[:, 20:] = (changed[:, 20:] + 1) % 4
+    after = nucleotide_hmm.next_base_probabilities(spec, changed)
+    np.testing.assert_array_equal(after[:, :21], probabilities[:, :21])
+    assert not np.allclose(after[:, 21:], probabilities[:, 21:])
