@@ -1,4 +1,5 @@
-"""Cubic-damped SGD / Adam (arXiv 2602.00334): exact reductions, bounds, damping behaviour, hyperparameters."""
+"""Cubic-damped SGD / Adam and the adaptive-friction heavy ball (arXiv 2602.00334): exact reductions, bounds,
+damping and friction behaviour, hyperparameters."""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +8,8 @@ import optax
 import pytest
 
 from icml26zoo.optim import cubic_damping as cd
+from icml26zoo.registry import OPTIMIZERS
+from icml26zoo.train.config import OptimConfig
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -157,5 +160,109 @@ def test_discrete_from_physical():
     ],
 )
 def test_bad_hyperparameters_raise_naming_the_argument(build, name):
+    with pytest.raises(ValueError, match=name):
+        build()
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_zero_coupling_adaptive_friction_is_optax_sgd_exactly(momentum):
+    ours = _run(cd.adaptive_friction_sgd(0.05, momentum=momentum, coupling=0.0, temperature=0.3), _params(), 30)
+    ref = _run(optax.sgd(0.05, momentum=momentum), _params(), 30)
+    for a, b in zip(ours, ref, strict=True):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_friction_grows_with_each_coordinates_kinetic_energy():
+    # Four coordinates with momenta of increasing size: the friction after the step must order like ṽ²,
+    # equal a·(ṽ² − τ) clipped at 0, and the velocity must be braked by e^{−ζ}.
+    tx = cd.scale_by_adaptive_friction_momentum(momentum=0.5, coupling=0.02, temperature=2.0)
+    velocity, grads = jnp.asarray([0.5, 2.0, 4.0, 8.0]), jnp.ones(4)
+    state = tx.init(velocity)._replace(velocity=velocity)
+    updates, state = tx.update(grads, state)
+    v_tilde = 0.5 * np.asarray(velocity) + 1.0
+    friction = np.asarray(state.friction)
+    np.testing.assert_allclose(friction, np.maximum(0.0, 0.02 * (v_tilde**2 - 2.0)), rtol=1e-6)
+    assert friction[0] == 0.0 and np.all(np.diff(friction) > 0)
+    factor = np.asarray(cd.friction_factor(state))
+    assert factor[0] == 1.0 and np.all(np.diff(factor) < 0)
+    np.testing.assert_allclose(np.asarray(updates), factor * v_tilde, rtol=1e-6)
+
+
+def test_adaptive_friction_bounds_the_velocity_even_for_huge_gradients():
+    coupling = 0.5
+    tx = cd.scale_by_adaptive_friction_momentum(0.9, coupling)
+    state = tx.init(_params())
+    for step in range(5):
+        updates, state = tx.update(_grads(step, _params(), 1e3), state)
+        bound = 1.0 / np.sqrt(2 * np.e * coupling)
+        assert all(np.all(np.abs(u) <= bound * (1 + 4 * EPS32)) for u in jax.tree.leaves(updates))
+
+
+def test_friction_drains_below_the_temperature_and_stays_non_negative():
+    tx = cd.scale_by_adaptive_friction_momentum(momentum=0.9, coupling=0.01, temperature=100.0)
+    state = tx.init(jnp.zeros(3))._replace(velocity=jnp.asarray([30.0, 30.0, 30.0]))
+    _, state = tx.update(jnp.zeros(3), state)
+    raised = np.asarray(state.friction)
+    drained = []
+    for _ in range(8):  # zero gradient: the braked velocity stays below √τ and the friction drains by aτ = 1
+        _, state = tx.update(jnp.zeros(3), state)
+        drained.append(float(state.friction[0]))
+    assert np.all(raised > 5.0)  # 0.01 (27² − 100) = 6.29
+    assert np.all(np.diff(drained[:5]) < -0.99) and drained[-1] == 0.0
+
+
+def _kicked(tx, num_steps=60):
+    """|x| of `tx` on ½ x² at ηλ = 3.6 (the heavy ball's edge is 2(1 + μ) = 3.8), kicked with velocity 50."""
+    x = jnp.ones([])
+    state = tx.init(x)
+    state = (state[0]._replace(velocity=jnp.asarray(50.0)),) + tuple(state[1:])
+    xs = []
+    for _ in range(num_steps):
+        u, state = tx.update(x, state, x)
+        x = x + u
+        xs.append(abs(float(x)))
+    return np.asarray(xs)
+
+
+def test_adaptive_friction_absorbs_a_kick_near_the_stability_edge():
+    plain, adaptive = _kicked(cd.cubic_damped_sgd(3.6, 0.9)), _kicked(cd.adaptive_friction_sgd(3.6, 0.9, coupling=1e-3))
+    assert adaptive[:10].max() < 0.5 * plain[:10].max()
+    assert adaptive[-10:].max() < 0.1 * plain[-10:].max()
+
+
+def test_lowering_the_momentum_instead_diverges_near_the_edge():
+    # Why the friction brakes the velocity by a factor: the spec's alternative, momentum max(0, μ − ζ), puts
+    # ηλ = 3.6 outside the heavy ball's stable range 2(1 + μ − ζ) once ζ > 0.8, and the same kick diverges.
+    x, v, zeta = 1.0, 50.0, 0.0
+    for _ in range(60):
+        zeta = max(0.0, zeta + 1e-3 * v * v)
+        v = max(0.0, 0.9 - zeta) * v + x
+        x = x - 3.6 * v
+    assert abs(x) > 1e3
+
+
+def test_registered_adaptive_friction_reads_its_options():
+    cfg = OptimConfig(name="adaptive_friction_sgd", learning_rate=0.05, weight_decay=0.0, b1=0.9,
+                      options=(("coupling", 0.0),))
+    ours = _run(OPTIMIZERS.get("adaptive_friction_sgd")(0.05, cfg), _params(), 5)[-1]
+    ref = _run(optax.sgd(0.05, momentum=0.9), _params(), 5)[-1]
+    jax.tree.map(np.testing.assert_array_equal, ours, ref)
+    for options, name in ((("coupling", -1.0),), "coupling"), ((("temperature", -0.5),), "temperature"), (
+            (("friction", 1.0),), "friction"):
+        bad = OptimConfig(name="adaptive_friction_sgd", options=options)
+        with pytest.raises(ValueError, match=name):
+            OPTIMIZERS.get("adaptive_friction_sgd")(0.05, bad)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: cd.adaptive_friction_sgd(0.1, coupling=-1e-3), "coupling"),
+        (lambda: cd.adaptive_friction_sgd(0.1, temperature=float("nan")), "temperature"),
+        (lambda: cd.adaptive_friction_sgd(0.1, momentum=-0.1), "momentum"),
+        (lambda: cd.adaptive_friction_sgd(-0.1), "learning_rate"),
+    ],
+)
+def test_bad_adaptive_friction_hyperparameters_raise_naming_the_argument(build, name):
     with pytest.raises(ValueError, match=name):
         build()

@@ -5,7 +5,7 @@ the implementations live in modules named after the method, so a module never hi
 
 - `sam`: SAM with Polyak step sizes (`sam_polyak`, `scale_by_sam_polyak`, `sam_polyak_step`);
 - `muon`: the Muon fine-tuning recipe (`muon_finetune`, its parameter routing, `update_strength`);
-- `cubic_damping`: cubic-damped momentum SGD and Adam;
+- `cubic_damping`: cubic-damped momentum SGD and Adam, and the adaptive-friction (kinetic-energy) heavy ball;
 - `minimax`: GDA, AGDA and TALDA-R for two-sided PL minimax problems (`talda`, `talda_step`, `gda`);
 - `spike_monitor`: the Adam loss-spike monitor (`spike_diagnostics`, pure functions of the Adam state);
 - `builtin`: the registered optax defaults (adamw, adam, sgd, lion) and `decay_mask`.
@@ -14,9 +14,11 @@ the implementations live in modules named after the method, so a module never hi
 from icml26zoo.optim import builtin, cubic_damping, minimax, muon, sam, spike_monitor  # noqa: F401  (registers)
 from icml26zoo.optim.builtin import decay_mask
 from icml26zoo.optim.cubic_damping import (
+    adaptive_friction_sgd,
     cubic_damped_adam,
     cubic_damped_sgd,
     discrete_from_physical,
+    scale_by_adaptive_friction_momentum,
     scale_by_cubic_damped_adam,
     scale_by_cubic_damped_momentum,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "SamPolyakGrads",
     "TaldaInfo",
     "TaldaState",
+    "adaptive_friction_sgd",
     "cubic_damped_adam",
     "cubic_damped_sgd",
     "decay_mask",
@@ -53,6 +56,7 @@ __all__ = [
     "sam_polyak",
     "sam_polyak_grads",
     "sam_polyak_step",
+    "scale_by_adaptive_friction_momentum",
     "scale_by_cubic_damped_adam",
     "scale_by_cubic_damped_momentum",
     "scale_by_sam_polyak",

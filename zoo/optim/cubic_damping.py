@@ -24,7 +24,19 @@ c = 0 is exactly `optax.adam`, and |update| ≤ η/√c.
 Hyperparameters are held fixed in the discrete units (μ, c) under a learning-rate schedule; holding the
 physical (γ, α) fixed instead would change μ and c with η (convert per step with
 `discrete_from_physical`). The v² and u² terms are always computed in float32, whatever the param dtype.
-The optional adaptive-friction (Nosé–Hoover) variant is not implemented.
+
+Adaptive friction (the per-parameter form the abstract leads with, also a **[RECONSTRUCTION]**): each
+coordinate carries a friction variable driven by its kinetic energy, dξ = ε⁻¹ (p² − T₀) dt (Nosé–Hoover
+feedback; slaving ξ ≈ γ + α p² recovers the cubic term), and the friction acts by the exact flow of
+dp/dt = −ξ p over one step, p ← e^{−ξh} p, split after the momentum step as the cubic term is. In the units
+of the momentum buffer, with ζ = √η ξ the friction per step:
+
+    ṽ = μ v + g;    ζ' = max(0, ζ + a (ṽ² − τ));    v' = e^{−ζ'} ṽ;    x' = x − η v'
+
+with a = η²/ε (`coupling`) and τ = T₀/η (`temperature`); a = 0 is exactly `optax.sgd(η, momentum=μ)`, and
+since ζ' ≥ a (ṽ² − τ), |v'| ≤ e^{aτ} / √(2ae) for a > 0. The spec's alternative, lowering the momentum
+coefficient to μ − ζ, is not used: the heavy ball is stable only for ηλ < 2(1 + μ), so lowering μ near that
+edge turns a kick into a divergence (tests/zoo/test_optim_cubic.py kicks both forms).
 """
 
 from __future__ import annotations
@@ -45,6 +57,11 @@ from icml26zoo.registry import register_optimizer
 # Registered factories' default cubic coefficient (paper value unknown): 1/√c ≈ 3 bounds a step to
 # about three times a typical Adam step, so the damping acts on outliers only.
 DEFAULT_DAMPING = 0.1
+# Registered defaults of the adaptive friction, by the same scale v_ref = 1/√c: a velocity at v_ref adds
+# (1 − μ) of friction per step at μ = 0.9 (a = (1 − μ) c), and the friction drains while |ṽ| < v_ref / 2
+# (τ = v_ref² / 4). With τ = 0 the friction could only grow, and a coordinate once braked stays frozen.
+DEFAULT_COUPLING = 0.01
+DEFAULT_TEMPERATURE = 2.5
 
 
 class CubicDampedMomentumState(NamedTuple):
@@ -52,6 +69,15 @@ class CubicDampedMomentumState(NamedTuple):
 
     count: jax.Array
     velocity: optax.Updates
+
+
+class AdaptiveFrictionState(NamedTuple):
+    """count: int32 []; velocity: the momentum buffer v; friction: ζ ≥ 0; one leaf per parameter each (the
+    accumulator dtype, by default the parameter's; the friction update itself runs in float32)."""
+
+    count: jax.Array
+    velocity: optax.Updates
+    friction: optax.Updates
 
 
 class CubicDampedAdamState(NamedTuple):
@@ -129,6 +155,56 @@ def scale_by_cubic_damped_momentum(
         return new_updates, new_state
 
     return optax.GradientTransformation(init_fn, update_fn)
+
+
+def scale_by_adaptive_friction_momentum(
+    momentum: float = 0.9, coupling: float = 0.0, temperature: float = 0.0, accumulator_dtype: Any = None
+) -> optax.GradientTransformation:
+    """Heavy ball whose per-coordinate friction grows with the coordinate's kinetic energy.
+
+    ṽ = μ v + g;  ζ' = max(0, ζ + a (ṽ² − τ));  v' = e^{−ζ'} ṽ  (the friction update in float32, every
+    leaf the shape of its parameter). Returns v' as the update (the caller scales by −η). `momentum`
+    μ ∈ [0, 1) is the linear friction's momentum, `coupling` a ≥ 0 how fast kinetic energy ṽ² feeds the
+    friction (0: plain heavy ball), `temperature` τ ≥ 0 the ṽ² below which the friction drains back to 0.
+    """
+    check_unit_interval("momentum", momentum)
+    check_non_negative("coupling", coupling)
+    check_non_negative("temperature", temperature)
+
+    def init_fn(params):
+        return AdaptiveFrictionState(
+            count=jnp.zeros([], jnp.int32), velocity=otu.zeros_like(params, dtype=accumulator_dtype),
+            friction=otu.zeros_like(params, dtype=accumulator_dtype),
+        )
+
+    def update_fn(updates, state, params=None):
+        del params
+
+        def momentum_step(g, v):
+            # g + μ v in the accumulator dtype, as optax.trace forms it (a = 0 is optax.sgd bit for bit).
+            return g.astype(v.dtype) + jnp.asarray(momentum, v.dtype) * v
+
+        def friction_step(v_tilde, zeta):
+            v32 = v_tilde.astype(jnp.float32)
+            kick = as_float32(coupling) * (v32 * v32 - as_float32(temperature))
+            return jnp.maximum(0.0, zeta.astype(jnp.float32) + kick).astype(zeta.dtype)
+
+        v_tilde = jax.tree.map(momentum_step, updates, state.velocity)
+        friction = jax.tree.map(friction_step, v_tilde, state.friction)
+        velocity = jax.tree.map(lambda v, z: _damp(v, jnp.exp(-z.astype(jnp.float32))), v_tilde, friction)
+        new_updates = jax.tree.map(lambda v, g: v.astype(g.dtype), velocity, updates)
+        new_state = AdaptiveFrictionState(
+            count=optax.safe_increment(state.count), velocity=otu.cast(velocity, accumulator_dtype),
+            friction=friction,
+        )
+        return new_updates, new_state
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def friction_factor(state: AdaptiveFrictionState) -> optax.Updates:
+    """e^{−ζ}: the factor by which the last step braked each coordinate's velocity (float32, param shapes)."""
+    return jax.tree.map(lambda zeta: jnp.exp(-zeta.astype(jnp.float32)), state.friction)
 
 
 def scale_by_cubic_damped_adam(
@@ -211,6 +287,21 @@ def cubic_damped_adam(
     )
 
 
+def adaptive_friction_sgd(
+    learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9, coupling: float = 0.0,
+    temperature: float = 0.0, weight_decay: float = 0.0, mask: Any = None, accumulator_dtype: Any = None,
+) -> optax.GradientTransformation:
+    """x ← x − η (v' + λ x) with the adaptive-friction heavy ball; coupling = weight_decay = 0 is
+    `optax.sgd(learning_rate, momentum)` exactly. Physical (ε, T₀) map to a = η²/ε, τ = T₀/η."""
+    check_non_negative("learning_rate", learning_rate)
+    check_non_negative("weight_decay", weight_decay)
+    return optax.chain(
+        scale_by_adaptive_friction_momentum(momentum, coupling, temperature, accumulator_dtype),
+        optax.add_decayed_weights(weight_decay, mask),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class CubicDampingOptions:
     """The `optim.options` of the registered cubic-damped optimizers: the cubic coefficient c."""
@@ -234,5 +325,24 @@ def _cubic_damped_adam_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) 
     options = optimizer_options(cfg, "cubic_damped_adam", CubicDampingOptions)
     return cubic_damped_adam(
         learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, damping=options.damping,
+        weight_decay=cfg.weight_decay, mask=decay_mask,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveFrictionOptions:
+    """The `optim.options` of `adaptive_friction_sgd`: the coupling a and the temperature τ (both ≥ 0)."""
+
+    coupling: float = DEFAULT_COUPLING
+    temperature: float = DEFAULT_TEMPERATURE
+
+
+@register_optimizer("adaptive_friction_sgd")
+def _adaptive_friction_sgd_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformation:
+    """Momentum `b1`, options `coupling` and `temperature` (DEFAULT_COUPLING, DEFAULT_TEMPERATURE), decay on
+    matrices."""
+    options = optimizer_options(cfg, "adaptive_friction_sgd", AdaptiveFrictionOptions)
+    return adaptive_friction_sgd(
+        learning_rate, momentum=cfg.b1, coupling=options.coupling, temperature=options.temperature,
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
