@@ -170,3 +170,94 @@ def test_inject_hyperparams_and_registry_factory():
 def test_bad_hyperparameters_raise_naming_the_argument(build, name):
     with pytest.raises(ValueError, match=name):
         build()
+
+
+def _registered(name, **fields):
+    """The registered optimizer `name` (factory at a constant learning rate) and its declared update."""
+    from icml26zoo.registry import OPTIMIZERS
+
+    cfg = OptimConfig(name=name, **fields)
+    make_update = OPTIMIZERS.update(name)
+    return OPTIMIZERS.get(name)(cfg.learning_rate, cfg), None if make_update is None else make_update(cfg)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sam_with_rho_zero_is_the_base_sgd_step(momentum):
+    # Through the trainer's hook: registered `sam` at ρ = 0 against the registered `sgd` (same momentum and
+    # decoupled decay) under the trainer's default single-gradient update, bit for bit over a trajectory.
+    from icml26zoo.train.step import default_update
+
+    data, fields = _least_squares(), {"learning_rate": 0.05, "weight_decay": 0.1}
+    sam_tx, sam_update = _registered("sam", options=(("rho", 0.0), ("momentum", momentum)), **fields)
+    sgd_tx, sgd_update = _registered("sgd", b1=momentum, **fields)
+    assert sgd_update is None and sam_update is not None
+    params = {"w": jnp.linspace(-1.0, 1.0, 10), "b": jnp.asarray(0.3)}
+    sam_state, sgd_state = sam_tx.init(params), sgd_tx.init(params)
+    for t in range(5):
+        batch = _minibatch(data, t)
+        sam_loss, _, ours, sam_state = sam_update(_loss, params, batch, sam_state, sam_tx)
+        sgd_loss, _, ref, sgd_state = default_update(_loss, params, batch, sgd_state, sgd_tx)
+        assert float(sam_loss) == float(sgd_loss)
+        jax.tree.map(np.testing.assert_array_equal, ours, ref)
+        params = optax.apply_updates(params, ref)
+
+
+def test_sam_step_is_the_gradient_at_the_normalised_ascent_point():
+    # Direct reference in numpy: e = w + ρ g/‖g‖ over the whole parameter vector, w' = w − η ∇f(e).
+    x, y = _least_squares()
+    xa = np.concatenate([np.asarray(x, np.float64), np.ones((x.shape[0], 1))], axis=1)  # bias as a column
+    w0 = np.concatenate([np.linspace(-1.0, 1.0, 10), [0.3]])
+    grad = lambda w: xa.T @ (xa @ w - np.asarray(y, np.float64)) / xa.shape[0]
+    rho, lr = 0.2, 0.1
+    g = grad(w0)
+    expected = w0 - lr * grad(w0 + rho * g / np.linalg.norm(g))
+    tx = sp.sam_sgd(lr)
+    params = {"w": jnp.asarray(w0[:10], jnp.float32), "b": jnp.asarray(w0[10], jnp.float32)}
+    new, _, metrics = sp.sam_step(_loss, tx, params, (x, y), tx.init(params), rho=rho)
+    got = np.concatenate([np.asarray(new["w"]), [float(new["b"])]])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got, w0 - lr * g, atol=1e-4)  # the ascent point matters at this ρ
+    assert float(metrics["sam_loss"]) > float(metrics["loss"])
+
+
+def test_registered_sam_shares_the_perturbation_code_and_takes_two_passes(monkeypatch):
+    # Plain SAM must call the one SAM perturbation (sam_polyak_grads), not a copy of it.
+    calls, passes = [], []
+    original = sp.sam_polyak_grads
+    monkeypatch.setattr(sp, "sam_polyak_grads", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+
+    def loss(params, batch):
+        passes.append(batch)
+        return _loss(params, batch)
+
+    tx, update = _registered("sam", learning_rate=0.1, options=(("rho", 0.07),))
+    params = _zeros()
+    update(loss, params, _least_squares(), tx.init(params), tx)
+    assert calls == [0.07] and len(passes) == 2
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: sp.sam_sgd(0.0), "learning_rate"),
+        (lambda: sp.sam_sgd(-0.1), "learning_rate"),
+        (lambda: sp.sam_sgd(float("inf")), "learning_rate"),
+        (lambda: sp.sam_sgd(0.1, momentum=1.0), "momentum"),
+        (lambda: sp.sam_sgd(0.1, weight_decay=-1.0), "weight_decay"),
+        (lambda: sp.sam_options(OptimConfig(name="sam", options=(("rho", -0.05),))), "rho"),
+        (lambda: sp.sam_options(OptimConfig(name="sam", options=(("radius", 0.05),))), "radius"),
+        (lambda: _registered("sam", options=(("rho", -1.0),)), "rho"),
+        (lambda: _registered("samm"), "samm"),
+        (lambda: sp.two_pass_update(-0.1, polyak=False), "rho"),
+    ],
+)
+def test_bad_sam_hyperparameters_raise_naming_the_field(build, name):
+    with pytest.raises(ValueError, match=name):
+        build()
+
+
+def test_sam_sgd_accepts_a_warmup_schedule_starting_at_zero():
+    tx = sp.sam_sgd(optax.linear_schedule(0.0, 0.1, 10))
+    params = _zeros()
+    updates, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
+    np.testing.assert_array_equal(updates["w"], 0.0)

@@ -20,11 +20,17 @@ With ρ = 0, e = θ and the inner product vanishes: the step is `optax.polyak_sg
 `scale_by_sam_polyak` takes the loss value at e and the perturbation e − θ as extra update arguments
 (`optax.GradientTransformationExtraArgs`); `sam_polyak_step` joins them into one pure train step.
 BatchNorm-style statistics must not be updated at e: give `loss_fn` a frozen-statistics forward.
+
+Plain SAM (Foret et al., 2021), the baseline the paper compares against, reuses the same two passes and
+feeds g = ∇f_S(e) to a base optimizer with a hand-set learning rate η: θ ← θ − η g (`sam_sgd`, optionally
+with heavy-ball momentum; `sam_step`). Both are registered for the trainer: `optim.name="sam_polyak"`
+(cap γ_b = the schedule) and `optim.name="sam"` (η = the schedule), with `optim.options=(("rho", ρ),)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -32,7 +38,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from icml26zoo.optim._hparams import as_float32, check_non_negative, check_positive, optimizer_options
+from icml26zoo.optim._hparams import (
+    as_float32,
+    check_non_negative,
+    check_positive,
+    check_unit_interval,
+    concrete_value,
+    optimizer_options,
+)
 from icml26zoo.optim.builtin import decay_mask
 from icml26zoo.registry import register_optimizer
 
@@ -80,7 +93,8 @@ def sam_polyak_grads(
     loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, rho: float, normalize: bool = True,
     eps: float = 1e-12,
 ) -> SamPolyakGrads:
-    """Two forward-backward passes of `loss_fn(params, batch) -> scalar` on the same batch.
+    """Two forward-backward passes of `loss_fn(params, batch) -> scalar` on the same batch: SAM's
+    perturbation, shared by SAM-Polyak and plain SAM (`sam_step`, the registered `sam`).
 
     Pass 1 at θ gives f_S(θ) and ∇f_S(θ); the ascent point is e = θ + s ∇f_S(θ) with
     s = ρ/(‖∇f_S(θ)‖ + eps) (SAM) or s = ρ (USAM); pass 2 at e gives f_S(e) and g = ∇f_S(e).
@@ -211,21 +225,32 @@ def rho_from_config(cfg: Any) -> float:
     return float(rho)
 
 
-def _sam_polyak_update(cfg: Any) -> Callable:
-    """The trainer's update: two passes on the batch, then the Polyak-scaled step (see train.step)."""
-    rho = rho_from_config(cfg)
+def two_pass_update(rho: float, *, polyak: bool) -> Callable:
+    """The trainer's update for SAM-type optimizers (see train.step): two passes on the batch
+    (`sam_polyak_grads`), then the optimizer's step on g = ∇f_S(e); `polyak` also hands it the loss at e
+    and the perturbation e − θ (SAM-Polyak), otherwise it gets g alone (plain SAM's base optimizer).
+    Returns `update(loss_fn, params, batch, opt_state, optimizer) -> (f_S(θ), g, updates, opt_state)`."""
+    check_non_negative("rho", rho)
 
     def update(
         loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, opt_state: Any,
-        optimizer: optax.GradientTransformationExtraArgs,
+        optimizer: optax.GradientTransformation,
     ) -> tuple[jax.Array, Any, Any, Any]:
         two_pass = sam_polyak_grads(loss_fn, params, batch, rho)
-        updates, opt_state = optimizer.update(
-            two_pass.grad, opt_state, params, value=two_pass.value, perturbation=two_pass.perturbation
-        )
+        if polyak:
+            updates, opt_state = optimizer.update(
+                two_pass.grad, opt_state, params, value=two_pass.value, perturbation=two_pass.perturbation
+            )
+        else:
+            updates, opt_state = optimizer.update(two_pass.grad, opt_state, params)
         return two_pass.loss, two_pass.grad, updates, opt_state
 
     return update
+
+
+def _sam_polyak_update(cfg: Any) -> Callable:
+    """The registered `sam_polyak`'s update: two passes, then the Polyak-scaled step."""
+    return two_pass_update(rho_from_config(cfg), polyak=True)
 
 
 # SAM needs two gradients per step, so it declares its own update: the shared train step runs it instead
@@ -243,3 +268,74 @@ def _sam_polyak_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> opta
         learning_rate, f_min=options.f_min, c=options.c,
         weight_decay=cfg.weight_decay, mask=decay_mask,
     )
+
+
+def _check_learning_rate(learning_rate: optax.ScalarOrSchedule) -> None:
+    """η finite and > 0 for a constant; a schedule may start at 0 (warmup) but never below it."""
+    if callable(learning_rate):
+        check_non_negative("learning_rate", learning_rate)
+        return
+    number = concrete_value(learning_rate)
+    if number is not None and not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"learning_rate must be a finite number > 0, got {number!r}")
+
+
+def sam_sgd(
+    learning_rate: optax.ScalarOrSchedule, momentum: float = 0.0, weight_decay: float = 0.0, mask: Any = None,
+) -> optax.GradientTransformation:
+    """Plain SAM's base step on g = ∇f(e): θ ← θ − η (g + λθ) (heavy ball on g + λθ when momentum > 0).
+
+    Fed the gradient at the ascent point by `sam_step` / the registered `sam`; fed ∇f(θ) (ρ = 0) it is
+    plain SGD. learning_rate η: a constant > 0 or a schedule (>= 0, e.g. a warmup from 0); momentum in
+    [0, 1); weight_decay λ >= 0, applied where `mask` is True (all parameters for None).
+    """
+    _check_learning_rate(learning_rate)
+    check_unit_interval("momentum", momentum)
+    check_non_negative("weight_decay", weight_decay)
+    return optax.chain(
+        optax.add_decayed_weights(weight_decay, mask=mask),
+        optax.sgd(learning_rate, momentum=momentum or None),
+    )
+
+
+def sam_step(
+    loss_fn: Callable[[Any, Any], jax.Array], optimizer: optax.GradientTransformation, params: Any, batch: Any,
+    opt_state: Any, *, rho: float = DEFAULT_RHO, normalize: bool = True,
+) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """One plain SAM step: the base `optimizer` (e.g. `sam_sgd`) applied to g = ∇f_S(θ + ρ∇f_S/‖∇f_S‖).
+
+    Exactly two forward-backward passes on `batch` (`sam_polyak_grads`); metrics "loss" f_S(θ) and
+    "sam_loss" f_S(e). Returns (params', opt_state', metrics), pure and jit-able.
+    """
+    two_pass = sam_polyak_grads(loss_fn, params, batch, rho, normalize)
+    updates, opt_state = optimizer.update(two_pass.grad, opt_state, params)
+    metrics = {"loss": two_pass.loss, "sam_loss": two_pass.value}
+    return optax.apply_updates(params, updates), opt_state, metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class SamOptions:
+    """The registered `sam` optimizer's `optim.options`: SAM radius rho and the base SGD's momentum."""
+
+    rho: float = DEFAULT_RHO
+    momentum: float = 0.0
+
+
+def sam_options(cfg: Any) -> SamOptions:
+    """The validated `sam` options of a train config (`optim.options=(("rho", 0.05), ("momentum", 0.9))`)."""
+    options = optimizer_options(cfg, "sam", SamOptions)
+    check_non_negative("rho", options.rho)
+    check_unit_interval("momentum", options.momentum)
+    return options
+
+
+def _sam_update(cfg: Any) -> Callable:
+    """The registered `sam`'s update: two passes, then the base SGD step on g = ∇f_S(e)."""
+    return two_pass_update(float(sam_options(cfg).rho), polyak=False)
+
+
+@register_optimizer("sam", update=_sam_update)
+def _sam_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformation:
+    """Plain SAM: `sam_sgd` with the schedule as η, options rho and momentum, decay on matrices."""
+    options = sam_options(cfg)
+    return sam_sgd(learning_rate, momentum=options.momentum, weight_decay=cfg.weight_decay, mask=decay_mask)
