@@ -1,0 +1,226 @@
+"""Reproduction: SAM with a Polyak-type step size, untuned, against plain SAM with a tuned learning rate.
+
+Paper: Oikonomou, Loizou, "Adaptive Sharpness-Aware Minimization with a Polyak-type Step size: A
+Theory-Grounded Scheduler" (ICML 2026, arXiv 2606.01827). See docs/papers/sam_polyak.md.
+
+The claim tested: SAM-Polyak's step γ_t = min{[f_S(e) − ℓ* − ⟨g, e − θ⟩]_+ / (c‖g‖²), γ_b} needs no learning
+rate tuning, while plain SAM (θ ← θ − η ∇f_S(e)) needs η tuned. Both share the same perturbation
+e = θ + ρ ∇f_S(θ)/‖∇f_S(θ)‖ (`icml26zoo.optim.sam.sam_polyak_grads`) and train through the shared trainer's
+update hook (`optim.name="sam_polyak"` / `"sam"`). The task is the zoo's synthetic `topics` sequence
+classification (4 classes, chance 25%; rows of `budget.seq_len + 1` tokens) with the tiny 2-layer attention
+classifier (`train.presets.tiny_classifier`). SAM-Polyak runs once per seed with ℓ* = 0, c = 1 and the cap
+γ_b = `polyak_cap` (not tuned: the spec's middle value 1); SAM runs once per learning rate of
+`sam_learning_rates` and seed, and the learning rate with the lowest mean final eval loss is the tuned one.
+Both use a constant schedule (no warmup, no decay: the schedule is the cap for SAM-Polyak), no weight decay,
+no gradient clipping (clipping would change g inside the Polyak ratio) and no momentum.
+
+Example::
+
+    from icml26zoo.repro import sam_polyak
+    results = sam_polyak.run("runs/sam_polyak", budget=sam_polyak.QUICK, **sam_polyak.QUICK_ARGS)
+    print(results.markdown)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.train.config import OptimConfig, TrainConfig
+from icml26zoo.train.presets import tiny_classifier
+
+__all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "run"]
+
+QUICK = Budget(steps=24, batch_size=8, seq_len=32, seeds=(0,))
+FULL = Budget(steps=150, batch_size=16, seq_len=64, seeds=(0, 1))
+# What the QUICK run (the notebook, `--quick`) runs: one SAM-Polyak and one SAM cell, the whole pipeline
+# rather than a sweep (each cell compiles its two-pass step, several CPU-seconds on its own).
+QUICK_ARGS = {"sam_learning_rates": (0.1,)}
+OPTIMIZERS = ("sam_polyak", "sam")
+# Plain SAM's sweep: half-decades around the tiny classifier's stable SGD range (1.0 diverges).
+SAM_LEARNING_RATES = (0.01, 0.03, 0.1, 0.3, 1.0)
+# The final train loss is the mean of the logged losses over this last fraction of training (less noisy than
+# the last minibatch).
+FINAL_FRACTION = 0.2
+
+
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequence[str] = OPTIMIZERS,
+        sam_learning_rates: Sequence[float] = SAM_LEARNING_RATES, polyak_cap: float = 1.0, rho: float = 0.05,
+        resume: bool = False) -> Results:
+    """Trains SAM-Polyak (untuned) and SAM at every learning rate, per seed, and writes the comparison.
+
+    Args:
+      run_dir: the experiment's directory (cells, the topics dataset, results.md/json, loss_curves.png,
+        lr_sweep.png).
+      budget: steps, batch size, row length T (the topics rows have T + 1 tokens) and seeds of every cell.
+      optimizers: from OPTIMIZERS: "sam_polyak" and/or "sam".
+      sam_learning_rates: plain SAM's learning rates η (finite, > 0, distinct), one cell each per seed.
+      polyak_cap: SAM-Polyak's step cap γ_b (finite, > 0); the method's only step-size setting, not tuned.
+      rho: the SAM radius ρ >= 0 shared by both optimizers.
+      resume: require run_dir to exist (an interrupted experiment); finished cells are reused either way.
+    """
+    optimizers = check_names("optimizers", optimizers, OPTIMIZERS)
+    learning_rates = _check_learning_rates(sam_learning_rates) if "sam" in optimizers else ()
+    _check_number("polyak_cap", polyak_cap, "a finite number > 0 (the Polyak step cap γ_b)", positive=True)
+    _check_number("rho", rho, "a finite number >= 0 (the SAM radius)", positive=False)
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
+    base = _base_config(experiment)
+    methods = ([("sam_polyak", polyak_cap)] if "sam_polyak" in optimizers else [])
+    methods += [("sam", lr) for lr in learning_rates]
+    devices = jax.devices()[:1]  # tiny models; batches need not divide a (possibly simulated) device count
+    outcomes = {}
+    for name, lr in methods:
+        per_seed = []
+        for seed in budget.seeds:
+            cell = _cell_name(name, lr, seed)
+            config = experiment.cell_config(_method_config(base, name, lr, rho), seed=seed)
+            summary = experiment.train_cell(cell, config, devices=devices)
+            per_seed.append((summary, experiment.metrics(cell, "train/loss")))
+        outcomes[(name, lr)] = per_seed
+    best = _tuned(outcomes)
+    rows = [_row(name, lr, per_seed, best) for (name, lr), per_seed in outcomes.items()]
+    figures = {"loss_curves": _loss_figure(outcomes, best)}
+    if learning_rates:
+        figures["lr_sweep"] = _sweep_figure(outcomes)
+    return experiment.write(
+        rows, columns=("optimizer", "step_size", "tuned", "final_train_loss", "eval_loss", "eval_loss_spread",
+                       "eval_accuracy"),
+        title="SAM-Polyak (untuned) vs SAM (learning-rate sweep) on topics classification",
+        notes=_notes(budget, rho, polyak_cap), figures=figures,
+        extra={"per_seed": {f"{name}@{lr:g}": [_seed_record(s, c) for s, c in per_seed]
+                            for (name, lr), per_seed in outcomes.items()},
+               "tuned_sam_learning_rate": None if best is None else best[1], "rho": rho, "polyak_cap": polyak_cap})
+
+
+def _check_number(field: str, value: object, expected: str, *, positive: bool) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (value > 0 if positive else value >= 0):
+        raise ValueError(f"{field} must be {expected}, got {value!r}")
+
+
+def _check_learning_rates(learning_rates: Sequence[float]) -> tuple[float, ...]:
+    values = tuple(learning_rates)
+    if not values:
+        raise ValueError("sam_learning_rates must hold at least one learning rate > 0, got none")
+    for value in values:
+        _check_number("sam_learning_rates[i]", value, "a finite number > 0", positive=True)
+    if len(set(values)) != len(values):
+        raise ValueError(f"sam_learning_rates must not repeat a value, got {list(values)}")
+    return tuple(float(v) for v in values)
+
+
+def _base_config(experiment: Experiment) -> TrainConfig:
+    """The tiny attention classifier on topics rows of T + 1 tokens (T = budget.seq_len), the dataset under
+    the run directory, a final eval over the whole eval split (256 rows) and ~30 logged points."""
+    config = tiny_classifier("attention")
+    seq_len, steps = experiment.budget.seq_len, experiment.budget.steps
+    data = dataclasses.replace(config.data, data_dir=str(experiment.run_dir / "tfds"), topics_length=seq_len + 1)
+    model = dataclasses.replace(config.model, max_seq_len=seq_len)
+    return dataclasses.replace(config, data=data, model=model, eval_every=0, eval_batches=0,
+                               log_every=max(1, steps // 30))
+
+
+def _method_config(base: TrainConfig, name: str, lr: float, rho: float) -> TrainConfig:
+    """`base` with optimizer `name` at constant step size `lr` (SAM's η or SAM-Polyak's cap γ_b), radius rho,
+    and nothing else that would blur the comparison: no warmup or decay, no weight decay, no clipping."""
+    optim = OptimConfig(name=name, learning_rate=lr, warmup_steps=0, end_lr_fraction=1.0, weight_decay=0.0,
+                        grad_clip_norm=0.0, options=(("rho", rho),))
+    return dataclasses.replace(base, optim=optim)
+
+
+def _cell_name(name: str, lr: float, seed: int) -> str:
+    return f"{name}_{'cap' if name == 'sam_polyak' else 'lr'}{lr:g}_seed{seed}"
+
+
+def _final_train_loss(curve: tuple[list[int], list[float]]) -> float:
+    """Mean logged train loss over the last FINAL_FRACTION of the run (NaN if nothing finite was logged)."""
+    steps, losses = curve
+    if not losses:
+        return math.nan
+    start = steps[-1] * (1 - FINAL_FRACTION)
+    return statistics.fmean(v for s, v in zip(steps, losses, strict=True) if s >= start)
+
+
+def _seed_record(summary: dict, curve: tuple[list[int], list[float]]) -> dict:
+    return {"eval_loss": float(summary.get("eval/loss", math.nan)),
+            "eval_accuracy": float(summary.get("eval/accuracy", math.nan)),
+            "final_train_loss": _final_train_loss(curve)}
+
+
+def _mean_of(per_seed: list, key: str) -> float:
+    return statistics.fmean(_seed_record(s, c)[key] for s, c in per_seed)
+
+
+def _tuned(outcomes: dict) -> tuple[str, float] | None:
+    """The SAM cell (name, lr) with the lowest mean final eval loss; a non-finite loss never wins."""
+    scored = [(_mean_of(per_seed, "eval_loss"), key) for key, per_seed in outcomes.items() if key[0] == "sam"]
+    scored = [(loss, key) for loss, key in scored if math.isfinite(loss)]
+    return min(scored)[1] if scored else None
+
+
+def _row(name: str, lr: float, per_seed: list, best: tuple[str, float] | None) -> dict:
+    losses = [_seed_record(s, c)["eval_loss"] for s, c in per_seed]
+    return {
+        "optimizer": "SAM-Polyak" if name == "sam_polyak" else "SAM",
+        "step_size": f"Polyak, cap {lr:g}" if name == "sam_polyak" else f"lr {lr:g}",
+        "tuned": "untuned" if name == "sam_polyak" else ("best of sweep" if (name, lr) == best else ""),
+        "final_train_loss": _mean_of(per_seed, "final_train_loss"),
+        "eval_loss": statistics.fmean(losses),
+        "eval_loss_spread": (max(losses) - min(losses)) / 2 if len(losses) > 1 else None,
+        "eval_accuracy": _mean_of(per_seed, "eval_accuracy"),
+    }
+
+
+def _mean_curve(per_seed: list) -> tuple[list[int], list[float]]:
+    """The seed-mean train-loss curve over the steps every seed logged."""
+    curves = [dict(zip(*curve, strict=True)) for _, curve in per_seed]
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    return steps, [statistics.fmean(c[s] for c in curves) for s in steps]
+
+
+def _loss_figure(outcomes: dict, best: tuple[str, float] | None):
+    series = {}
+    for (name, lr), per_seed in outcomes.items():
+        label = (f"SAM-Polyak (cap {lr:g}, untuned)" if name == "sam_polyak"
+                 else f"SAM lr {lr:g}" + (" (tuned)" if (name, lr) == best else ""))
+        series[label] = _mean_curve(per_seed)
+    figure = line_figure(series, xlabel="step", ylabel="train loss (mean over seeds)", logy=True, markers=False,
+                         title="Training loss: SAM-Polyak vs SAM at each learning rate")
+    for line in figure.axes[0].get_lines():
+        if line.get_label().startswith("SAM-Polyak"):
+            line.set(linewidth=2.5, color="black")
+    return figure
+
+
+def _sweep_figure(outcomes: dict):
+    sam = sorted((lr, per_seed) for (name, lr), per_seed in outcomes.items() if name == "sam")
+    lrs = [lr for lr, _ in sam]
+    series = {"SAM (final eval loss)": (lrs, [_mean_of(p, "eval_loss") for _, p in sam])}
+    hlines = {f"SAM-Polyak cap {lr:g} (untuned)": _mean_of(p, "eval_loss")
+              for (name, lr), p in outcomes.items() if name == "sam_polyak"}
+    finite = [v for v in series["SAM (final eval loss)"][1] + list(hlines.values()) if np.isfinite(v)]
+    figure = line_figure(series, xlabel="SAM learning rate", ylabel="final eval loss (mean over seeds)",
+                         title="SAM's learning-rate sweep against one untuned SAM-Polyak run", logx=True, logy=True,
+                         hlines=hlines)
+    if finite:
+        figure.axes[0].set_ylim(min(finite) / 1.5, max(finite) * 1.5)
+    return figure
+
+
+def _notes(budget: Budget, rho: float, polyak_cap: float) -> list[str]:
+    return [
+        f"Task: zoo `topics` classification (4 classes, chance 0.25, rows of {budget.seq_len + 1} tokens, 4096 "
+        f"train / 256 eval examples); model: the tiny 2-layer attention classifier (d_model 64).",
+        f"Both optimizers: SAM perturbation radius rho = {rho:g}, constant step-size schedule, no momentum, "
+        f"weight decay or gradient clipping. SAM-Polyak: f* = 0, c = 1, cap {polyak_cap:g} (not tuned).",
+        "final_train_loss: mean logged train loss over the last 20% of steps; eval_loss / eval_accuracy: final "
+        "eval over the whole eval split; eval_loss_spread: half the range over seeds. The tuned SAM learning "
+        "rate is the one with the lowest mean eval loss (the eval split doubles as the selection set).",
+    ]
