@@ -48,7 +48,7 @@ MIXERS = ("mdn", "gated_deltanet", "kda", "mamba2", "deltanet")
 IMPLEMENTATIONS = ("reference", "xla")
 
 # seq_len 64 holds one MQAR example of up to 16 pairs (4P - 1 = 63 tokens); every cell compiles once.
-QUICK = Budget(steps=20, batch_size=16, seq_len=64, seeds=(0,))
+QUICK = Budget(steps=10, batch_size=16, seq_len=64, seeds=(0,))
 FULL = Budget(steps=100, batch_size=16, seq_len=64, seeds=(0,))
 
 
