@@ -46,7 +46,7 @@ from icml26zoo.validation import check_int
 __all__ = ["FULL", "MIXERS", "QUICK", "run"]
 
 MIXERS = tuple(PRESETS)
-QUICK = Budget(steps=24, batch_size=4, seq_len=64, seeds=(0,))
+QUICK = Budget(steps=16, batch_size=4, seq_len=64, seeds=(0,))
 FULL = Budget(steps=200, batch_size=8, seq_len=128, seeds=(0,))
 COLUMNS = ("mixer", "mlp_dim", "params", "param_gap", "bits_per_byte", "bpb_per_seed", "final_train_loss")
 
@@ -88,8 +88,7 @@ def run(
     for name, value in (("eval_batches", eval_batches), ("analysis_rows", analysis_rows), ("top_k", top_k),
                         ("new_tokens", new_tokens)):
         check_int(name, value)
-    configs = _configs(mixers)
-    protot_cfg = configs["protot"].model
+    protot_cfg = load_preset(PRESETS["protot"]).model
     if edit_layer is not None:
         _check_index("edit_layer", edit_layer, protot_cfg.num_layers)
     if edit_prototype is not None:
@@ -103,6 +102,7 @@ def run(
         raise ValueError(f"top_k must be at most analysis_rows x seq_len = {analysis_rows * budget.seq_len}, "
                          f"got {top_k}")
 
+    configs = _configs(mixers)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     data_dir = str(experiment.run_dir / "data")
     summaries, counts = {}, {}
@@ -113,7 +113,8 @@ def run(
             cell = f"{mixer}_seed{seed}"
             # A short cell saves only at its end (each save costs about a second); a longer one also halfway.
             config = experiment.cell_config(base, seed=seed, checkpoints=2 if budget.steps >= 100 else 1)
-            summaries[cell] = experiment.train_cell(cell, config)
+            # One device: the tiny models gain nothing from more, and a batch need not divide their count.
+            summaries[cell] = experiment.train_cell(cell, config, devices=jax.devices()[:1])
 
     rows = _comparison_rows(experiment, mixers, configs, counts, summaries)
     _, model, _ = load_run(experiment.cell_dir(f"protot_seed{budget.seeds[0]}"), devices=jax.devices()[:1])
