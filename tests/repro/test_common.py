@@ -56,6 +56,11 @@ def test_a_cell_trained_with_another_config_is_not_reused(tmp_path):
     (cell / "config.json").write_text(config.to_json())
     (cell / "summary.json").write_text(json.dumps({"eval/loss": 1.5}))
     assert experiment.train_cell("fox_seed1", config) == {"eval/loss": 1.5}
+    # A config stored before a field existed (here: without `optim.eps`) still matches its default.
+    stored = json.loads(config.to_json())
+    del stored["optim"]["eps"]
+    (cell / "config.json").write_text(json.dumps(stored))
+    assert experiment.train_cell("fox_seed1", config) == {"eval/loss": 1.5}
     other = experiment.cell_config(TrainConfig(), seed=2)
     with pytest.raises(ValueError, match=r"cell 'fox_seed1' .* was trained with another config"):
         experiment.train_cell("fox_seed1", other)

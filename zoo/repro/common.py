@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo.registry import MIXERS, OPTIMIZERS
 from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.errors import RunError
 from icml26zoo.train.loop import train
 from icml26zoo.train.metrics import read_metrics
 from icml26zoo.validation import check_int
@@ -174,7 +175,8 @@ class Experiment:
         """
         workdir = self.cell_dir(cell)
         stored = workdir / "config.json"
-        if stored.is_file() and stored.read_text() != config.to_json():
+        # Compared as configs, not as text: a field the zoo added since the cell ran takes its default.
+        if stored.is_file() and _stored_config(stored) != config:
             raise ValueError(f"cell {cell!r} in {str(self.run_dir)!r} was trained with another config "
                              f"({stored}); use a new run_dir, or delete the cell to retrain it")
         summary_path = workdir / "summary.json"
@@ -213,6 +215,14 @@ class Experiment:
             paths[name] = self.run_dir / f"{name}.png"
             figure.savefig(paths[name], dpi=100)
         return Results(title=title, rows=rows, markdown=text, figures=figures, paths=paths, extra=dict(extra or {}))
+
+
+def _stored_config(path: pathlib.Path) -> TrainConfig | None:
+    """The config a cell stored, or None when it no longer parses (a field was renamed or removed)."""
+    try:
+        return TrainConfig.from_json(path.read_text())
+    except (RunError, ValueError, TypeError):
+        return None
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[str]:
