@@ -1,5 +1,8 @@
 """Pruning-at-initialisation masks and graphon statistics (Pham, Ta, Tran-Thanh, arXiv 2602.06675)."""
 
+import itertools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +14,9 @@ from jax.flatten_util import ravel_pytree
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.sparsity import (
     apply_mask,
+    cut_norm,
+    fit_factorised_saliency,
+    graphon_distances,
     grasp_hessian_gradient,
     grasp_mask,
     lm_loss_fn,
@@ -18,6 +24,8 @@ from icml26zoo.sparsity import (
     mask_statistics,
     masked_optimizer,
     matrix_statistics,
+    method_graphon,
+    predicted_graphon,
     random_mask,
     snip_mask,
     snip_scores,
@@ -274,3 +282,79 @@ def test_bad_sparsity_raises(sparsity):
             call()
     with pytest.raises(ValueError, match="scope"):
         magnitude_mask(params, sparsity=0.5, scope="per_row")
+
+
+# The Factorised Saliency Model and its predicted graphon (zoo.sparsity.graphon; a reconstruction).
+
+
+@pytest.mark.parametrize("method", ["random", "magnitude"])
+def test_predicted_graphon_of_a_homogeneous_method_is_constant_at_the_density(method):
+    graphon = method_graphon(method, 0.3, grid=6)
+    assert graphon.shape == (6, 6)
+    np.testing.assert_array_equal(graphon, np.full((6, 6), 0.3))
+
+
+def _gaussian_survival(x):
+    return 0.5 * np.vectorize(math.erfc)(x / math.sqrt(2.0))
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_fsm_fit_recovers_the_factors_and_predicts_the_gaussian_closed_form(signed):
+    # s = ε v u with ε = |w| (Magnitude-like, kept if large) or ε = w (signed, as GraSP's θ ⊙ Hg), w ~ N(0, 1):
+    # the limit graphon is P(ε ≥ t / (v u)) = 2[1 − Φ(t / (v u))] (or 1 − Φ(t / (v u)) when signed).
+    rng = np.random.default_rng(0)
+    n, density = 512, 0.2
+    v, u = np.exp(0.5 * rng.standard_normal(n)), np.sqrt(rng.chisquare(4, n))
+    w = rng.standard_normal((n, n))
+    scores = (w if signed else np.abs(w)) * v[:, None] * u[None, :]
+    factors = fit_factorised_saliency(scores)
+    assert np.corrcoef(np.log(factors.input_factor), np.log(v))[0, 1] > 0.99
+    assert np.corrcoef(np.log(factors.output_factor), np.log(u))[0, 1] > 0.99
+    predicted = predicted_graphon(factors, density, grid=8)
+    assert predicted.mean() == pytest.approx(density, abs=1e-3)
+    # The closed form with the true factor laws at 256 mid-quantiles, t by bisection on the mean.
+    q = (np.arange(256) + 0.5) / 256
+    product = np.outer(np.quantile(v, 1 - q), np.quantile(u, 1 - q))
+    factor = 1.0 if signed else 2.0
+    lo, hi = 0.0, 100.0
+    for _ in range(60):
+        t = 0.5 * (lo + hi)
+        lo, hi = (t, hi) if factor * _gaussian_survival(t / product).mean() > density else (lo, t)
+    closed = (factor * _gaussian_survival(t / product)).reshape(8, 32, 8, 32).mean(axis=(1, 3))
+    assert closed.std() > 0.1  # a heterogeneous graphon: the comparison is not constant against constant
+    assert graphon_distances(predicted, closed)["l2"] < 0.01
+    # The keep-largest mask itself sits close to the prediction, and far from the constant graphon.
+    mask = scores >= np.sort(scores.ravel())[::-1][round(density * n * n) - 1]
+    empirical = matrix_statistics(mask)["graphon"]
+    assert graphon_distances(empirical, predicted)["l2"] < 0.02
+    assert graphon_distances(empirical, np.full((8, 8), density))["l2"] > 0.1
+
+
+def test_cut_norm_is_the_brute_force_maximum_over_cell_unions():
+    m = np.random.default_rng(1).standard_normal((4, 5))
+    brute = max(abs(m[np.ix_(rows, cols)].sum())
+                for r in range(1, 5) for rows in itertools.combinations(range(4), r)
+                for c in range(1, 6) for cols in itertools.combinations(range(5), c))
+    assert cut_norm(m) == pytest.approx(brute / m.size)
+    assert cut_norm(np.array([[1.0, -1.0], [-1.0, 1.0]])) == pytest.approx(0.25)  # L2 would say 1
+    d = graphon_distances(np.full((4, 4), 0.5), np.full((4, 4), 0.2))
+    assert d["l2"] == pytest.approx(0.3) and d["cut"] == pytest.approx(0.3)
+
+
+def test_graphon_bad_inputs_name_the_field():
+    for density in (0.0, 1.0, -0.2, True):
+        with pytest.raises(ValueError, match="density"):
+            method_graphon("random", density)
+    with pytest.raises(ValueError, match="method"):
+        method_graphon("obd", 0.5)
+    with pytest.raises(ValueError, match="factors"):
+        method_graphon("snip", 0.5)
+    for scores in (np.ones(8), np.ones((1, 8)), np.full((4, 4), np.nan)):
+        with pytest.raises(ValueError, match="scores"):
+            fit_factorised_saliency(scores)
+    with pytest.raises(ValueError, match="all zero"):
+        fit_factorised_saliency(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="matrix"):
+        cut_norm(np.zeros((17, 17)))
+    with pytest.raises(ValueError, match="share a grid"):
+        graphon_distances(np.zeros((4, 4)), np.zeros((8, 8)))

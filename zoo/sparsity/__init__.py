@@ -1,5 +1,6 @@
 """Pruning at initialisation (Pham, Ta, Tran-Thanh, arXiv 2602.06675): Random, Magnitude, SNIP and GraSP
-masks at an exact target sparsity, an optax wrapper that keeps pruned weights at zero, and graphon-view mask statistics.
+masks at an exact target sparsity, an optax wrapper that keeps pruned weights at zero, graphon-view mask statistics,
+and the Factorised Saliency Model's predicted graphon (`graphon`).
 
 Typical use on a zoo LM:
 
@@ -11,6 +12,14 @@ Typical use on a zoo LM:
     print(mask_statistics(mask)["total"])
 """
 
+from icml26zoo.sparsity.graphon import (
+    SaliencyFactors,
+    cut_norm,
+    fit_factorised_saliency,
+    graphon_distances,
+    method_graphon,
+    predicted_graphon,
+)
 from icml26zoo.sparsity.masks import (
     PRUNABLE_NAMES,
     MaskedOptimizerState,
@@ -32,11 +41,15 @@ from icml26zoo.sparsity.stats import empirical_graphon, layer_densities, mask_st
 __all__ = [
     "PRUNABLE_NAMES",
     "MaskedOptimizerState",
+    "SaliencyFactors",
     "apply_mask",
+    "cut_norm",
     "empirical_graphon",
+    "fit_factorised_saliency",
     "grasp_hessian_gradient",
     "grasp_mask",
     "grasp_scores",
+    "graphon_distances",
     "layer_densities",
     "lm_loss_fn",
     "magnitude_mask",
@@ -44,6 +57,8 @@ __all__ = [
     "mask_statistics",
     "masked_optimizer",
     "matrix_statistics",
+    "method_graphon",
+    "predicted_graphon",
     "prunable_mask",
     "random_mask",
     "snip_mask",
