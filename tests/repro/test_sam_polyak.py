@@ -117,6 +117,14 @@ def test_tuned_learning_rate_is_the_lowest_finite_eval_loss_and_never_polyak():
     assert [r["tuned"] for r in rows] == ["untuned", "", "best of sweep", ""]
     assert rows[2]["eval_loss"] == pytest.approx(0.55) and rows[2]["eval_loss_spread"] == pytest.approx(0.05)
     assert sam_polyak._tuned({("sam", 1.0): [_outcome(math.nan)]}) is None
+    assert rows[0]["polyak_step_end"] is None and rows[1]["capped_end"] is None
+
+
+def test_row_reports_the_median_probe_step_and_the_capped_fraction_over_all_seeds():
+    seed0, seed1 = _outcome(0.2), _outcome(0.3)
+    seed0[0]["polyak_steps"], seed1[0]["polyak_steps"] = [0.1, 2.0, 0.3], [1.0, 0.2, 0.4]
+    row = sam_polyak._row("sam_polyak", 1.0, [seed0, seed1], None)
+    assert row["polyak_step_end"] == pytest.approx(0.35) and row["capped_end"] == pytest.approx(2 / 6)
 
 
 def test_final_train_loss_averages_the_last_fifth_of_the_run():

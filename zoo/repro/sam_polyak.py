@@ -11,6 +11,9 @@ classification (4 classes, chance 25%; rows of `budget.seq_len + 1` tokens) with
 classifier (`train.presets.tiny_classifier`). SAM-Polyak runs once per seed with ℓ* = 0, c = 1 and the cap
 γ_b = `polyak_cap` (not tuned: the spec's middle value 1); SAM runs once per learning rate of
 `sam_learning_rates` and seed, and the learning rate with the lowest mean final eval loss is the tuned one.
+Since the trainer logs the schedule (the cap), not the Polyak step itself, each trained SAM-Polyak cell is
+reopened and its uncapped step γ measured on `probe_batches` fresh training minibatches: whether the cap still
+binds at the end of training, or γ has become the smaller, adaptive value.
 Both use a constant schedule (no warmup, no decay: the schedule is the cap for SAM-Polyak), no weight decay,
 no gradient clipping (clipping would change g inside the Polyak ratio) and no momentum.
 
@@ -30,11 +33,20 @@ import statistics
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
+from flax import nnx
 
+from icml26zoo.optim.sam import sam_polyak_grads, scale_by_sam_polyak
+from icml26zoo.registry import OBJECTIVES
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.train import load_run
 from icml26zoo.train.config import OptimConfig, TrainConfig
+from icml26zoo.train.data import make_train_iterator
 from icml26zoo.train.presets import tiny_classifier
+from icml26zoo.train.step import objective_loss
+from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "run"]
 
@@ -53,7 +65,7 @@ FINAL_FRACTION = 0.2
 
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequence[str] = OPTIMIZERS,
         sam_learning_rates: Sequence[float] = SAM_LEARNING_RATES, polyak_cap: float = 1.0, rho: float = 0.05,
-        resume: bool = False) -> Results:
+        probe_batches: int = 8, resume: bool = False) -> Results:
     """Trains SAM-Polyak (untuned) and SAM at every learning rate, per seed, and writes the comparison.
 
     Args:
@@ -64,12 +76,15 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
       sam_learning_rates: plain SAM's learning rates η (finite, > 0, distinct), one cell each per seed.
       polyak_cap: SAM-Polyak's step cap γ_b (finite, > 0); the method's only step-size setting, not tuned.
       rho: the SAM radius ρ >= 0 shared by both optimizers.
+      probe_batches: training minibatches (>= 1) on which each trained SAM-Polyak cell's uncapped step is
+        measured.
       resume: require run_dir to exist (an interrupted experiment); finished cells are reused either way.
     """
     optimizers = check_names("optimizers", optimizers, OPTIMIZERS)
     learning_rates = _check_learning_rates(sam_learning_rates) if "sam" in optimizers else ()
     _check_number("polyak_cap", polyak_cap, "a finite number > 0 (the Polyak step cap γ_b)", positive=True)
     _check_number("rho", rho, "a finite number >= 0 (the SAM radius)", positive=False)
+    check_int("probe_batches", probe_batches)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     base = _base_config(experiment)
     methods = ([("sam_polyak", polyak_cap)] if "sam_polyak" in optimizers else [])
@@ -81,7 +96,10 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
         for seed in budget.seeds:
             cell = _cell_name(name, lr, seed)
             config = experiment.cell_config(_method_config(base, name, lr, rho), seed=seed)
-            summary = experiment.train_cell(cell, config, devices=devices)
+            summary = dict(experiment.train_cell(cell, config, devices=devices))
+            if name == "sam_polyak":
+                summary["polyak_steps"] = final_polyak_steps(experiment.cell_dir(cell), rho=rho,
+                                                             batches=probe_batches, devices=devices)
             per_seed.append((summary, experiment.metrics(cell, "train/loss")))
         outcomes[(name, lr)] = per_seed
     best = _tuned(outcomes)
@@ -91,12 +109,38 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
         figures["lr_sweep"] = _sweep_figure(outcomes)
     return experiment.write(
         rows, columns=("optimizer", "step_size", "tuned", "final_train_loss", "eval_loss", "eval_loss_spread",
-                       "eval_accuracy"),
+                       "eval_accuracy", "polyak_step_end", "capped_end"),
         title="SAM-Polyak (untuned) vs SAM (learning-rate sweep) on topics classification",
         notes=_notes(budget, rho, polyak_cap), figures=figures,
         extra={"per_seed": {f"{name}@{lr:g}": [_seed_record(s, c) for s, c in per_seed]
                             for (name, lr), per_seed in outcomes.items()},
                "tuned_sam_learning_rate": None if best is None else best[1], "rho": rho, "polyak_cap": polyak_cap})
+
+
+def final_polyak_steps(cell_dir: str | os.PathLike, *, rho: float, batches: int, f_min: float = 0.0,
+                       c: float = 1.0, devices: list | None = None) -> list[float]:
+    """The uncapped SAM-Polyak step γ = [f_S(e) − f_min − ⟨g, e − θ⟩]_+ / (c‖g‖²) of a trained cell's final
+    parameters on each of `batches` training minibatches (the cell's batch size; an order of its own seed).
+
+    Uses the zoo's own two passes and Polyak scaling with an infinite cap, on the cell's objective."""
+    config, model, state = load_run(cell_dir, devices=devices)
+    graphdef, _ = nnx.split(model, nnx.Param)
+    loss_fn = objective_loss(graphdef, OBJECTIVES.get(config.objective), jax.random.key(config.seed))
+    scale = scale_by_sam_polyak(f_min=f_min, max_learning_rate=jnp.inf, c=c)
+    params = jax.device_get(state.params)
+
+    @jax.jit
+    def step_size(batch: dict) -> jax.Array:
+        two_pass = sam_polyak_grads(loss_fn, params, batch, rho)
+        with jax.numpy_dtype_promotion("standard"):
+            scaled, _ = scale.update(two_pass.grad, scale.init(params), value=two_pass.value,
+                                     perturbation=two_pass.perturbation)
+        return optax.tree.norm(scaled) / jnp.maximum(optax.tree.norm(two_pass.grad), 1e-30)
+
+    # A different order from training's (seed + 1_000_003): minibatches the final parameters were not fit on last.
+    iterator = make_train_iterator(config.data, batch_size=config.batch_size, seq_len=config.seq_len,
+                                   seed=config.seed + 1_000_003)
+    return [float(step_size({k: jnp.asarray(v) for k, v in next(iterator).items()})) for _ in range(batches)]
 
 
 def _check_number(field: str, value: object, expected: str, *, positive: bool) -> None:
@@ -149,9 +193,12 @@ def _final_train_loss(curve: tuple[list[int], list[float]]) -> float:
 
 
 def _seed_record(summary: dict, curve: tuple[list[int], list[float]]) -> dict:
-    return {"eval_loss": float(summary.get("eval/loss", math.nan)),
-            "eval_accuracy": float(summary.get("eval/accuracy", math.nan)),
-            "final_train_loss": _final_train_loss(curve)}
+    record = {"eval_loss": float(summary.get("eval/loss", math.nan)),
+              "eval_accuracy": float(summary.get("eval/accuracy", math.nan)),
+              "final_train_loss": _final_train_loss(curve)}
+    if "polyak_steps" in summary:
+        record["polyak_steps"] = summary["polyak_steps"]
+    return record
 
 
 def _mean_of(per_seed: list, key: str) -> float:
@@ -167,6 +214,7 @@ def _tuned(outcomes: dict) -> tuple[str, float] | None:
 
 def _row(name: str, lr: float, per_seed: list, best: tuple[str, float] | None) -> dict:
     losses = [_seed_record(s, c)["eval_loss"] for s, c in per_seed]
+    steps = [gamma for summary, _ in per_seed for gamma in summary.get("polyak_steps", [])]
     return {
         "optimizer": "SAM-Polyak" if name == "sam_polyak" else "SAM",
         "step_size": f"Polyak, cap {lr:g}" if name == "sam_polyak" else f"lr {lr:g}",
@@ -175,6 +223,8 @@ def _row(name: str, lr: float, per_seed: list, best: tuple[str, float] | None) -
         "eval_loss": statistics.fmean(losses),
         "eval_loss_spread": (max(losses) - min(losses)) / 2 if len(losses) > 1 else None,
         "eval_accuracy": _mean_of(per_seed, "eval_accuracy"),
+        "polyak_step_end": float(np.median(steps)) if steps else None,
+        "capped_end": statistics.fmean(gamma >= lr for gamma in steps) if steps else None,
     }
 
 
@@ -193,9 +243,16 @@ def _loss_figure(outcomes: dict, best: tuple[str, float] | None):
         series[label] = _mean_curve(per_seed)
     figure = line_figure(series, xlabel="step", ylabel="train loss (mean over seeds)", logy=True, markers=False,
                          title="Training loss: SAM-Polyak vs SAM at each learning rate")
-    for line in figure.axes[0].get_lines():
+    axes = figure.axes[0]
+    for line in axes.get_lines():
         if line.get_label().startswith("SAM-Polyak"):
             line.set(linewidth=2.5, color="black")
+    firsts = [ys[0] for _, ys in series.values() if ys]
+    lows = [min(ys) for _, ys in series.values() if ys]
+    if firsts:
+        # A diverging learning rate would stretch the axis over many decades; keep the useful range in view.
+        axes.set_ylim(min(lows) / 1.5, 3 * statistics.median(firsts))
+    axes.legend(fontsize=8)
     return figure
 
 
@@ -223,4 +280,6 @@ def _notes(budget: Budget, rho: float, polyak_cap: float) -> list[str]:
         "final_train_loss: mean logged train loss over the last 20% of steps; eval_loss / eval_accuracy: final "
         "eval over the whole eval split; eval_loss_spread: half the range over seeds. The tuned SAM learning "
         "rate is the one with the lowest mean eval loss (the eval split doubles as the selection set).",
+        "polyak_step_end: median uncapped Polyak step of the trained SAM-Polyak model over fresh training "
+        "minibatches (all seeds); capped_end: the fraction of those minibatches where it reaches the cap.",
     ]
