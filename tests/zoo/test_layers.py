@@ -324,3 +324,14 @@ def test_block_uses_dyt_and_gelu_when_asked(placement):
     else:
         expected = h + block.mlp_residual.norm_out(block.mlp(block.mlp_residual.norm(h)))
         np.testing.assert_allclose(out, expected, **F32)
+
+
+def test_dyt_also_replaces_the_final_norm_before_the_head():
+    from icml26zoo.layers.norms import RMSNorm
+    from icml26zoo.models import build_model
+
+    cfg = config.ModelConfig(d_model=16, num_heads=2, num_kv_heads=1, num_layers=1, vocab_size=32)
+    assert isinstance(build_model(cfg, rngs=nnx.Rngs(0)).final_norm, RMSNorm)
+    dyt = build_model(dataclasses.replace(cfg, norm="dyt"), rngs=nnx.Rngs(0))
+    assert isinstance(dyt.final_norm, DyT)
+    assert dyt(jnp.arange(6, dtype=jnp.int32)[None]).shape == (1, 6, 32)

@@ -109,3 +109,15 @@ class DyT(nnx.Module):
             raise ValueError(f"x must have last dimension {self.weight.shape[0]}, got shape {x.shape}")
         y = jnp.tanh(self.alpha[...] * x.astype(jnp.float32)) * self.weight[...] + self.bias[...]
         return y.astype(x.dtype)
+
+
+NORMS = ("rmsnorm", "dyt")
+
+
+def build_norm(kind: str, dim: int, *, eps: float = 1e-6) -> RMSNorm | DyT:
+    """The residual stream's norm of `kind` ("rmsnorm" or "dyt", `ModelConfig.norm`) over [..., dim]."""
+    if kind == "rmsnorm":
+        return RMSNorm(dim, eps=eps)
+    if kind == "dyt":
+        return DyT(dim)
+    raise ValueError(f"norm must be one of {list(NORMS)}, got {kind!r}")

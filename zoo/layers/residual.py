@@ -14,25 +14,26 @@ from typing import Any
 import jax
 from flax import nnx
 
-from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.layers.norms import build_norm
 from icml26zoo.validation import check_choice
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
 
 
 class Residual(nnx.Module):
-    """Wraps a sublayer `f: h [B, T, D] -> (y [B, T, D], aux)` with a residual and RMSNorms.
+    """Wraps a sublayer `f: h [B, T, D] -> (y [B, T, D], aux)` with a residual and norms of kind `norm`
+    ("rmsnorm", the default, or "dyt"; see `layers.norms.build_norm`).
 
     `aux` (e.g. a mixer's updated decode cache) passes through untouched, so the same wrapper serves
     sublayers with and without state.
     """
 
-    def __init__(self, placement: str, dim: int, *, eps: float = 1e-6) -> None:
+    def __init__(self, placement: str, dim: int, *, eps: float = 1e-6, norm: str = "rmsnorm") -> None:
         check_choice("norm_placement", placement, NORM_PLACEMENTS)
         self.placement = placement
         # Only the norms a placement uses exist, so parameter counts reflect the architecture.
-        self.norm = RMSNorm(dim, eps=eps) if placement in ("pre", "post", "sandwich") else None
-        self.norm_out = RMSNorm(dim, eps=eps) if placement == "sandwich" else None
+        self.norm = build_norm(norm, dim, eps=eps) if placement in ("pre", "post", "sandwich") else None
+        self.norm_out = build_norm(norm, dim, eps=eps) if placement == "sandwich" else None
 
     def __call__(
         self, x: jax.Array, f: Callable[[jax.Array], tuple[jax.Array, Any]]

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.layers.mlp import build_mlp
-from icml26zoo.layers.norms import DyT
 from icml26zoo.layers.residual import Residual
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import MIXERS
@@ -23,13 +22,7 @@ from icml26zoo.registry import MIXERS
 
 def block_residual(cfg: ModelConfig) -> Residual:
     """The residual wrapper of one sublayer: cfg.norm_placement, with cfg.norm ("rmsnorm" or "dyt") as its norms."""
-    residual = Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps)
-    if cfg.norm == "dyt":
-        # Residual builds RMSNorms; swap in a DyT of the same width wherever the placement has a norm.
-        for name in ("norm", "norm_out"):
-            if getattr(residual, name) is not None:
-                setattr(residual, name, DyT(cfg.d_model))
-    return residual
+    return Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps, norm=cfg.norm)
 
 
 class Block(nnx.Module):

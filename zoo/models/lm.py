@@ -9,12 +9,12 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from icml26zoo.layers.embed import EMBED_INIT_STD, Embedding
-from icml26zoo.layers.norms import RMSNorm
+from icml26zoo.layers.norms import build_norm
 from icml26zoo.models.block import build_layers, init_layer_caches, run_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_model
 
-# Placements whose blocks do not already end in a norm get a final RMSNorm before the head. "post"
+# Placements whose blocks do not already end in a norm get a final norm (cfg.norm) before the head. "post"
 # blocks end in one (the original Transformer has no final norm), and "none" is the norm-free ablation.
 FINAL_NORM_PLACEMENTS = ("pre", "sandwich")
 
@@ -82,7 +82,9 @@ class DecoderLM(nnx.Module):
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.layers = build_layers(cfg, rngs=rngs)
         self.final_norm = (
-            RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norm_placement in FINAL_NORM_PLACEMENTS else None
+            build_norm(cfg.norm, cfg.d_model, eps=cfg.norm_eps)
+            if cfg.norm_placement in FINAL_NORM_PLACEMENTS
+            else None
         )
         # Untied head [D, vocab]; None when the embedding table doubles as the head.
         self.head = None if cfg.tie_embeddings else nnx.Param(_head_init(rngs, cfg.d_model, cfg.vocab_size))
