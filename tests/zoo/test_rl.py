@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from icml26zoo.rl.cartpole_dqn import DQNConfig, episode_returns, train_cartpole_dqn
 from icml26zoo.rl.dqn import train_dqn
 from icml26zoo.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_transitions, step, value_iteration
 from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
@@ -68,6 +69,11 @@ def test_maybe_sync_under_scan_syncs_exactly_at_schedule_steps():
         (lambda: GeometricTargetSchedule(4, ratio=float("nan")), "ratio"),
         (lambda: GeometricTargetSchedule(4, k_max=3), "k_max"),
         (lambda: constant_schedule(0), "period"),
+        (lambda: constant_schedule(-3), "period"),
+        (lambda: GeometricTargetSchedule(-2), "k0"),
+        (lambda: adaptive_schedule(10, gamma=1.2), "gamma"),
+        (lambda: train_cartpole_dqn(constant_schedule(5), jax.random.key(0), DQNConfig(gamma=1.0)), "gamma"),
+        (lambda: train_cartpole_dqn(constant_schedule(5), jax.random.key(0), DQNConfig(buffer_size=0)), "buffer_size"),
         (lambda: adaptive_ratio(1.0), "gamma"),
         (lambda: adaptive_schedule(10, gamma=0.0), "gamma"),
         (lambda: chain_mdp(1), "num_states"),
@@ -166,3 +172,30 @@ def test_dqn_error_decreases_and_target_follows_schedule():
     trace = jax.device_get(train_dqn(mdp, sched, jax.random.key(0), 3000, q_star))
     assert trace.error[-1] < trace.error[0] / 5 and math.isfinite(float(trace.loss[-1]))
     np.testing.assert_array_equal(np.nonzero(trace.synced)[0] + 1, sched.sync_steps(3000))
+
+
+def test_cartpole_dqn_is_deterministic_per_seed_and_syncs_on_gradient_steps():
+    """A few steps of the gymnax CartPole DQN: same key, same trace; another key, another one; the target
+    syncs follow the schedule counted in gradient steps (which start at learning_starts)."""
+    config = DQNConfig(num_steps=48, batch_size=4, buffer_size=32, learning_starts=8, hidden=8)
+    sched = constant_schedule(5)
+    a, b, c = (jax.device_get(train_cartpole_dqn(sched, jax.random.key(k), config)) for k in (0, 0, 1))
+    np.testing.assert_array_equal(a.reward, b.reward)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+    assert not np.array_equal(a.loss, c.loss)
+    assert np.all(a.loss[: config.learning_starts] == 0) and np.all(a.loss[config.learning_starts:] > 0)
+    expected = config.learning_starts + sched.sync_steps(config.num_steps - config.learning_starts)
+    np.testing.assert_array_equal(np.nonzero(a.synced)[0] + 1, expected)
+    ends, returns = episode_returns(a)
+    assert np.all(a.reward == 1.0) and returns.sum() == pytest.approx(ends[-1] + 1 if ends.size else 0)
+
+
+def test_cartpole_needs_the_rl_extra(monkeypatch):
+    import sys
+
+    from icml26zoo.rl import cartpole_dqn
+
+    monkeypatch.setitem(sys.modules, "gymnax", None)
+    with pytest.raises(ImportError, match=r"\[rl\]"):
+        cartpole_dqn.make_cartpole()
