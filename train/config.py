@@ -24,7 +24,7 @@ from typing import Any
 
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config_checks import check_config, check_finite_floats, check_names
+from icml26zoo.train.config_checks import check_config, check_finite_floats, check_lora, check_names
 from icml26zoo.train.errors import RunError
 from icml26zoo.validation import (
     check_int,
@@ -222,6 +222,15 @@ class TrainConfig:
     spike_monitor_every: int = 0
     # Initialize jax.distributed (multi-host); None means "when JAX's cluster environment is detected".
     distributed: bool | None = None
+    # Fine-tuning: the workdir of another run whose newest checkpoint's parameters initialize the model
+    # (same model config; the optimizer state starts fresh). None: a fresh initialization from `seed`.
+    init_from: str | None = None
+    # LoRA (zoo.lora): rank r of the adapters on the linear layers named by `lora_targets` (fnmatch patterns);
+    # 0 trains all parameters. With r > 0 only the adapters train: the optimizer sees only them and the
+    # base weights stay bit-identical. `lora_alpha` α scales the branch by α/r; None means α = 2r.
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
 
     def __post_init__(self) -> None:
         check_finite_floats("", self)
@@ -236,6 +245,7 @@ class TrainConfig:
         if self.mesh_data != -1:
             check_int("mesh_data", self.mesh_data)
         check_int("mesh_fsdp", self.mesh_fsdp)
+        check_lora(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as nested dicts of plain values (`from_dict` rebuilds an equal config)."""

@@ -43,6 +43,23 @@ def check_config(config: TrainConfig) -> None:
     check_names(config)
 
 
+def check_lora(config: TrainConfig) -> None:
+    """lora_rank an integer >= 0, lora_alpha None or > 0, lora_targets non-empty strings, init_from None or a
+    non-empty path; ValueError naming the field. The rank against the layer widths is checked when the model
+    is built (`train.loop.build_run`)."""
+    rank = config.lora_rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"lora_rank must be an integer >= 0 (0: no LoRA), got {rank!r}")
+    alpha = config.lora_alpha
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0):
+        raise ValueError(f"lora_alpha must be a number > 0 or None (alpha = 2 * lora_rank), got {alpha!r}")
+    targets = config.lora_targets
+    if not isinstance(targets, tuple) or not targets or not all(isinstance(t, str) and t for t in targets):
+        raise ValueError(f"lora_targets must be a non-empty tuple of layer-name patterns, got {targets!r}")
+    if config.init_from is not None and (not isinstance(config.init_from, str) or not config.init_from):
+        raise ValueError(f"init_from must be a run directory or None, got {config.init_from!r}")
+
+
 def check_fits_data(config: TrainConfig) -> None:
     """The model's vocabulary against the dataset's and the row length against what the dataset needs.
 

@@ -105,3 +105,34 @@ def parameter_path(path: tuple) -> str:
                 parts.append(str(getattr(key, attribute)))
                 break
     return "/".join(parts)
+
+
+LORA_LEAVES = ("lora_a", "lora_b")  # the factor names of flax's nnx.LoRA (zoo.lora adapters)
+
+
+def lora_trainable(params: Any) -> Any:
+    """True for LoRA factors (leaves named lora_a / lora_b), False for the frozen rest, per leaf."""
+    return jax.tree_util.tree_map_with_path(lambda path, _: parameter_path(path).rsplit("/", 1)[-1] in LORA_LEAVES,
+                                            params)
+
+
+def train_only(optimizer: optax.GradientTransformation, trainable: Any) -> optax.GradientTransformation:
+    """`optimizer` on the leaves `trainable(params)` marks, zero updates (and no state) for the rest.
+
+    The whole rule, clipping and accumulation included, sees only the trainable leaves, so a global-norm
+    clip measures the adapters' gradient alone; frozen leaves get exact zeros and stay bit-identical."""
+    labels = lambda params: jax.tree.map(lambda t: "train" if t else "frozen", trainable(params))
+    return optax.multi_transform({"train": optimizer, "frozen": optax.set_to_zero()}, labels)
+
+
+def check_lora_rank(model: Any, rank: int, targets: tuple[str, ...]) -> None:
+    """ValueError naming lora_rank when it exceeds min(in, out) of a linear layer `targets` selects (a
+    rank above the width adds nothing a full update could not and wastes compute)."""
+    from icml26zoo.lora import _matches, linear_layers
+
+    for path, (_, _, linear) in linear_layers(model).items():
+        if any(_matches(path, pattern) for pattern in targets):
+            width = min(linear.in_features, linear.out_features)
+            if rank > width:
+                raise ValueError(f"lora_rank must be at most the adapted layers' width, got {rank} > {width} "
+                                 f"(layer {path}: {linear.in_features} -> {linear.out_features})")

@@ -8,6 +8,7 @@ checkpoints clears the temporary folders of interrupted saves, which a live run 
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import jax
@@ -50,7 +51,8 @@ def load_run(
                               f"checkpoint_every={config.checkpoint_every})")
     with Checkpointer(directory, keep=config.keep_checkpoints, async_save=False) as checkpointer:
         check_step(checkpointer, step, workdir)
-        run, fresh = build_run(config, devices)
+        # A fine-tune's checkpoint holds every parameter: its init_from run is not needed to reopen it.
+        run, fresh = build_run(dataclasses.replace(config, init_from=None), devices)
         abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fresh,
                                 run.state_shardings)
         # Freed now: the restored state takes its place on the devices.
@@ -95,3 +97,51 @@ def restore(checkpointer: Checkpointer, abstract: TrainState, step: int | None, 
     except CheckpointRestoreError as error:
         raise CheckpointError(f"workdir {str(workdir)!r}: {error}") from None
     return state
+
+
+def initial_params(init_from: str | pathlib.Path, abstract_params: dict) -> dict:
+    """`init_from`'s newest parameters laid out like `abstract_params` (a pure dict of ShapeDtypeStructs),
+    host arrays; leaves that the source cannot have (LoRA factors) are None.
+
+    A LoRA model's `<layer>/base/kernel` takes the source's `<layer>/kernel`. Every source parameter must
+    land on a leaf of the same shape and every non-LoRA leaf must get one; otherwise ValueError naming
+    init_from, the first missing or mismatched path and the shapes.
+
+    Raises:
+      CheckpointError: init_from is not a run directory with a readable checkpoint (names it).
+      ValueError: the parameters do not fit (above).
+    """
+    try:
+        _, _, state = load_run(init_from, devices=jax.devices()[:1])
+    except CheckpointError as error:
+        raise CheckpointError(f"init_from: {error}") from None
+    source = {_path(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
+        jax.device_get(state.params))[0]}
+    used: set[str] = set()
+
+    def pick(path: tuple, target: jax.ShapeDtypeStruct) -> object:
+        name = _path(path)
+        if name.rsplit("/", 1)[-1] in LORA_LEAVES:
+            return None
+        key = "/".join(part for part in name.split("/") if part != "base")
+        if key not in source:
+            raise ValueError(f"init_from {str(init_from)!r} has no parameter {key!r} (the run's model differs: "
+                             f"it has {sorted(source)[:6]}...)")
+        if tuple(source[key].shape) != tuple(target.shape):
+            raise ValueError(f"init_from {str(init_from)!r}: parameter {key!r} has shape {source[key].shape}, "
+                             f"this run's model needs {tuple(target.shape)}")
+        used.add(key)
+        return source[key].astype(target.dtype)
+
+    params = jax.tree_util.tree_map_with_path(pick, abstract_params)
+    unused = sorted(set(source) - used)
+    if unused:
+        raise ValueError(f"init_from {str(init_from)!r} has parameters this run's model lacks, e.g. {unused[:4]}")
+    return params
+
+
+LORA_LEAVES = ("lora_a", "lora_b")
+
+
+def _path(path: tuple) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)

@@ -17,22 +17,38 @@ a stacked norm scale `[L, D]` is 1-D per layer and goes to AdamW.
 
 Differences from the repository (documented, not bugs): optax keeps a bias-corrected EMA of gradients
 where the repository keeps an un-normalised sum B ← μB + G; Newton–Schulz is scale-invariant (up to
-eps), so the directions agree once t ≫ 1/(1−μ) and only the first steps differ slightly. Newton–Schulz
-runs in the parameter dtype here (the repository runs it in bfloat16).
+eps), so the directions agree once t ≫ 1/(1−μ) and only the first steps differ slightly.
+
+Options of the orthogonalisation: `ns_coeffs="standard"` (the fixed quintic above) or `"polar_express"`
+(Amsel et al. 2025, arXiv 2505.16932: one optimal quintic per iteration, as the repository's
+polar_express.py composes them on [1e-3, 1] with cushion 0.02 and safety factor 1.01, first `ns_steps`
+triples, plus a 1.1 safety factor on the initial normalisation, folded into the first triple as
+(a/s, b/s³, c/s⁵) because optax normalises by ‖X‖_F itself). `ns_dtype="float32"` runs Newton–Schulz in
+the parameter dtype; `"bfloat16"` (the repository's default) casts the Muon-routed gradients to bfloat16
+before optax's Muon, so its momentum buffer is bfloat16 too (the repository keeps the buffer in float32
+and casts only inside Newton–Schulz); updates are cast back to the parameter dtype.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from optax.contrib import MuonDimensionNumbers
 
-from icml26zoo.optim._hparams import check_non_negative, check_unit_interval, optimizer_options, with_standard_promotion
+from icml26zoo.optim._hparams import (
+    check_non_negative,
+    check_positive,
+    check_unit_interval,
+    optimizer_options,
+    with_standard_promotion,
+)
 from icml26zoo.registry import register_optimizer
 
 EMBEDDING_KEYWORDS = ("embed",)  # a path key containing one of these names an embedding table
@@ -40,6 +56,75 @@ HEAD_NAMES = ("head", "lm_head", "unembed", "classifier", "output_head")  # exac
 STACKED_KEYS = ("layers",)  # path keys under which zoo models stack scanned layers along axis 0
 
 MUON, ADAMW = "muon", "adamw"
+NS_COEFFS = ("standard", "polar_express")
+NS_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+STANDARD_COEFFS = (3.4445, -4.775, 2.0315)
+POLAR_EXPRESS_NORM_SAFETY = 1.1  # the initial normalisation divides by 1.1·‖X‖_F (spec train-06)
+
+
+def _optimal_quintic(low: float, high: float) -> tuple[float, float, float]:
+    """(a, b, c) of the quintic a x + b x³ + c x⁵ that equioscillates around 1 on [low, high] (Remez)."""
+    if low / high >= 1 - 5e-6:
+        return 15 / 8 / high, -10 / 8 / high**3, 3 / 8 / high**5
+    q, r = (3 * low + 1) / 4, (low + 3) / 4
+    error, previous = math.inf, None
+    while previous is None or abs(previous - error) > 1e-15:
+        previous = error
+        points = np.array([low, q, r, high])
+        system = np.stack([points, points**3, points**5, np.array([1.0, -1.0, 1.0, -1.0])], axis=1)
+        a, b, c, error = np.linalg.solve(system, np.ones(4))
+        q, r = np.sqrt((-3 * b + np.array([-1.0, 1.0]) * math.sqrt(9 * b * b - 20 * a * c)) / (10 * c))
+    return float(a), float(b), float(c)
+
+
+def polar_express_coeffs(ns_steps: int, *, low: float = 1e-3, safety: float = 1e-2,
+                         cushion: float = 0.02) -> tuple[tuple[float, float, float], ...]:
+    """The first `ns_steps` Polar-Express triples: optimal quintics composed on [low, 1], each one mapping the
+    current singular-value interval [l, u] into one centred on 1; all but the last shrunk by 1 + safety."""
+    check_positive("ns_steps", ns_steps)
+    triples, upper = [], 1.0
+    for step in range(ns_steps):
+        a, b, c = _optimal_quintic(max(low, cushion * upper), upper)
+        if cushion * upper > low:  # recentre the cushioned polynomial on [low, upper]
+            p_low, p_up = (a * x + b * x**3 + c * x**5 for x in (low, upper))
+            a, b, c = (v * 2 / (p_low + p_up) for v in (a, b, c))
+        if step < ns_steps - 1:
+            f = 1 + safety
+            a, b, c = a / f, b / f**3, c / f**5
+        triples.append((a, b, c))
+        low = a * low + b * low**3 + c * low**5
+        upper = 2 - low
+    return tuple(triples)
+
+
+def ns_coefficients(ns_coeffs: str, ns_steps: int) -> tuple[float, float, float] | tuple[tuple[float, ...], ...]:
+    """The coefficients optax's Newton–Schulz gets: one triple, or `ns_steps` triples (Polar Express, the
+    1.1 normalisation safety folded into the first)."""
+    if ns_coeffs not in NS_COEFFS:
+        raise ValueError(f"ns_coeffs must be one of {list(NS_COEFFS)}, got {ns_coeffs!r}")
+    if ns_coeffs == "standard":
+        return STANDARD_COEFFS
+    (a, b, c), *rest = polar_express_coeffs(ns_steps)
+    s = POLAR_EXPRESS_NORM_SAFETY
+    return ((a / s, b / s**3, c / s**5), *rest)
+
+
+def _cast_muon_leaves(dtype: Any, routing: Callable[[Any], Any], back: bool) -> optax.GradientTransformation:
+    """Casts the Muon-routed leaves of the updates to `dtype` (or, with `back`, to the params' dtype)."""
+
+    def update(updates, state, params=None):
+        dims = routing(updates)
+
+        def cast(u, d, p):
+            if d is None:
+                return u
+            return u.astype(p.dtype if back else dtype)
+
+        is_leaf = lambda d: d is None or isinstance(d, MuonDimensionNumbers)
+        reference = params if params is not None else updates
+        return jax.tree.map(cast, updates, dims, reference, is_leaf=is_leaf), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def _key_name(key: Any) -> Any:
@@ -95,12 +180,14 @@ def muon_finetune(
     learning_rate: optax.ScalarOrSchedule, beta: float = 0.95, ns_steps: int = 5, eps: float = 1e-8,
     weight_decay: float = 0.0, adam_b1: float = 0.9, adam_b2: float = 0.95,
     consistent_rms: float | None = 0.2, routing: Callable[[Any], Any] | None = None,
+    ns_coeffs: str = "standard", ns_dtype: str = "float32",
 ) -> optax.GradientTransformationExtraArgs:
     """`optax.contrib.muon` with the paper's settings; `routing(params)` gives the dimension-number tree
     (default `muon_dimension_numbers`). Under `inject_hyperparams` pass `static_args="routing"`.
 
     optax routes by a `combine.partition` (= `optax.multi_transform`) over the labels this routing
-    implies. Runs under standard dtype promotion (see `with_standard_promotion`).
+    implies. Runs under standard dtype promotion (see `with_standard_promotion`). `ns_coeffs` ("standard" or
+    "polar_express") and `ns_dtype` ("float32" or "bfloat16") choose the orthogonalisation (module docstring).
     """
     check_non_negative("learning_rate", learning_rate)
     check_non_negative("weight_decay", weight_decay)
@@ -108,12 +195,20 @@ def muon_finetune(
         check_unit_interval(name, value)
     if consistent_rms is not None:
         check_non_negative("consistent_rms", consistent_rms)
-    return with_standard_promotion(optax.contrib.muon(
-        learning_rate, ns_coeffs=(3.4445, -4.775, 2.0315), ns_steps=ns_steps, beta=beta, eps=eps,
+    if ns_dtype not in NS_DTYPES:
+        raise ValueError(f"ns_dtype must be one of {list(NS_DTYPES)}, got {ns_dtype!r}")
+    coeffs = ns_coefficients(ns_coeffs, ns_steps)
+    routing = routing or muon_dimension_numbers
+    muon = optax.contrib.muon(
+        learning_rate, ns_coeffs=coeffs, ns_steps=ns_steps, beta=beta, eps=eps,
         weight_decay=weight_decay, nesterov=True, adam_b1=adam_b1, adam_b2=adam_b2,
         adam_weight_decay=weight_decay, consistent_rms=consistent_rms,
-        muon_weight_dimension_numbers=routing or muon_dimension_numbers,
-    ))
+        muon_weight_dimension_numbers=routing,
+    )
+    if ns_dtype != "float32":
+        muon = optax.chain(_cast_muon_leaves(NS_DTYPES[ns_dtype], routing, back=False), muon,
+                           _cast_muon_leaves(None, routing, back=True))
+    return with_standard_promotion(muon)
 
 
 def update_strength(delta: jax.Array) -> dict[str, jax.Array]:
@@ -143,14 +238,18 @@ class MuonOptions:
     muon_beta: float = 0.95
     ns_steps: int = 5
     consistent_rms: float | None = 0.2
+    ns_coeffs: str = "standard"
+    ns_dtype: str = "float32"
 
 
 @register_optimizer("muon")
 def _muon_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformationExtraArgs:
-    """Muon fine-tuning recipe: options muon_beta (0.95), consistent_rms (0.2), ns_steps (5); the AdamW
+    """Muon fine-tuning recipe: options muon_beta (0.95), consistent_rms (0.2), ns_steps (5), ns_coeffs
+    ("standard" | "polar_express"), ns_dtype ("float32" | "bfloat16"); the AdamW
     group uses cfg.b1, cfg.b2, cfg.eps; cfg.weight_decay on both groups (as in the paper's code)."""
     options = optimizer_options(cfg, "muon", MuonOptions)
     return muon_finetune(
         learning_rate, beta=options.muon_beta, ns_steps=options.ns_steps, eps=cfg.eps,
         weight_decay=cfg.weight_decay, adam_b1=cfg.b1, adam_b2=cfg.b2, consistent_rms=options.consistent_rms,
+        ns_coeffs=options.ns_coeffs, ns_dtype=options.ns_dtype,
     )
