@@ -43,12 +43,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                                           f"{','.join(f'{v:g}' for v in sam_polyak.QUICK_ARGS['sam_learning_rates'])})")
     parser.add_argument("--polyak-cap", type=float, default=1.0, help="SAM-Polyak's step cap gamma_b (default 1)")
     parser.add_argument("--rho", type=float, default=0.05, help="SAM radius rho for both optimizers (default 0.05)")
+    parser.add_argument("--probe-batches", type=int, help="minibatches on which the trained SAM-Polyak step is "
+                                                          "measured (default 8; --quick: 2)")
     args, budget = parse_budget(parser, argv, quick=sam_polyak.QUICK, full=sam_polyak.FULL)
     kwargs = dict(sam_polyak.QUICK_ARGS) if args.quick else {}
     if args.optimizers is not None:
         kwargs["optimizers"] = _names(args.optimizers)
     if args.sam_lrs is not None:
         kwargs["sam_learning_rates"] = _floats("--sam-lrs", args.sam_lrs)
+    if args.probe_batches is not None:
+        kwargs["probe_batches"] = args.probe_batches
     results = sam_polyak.run(args.out, budget=budget, polyak_cap=args.polyak_cap, rho=args.rho, resume=args.resume,
                              **kwargs)
     print(results.markdown)

@@ -45,6 +45,7 @@ def _script():
         ({"polyak_cap": 0.0}, "polyak_cap must be a finite number > 0"),
         ({"polyak_cap": math.inf}, "polyak_cap"),
         ({"polyak_cap": True}, "polyak_cap"),
+        ({"probe_batches": 0}, "probe_batches"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
@@ -66,6 +67,7 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
         (["--sam-lrs", "0.1,-1"], "sam_learning_rates"),
         (["--rho", "-1"], "rho"),
         (["--polyak-cap", "0"], "polyak_cap"),
+        (["--probe-batches", "0"], "probe_batches"),
         (["--resume"], "does not exist"),
     ],
 )

@@ -50,11 +50,11 @@ from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "run"]
 
-QUICK = Budget(steps=24, batch_size=8, seq_len=32, seeds=(0,))
+QUICK = Budget(steps=20, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=150, batch_size=16, seq_len=64, seeds=(0, 1))
 # What the QUICK run (the notebook, `--quick`) runs: one SAM-Polyak and one SAM cell, the whole pipeline
 # rather than a sweep (each cell compiles its two-pass step, several CPU-seconds on its own).
-QUICK_ARGS = {"sam_learning_rates": (0.1,)}
+QUICK_ARGS = {"sam_learning_rates": (0.1,), "probe_batches": 2}
 OPTIMIZERS = ("sam_polyak", "sam")
 # Plain SAM's sweep: half-decades around the tiny classifier's stable SGD range (1.0 diverges).
 SAM_LEARNING_RATES = (0.01, 0.03, 0.1, 0.3, 1.0)
