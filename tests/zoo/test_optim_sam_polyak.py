@@ -1,4 +1,5 @@
-"""SAM-Polyak (arXiv 2606.01827): ρ = 0 reduction to optax SPS+, step bounds, convergence, two-pass cost."""
+"""SAM-Polyak (arXiv 2606.01827): ρ = 0 reduction to optax SPS+, step bounds, convergence, two-pass cost; plain SAM
+(the registered `sam` baseline): ρ = 0 equals its base SGD, the step matches a direct reference, shared perturbation."""
 
 import jax
 import jax.numpy as jnp
