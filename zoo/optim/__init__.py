@@ -3,7 +3,8 @@
 The package exports the constructors (`icml26zoo.optim.sam_polyak(...)` is the optax transformation);
 the implementations live in modules named after the method, so a module never hides a function:
 
-- `sam`: SAM with Polyak step sizes (`sam_polyak`, `scale_by_sam_polyak`, `sam_polyak_step`);
+- `sam`: plain SAM (`sam_sgd`, `sam_step`) and SAM with Polyak step sizes (`sam_polyak`,
+  `scale_by_sam_polyak`, `sam_polyak_step`), sharing one perturbation (`sam_polyak_grads`);
 - `muon`: the Muon fine-tuning recipe (`muon_finetune`, its parameter routing, `update_strength`);
 - `cubic_damping`: cubic-damped momentum SGD and Adam, and the adaptive-friction (kinetic-energy) heavy ball;
 - `minimax`: GDA, AGDA and TALDA-R for two-sided PL minimax problems (`talda`, `talda_step`, `gda`);
@@ -33,7 +34,15 @@ from icml26zoo.optim.minimax import (
     talda_step,
 )
 from icml26zoo.optim.muon import muon_dimension_numbers, muon_finetune, muon_param_labels, update_strength
-from icml26zoo.optim.sam import SamPolyakGrads, sam_polyak, sam_polyak_grads, sam_polyak_step, scale_by_sam_polyak
+from icml26zoo.optim.sam import (
+    SamPolyakGrads,
+    sam_polyak,
+    sam_polyak_grads,
+    sam_polyak_step,
+    sam_sgd,
+    sam_step,
+    scale_by_sam_polyak,
+)
 from icml26zoo.optim.spike_monitor import decoupling_stats, directional_curvature, spike_diagnostics
 
 __all__ = [
@@ -56,6 +65,8 @@ __all__ = [
     "sam_polyak",
     "sam_polyak_grads",
     "sam_polyak_step",
+    "sam_sgd",
+    "sam_step",
     "scale_by_adaptive_friction_momentum",
     "scale_by_cubic_damped_adam",
     "scale_by_cubic_damped_momentum",
