@@ -19,6 +19,7 @@ from icml26zoo.repro import protot
 from icml26zoo.repro.common import Budget
 from icml26zoo.repro.protot_parts import (
     count_parameters,
+    edit_generations,
     match_mlp_dims,
     prototype_edit,
     prototype_rows,
@@ -148,3 +149,13 @@ def test_bad_edits_raise(model):
 def test_show_bytes_makes_whitespace_visible_and_escapes_table_pipes():
     assert show_bytes(b"a b\n\t|`") == "a␣b⏎⇥\\|'"
     assert show_bytes([104, 105]) == "hi"
+
+
+def test_edit_effects_are_zero_for_a_zero_strength_edit_and_positive_for_a_real_one(model):
+    # The prompt's bytes stay below the tiny model's vocabulary of 64.
+    texts, effects = edit_generations(model, "!#$%", layer=1, prototype=2,
+                                      edits={"suppress": 0.0, "amplify": 4.0}, new_tokens=3)
+    assert set(texts) == {"none", "suppress", "amplify"} and texts["suppress"] == texts["none"]
+    assert effects["suppress"] == {"mean_tv": 0.0, "argmax_changed": 0.0}
+    assert 0.0 < effects["amplify"]["mean_tv"] <= 1.0 and 0.0 <= effects["amplify"]["argmax_changed"] <= 1.0
+

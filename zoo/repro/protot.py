@@ -126,7 +126,7 @@ def run(
     layer = protot_cfg.num_layers - 1 if edit_layer is None else edit_layer
     if edit_prototype is None:
         edit_prototype = max((r for r in proto_rows if r["layer"] == layer), key=lambda r: r["usage"])["prototype"]
-    texts = edit_generations(model, prompt, layer=layer, prototype=edit_prototype,
+    texts, effects = edit_generations(model, prompt, layer=layer, prototype=edit_prototype,
                              edits={"suppress": 1.0, "amplify": float(amplify)}, new_tokens=new_tokens)
 
     curves = {LABELS[m]: _mean_curve(experiment, m, budget.seeds) for m in mixers}
@@ -135,12 +135,12 @@ def run(
                                    title=f"Byte LM on pystdlib at ~{counts['protot']:,} parameters", markers=False),
         "prototype_usage": usage_figure(proto_rows, title=f"ProtoT prototypes (seed {budget.seeds[0]}, head 0)"),
     }
-    notes = _notes(proto_rows, texts, prompt, layer, edit_prototype, amplify, real)
+    notes = _notes(proto_rows, texts, effects, prompt, layer, edit_prototype, amplify, real)
     return experiment.write(
         rows, columns=COLUMNS, title="ProtoT vs Llama, Mamba2 and GDN at equal parameters (byte corpus)",
         notes=notes, figures=figures,
-        extra={"prototypes": proto_rows, "generations": texts, "prompt": prompt, "edit_layer": layer,
-               "edit_prototype": edit_prototype, "amplify": amplify},
+        extra={"prototypes": proto_rows, "generations": texts, "edit_effects": effects, "prompt": prompt,
+               "edit_layer": layer, "edit_prototype": edit_prototype, "amplify": amplify},
     )
 
 
@@ -187,7 +187,7 @@ def _mean_curve(experiment: Experiment, mixer: str, seeds: Sequence[int]) -> tup
     return steps, [float(np.mean([s[step] for s in series])) for step in steps]
 
 
-def _notes(proto_rows, texts, prompt, layer, prototype, amplify, real) -> list[str]:
+def _notes(proto_rows, texts, effects, prompt, layer, prototype, amplify, real) -> list[str]:
     """The prototype table and the edited generations, as markdown lines before the comparison table."""
     lines = [f"## Prototypes of the trained ProtoT (head 0, {real:,} eval bytes)", "",
              "usage = mean write weight; argmax = share of bytes it wins; read = mean read weight over its "
@@ -198,10 +198,15 @@ def _notes(proto_rows, texts, prompt, layer, prototype, amplify, real) -> list[s
                      f"{r['read_share']:.3f} | {r['top_bytes']} | {r['context']} |")
     lines += ["", f"## Editing prototype {prototype} of layer {layer} (greedy, {len(next(iter(texts.values())))} "
                   f"characters after `{show_bytes(prompt.encode())}`)", "",
-              "| edit | generation | differs from none |", "|---|---|---|"]
+              "mean TV = mean total-variation distance of the next-byte distribution from the unedited model's; "
+              "argmax changed = share of positions whose most likely byte changes (both over the prompt and the "
+              "unedited continuation).", "",
+              "| edit | generation | differs from none | mean TV | argmax changed |", "|---|---|---|---|---|"]
     meaning = {"none": "none", "suppress": "suppress (reads x 0)", "amplify": f"amplify (reads x {1 + amplify:g})"}
     for name, text in texts.items():
         differs = "-" if name == "none" else str(text != texts["none"])
-        lines.append(f"| {meaning[name]} | `{show_bytes(text.encode())}` | {differs} |")
+        effect = effects.get(name)
+        shift = "- | -" if effect is None else f"{effect['mean_tv']:.4f} | {effect['argmax_changed']:.3f}"
+        lines.append(f"| {meaning[name]} | `{show_bytes(text.encode())}` | {differs} | {shift} |")
     lines += ["", "## Equal-parameter comparison (eval bits per byte, mean over seeds)"]
     return lines
