@@ -23,6 +23,7 @@ PYPROJECT = REPO / "pyproject.toml"
 NOTEBOOKS = REPO / "notebooks"
 INSTALL_TAG = "install"
 BADGE_ID, INSTALL_ID = "colab-badge", "install"
+DEFAULT_EXTRAS = ("train",)
 COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
 GITHUB_URL = re.compile(r"https://github\.com/(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+?)(\.git)?/?")
 
@@ -54,20 +55,33 @@ def badge_cell(notebook: str, url: str) -> Cell:
             "source": [f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab})"]}
 
 
-def install_cell(distribution: str, url: str) -> Cell:
-    """The code cell installing the zoo with its [train] extra from the repository (tagged "install")."""
+def install_cell(distribution: str, url: str, extras: tuple[str, ...] = DEFAULT_EXTRAS) -> Cell:
+    """The code cell installing the zoo with `extras` (default: the training extra) from the repository
+    (tagged "install")."""
+    what = "its training extra" if extras == DEFAULT_EXTRAS else f"its {', '.join(extras)} extras"
     source = [
-        "# For Colab: install the zoo with its training extra. Locally, `make setup` has already installed it.\n",
-        f'%pip install "{distribution}[train] @ git+{url}"',
+        f"# For Colab: install the zoo with {what}. Locally, `make setup` has already installed it.\n",
+        f'%pip install "{distribution}[{",".join(extras)}] @ git+{url}"',
     ]
     return {"cell_type": "code", "execution_count": None, "id": INSTALL_ID, "metadata": {"tags": [INSTALL_TAG]},
             "outputs": [], "source": source}
 
 
-def header_cells(notebook: str, pyproject: pathlib.Path = PYPROJECT) -> list[Cell]:
+def notebook_extras(path: pathlib.Path) -> tuple[str, ...]:
+    """The extras a notebook's install cell installs: its metadata `{"icml26zoo": {"extras": [...]}}`, or
+    the training extra alone. A notebook that needs a field library (e.g. gymnax, `[rl]`) names it there."""
+    metadata = json.loads(path.read_text()).get("metadata", {}).get("icml26zoo", {})
+    extras = tuple(metadata.get("extras", DEFAULT_EXTRAS))
+    if not extras or not all(isinstance(e, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", e) for e in extras):
+        raise ValueError(f"{path}: metadata icml26zoo.extras must be a non-empty list of extra names, got {extras!r}")
+    return extras
+
+
+def header_cells(notebook: str, pyproject: pathlib.Path = PYPROJECT,
+                 extras: tuple[str, ...] = DEFAULT_EXTRAS) -> list[Cell]:
     """The badge and install cells notebook `notebook` must start with."""
     distribution, url = project_metadata(pyproject)
-    return [badge_cell(notebook, url), install_cell(distribution, url)]
+    return [badge_cell(notebook, url), install_cell(distribution, url, extras)]
 
 
 def comparable(cell: Cell) -> tuple[str, str, tuple[str, ...]]:
@@ -80,7 +94,7 @@ def comparable(cell: Cell) -> tuple[str, str, tuple[str, ...]]:
 def has_current_header(path: pathlib.Path, pyproject: pathlib.Path = PYPROJECT) -> bool:
     """Whether the notebook at `path` starts with exactly `header_cells` of its name."""
     cells = json.loads(path.read_text())["cells"]
-    expected = header_cells(path.stem, pyproject)
+    expected = header_cells(path.stem, pyproject, notebook_extras(path))
     return [comparable(c) for c in cells[: len(expected)]] == [comparable(c) for c in expected]
 
 
@@ -88,7 +102,7 @@ def write_header(path: pathlib.Path, pyproject: pathlib.Path = PYPROJECT) -> Non
     """Replaces the notebook's header cells (found by their ids) with freshly rendered ones, in place."""
     notebook = json.loads(path.read_text())
     body = [cell for cell in notebook["cells"] if cell.get("id") not in (BADGE_ID, INSTALL_ID)]
-    notebook["cells"] = header_cells(path.stem, pyproject) + body
+    notebook["cells"] = header_cells(path.stem, pyproject, notebook_extras(path)) + body
     path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 

@@ -78,7 +78,7 @@ def test_there_is_a_notebook():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_starts_with_the_rendered_badge_and_install_cell(path: pathlib.Path):
     cells = json.loads(path.read_text())["cells"]
-    expected = notebook_cells.header_cells(path.stem)
+    expected = notebook_cells.header_cells(path.stem, extras=notebook_cells.notebook_extras(path))
     assert [notebook_cells.comparable(c) for c in cells[:2]] == [notebook_cells.comparable(c) for c in expected], (
         f"{path.name}: header cells differ from pyproject.toml; run python scripts/notebook_cells.py"
     )
@@ -91,6 +91,8 @@ def test_header_cells_follow_the_pyproject_url(tmp_path: pathlib.Path):
     badge, install = notebook_cells.header_cells("demo", pyproject)
     assert "https://colab.research.google.com/github/me/fork/blob/main/notebooks/demo.ipynb" in _source(badge)
     assert '%pip install "pkg[train] @ git+https://github.com/me/fork"' in _source(install)
+    _, rl_install = notebook_cells.header_cells("demo", pyproject, extras=("train", "rl"))
+    assert '%pip install "pkg[train,rl] @ git+https://github.com/me/fork"' in _source(rl_install)
     pyproject.write_text('[project]\nname = "pkg"\n[project.urls]\nRepository = "https://gitlab.com/me/fork"\n')
     with pytest.raises(ValueError, match=r"Repository .* must be https://github.com/<owner>/<repo>"):
         notebook_cells.header_cells("demo", pyproject)
