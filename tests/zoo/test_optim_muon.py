@@ -111,3 +111,75 @@ def test_update_strength_metrics():
 def test_bad_hyperparameters_raise_naming_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
         mf.muon_finetune(**({"learning_rate": 1e-3} | kwargs))
+
+
+def _reference_orthogonalize(g: np.ndarray, triples, norm_scale: float, dtype) -> np.ndarray:
+    """Newton–Schulz as the repository writes it: X = G / (s‖G‖_F), wide orientation, X ← aX + (bA + cA²)X."""
+    x = jnp.asarray(g, dtype)
+    x = x / (norm_scale * jnp.linalg.norm(x.astype(jnp.float32)).astype(dtype))
+    wide = x.shape[0] <= x.shape[1]
+    x = x if wide else x.T
+    for a, b, c in triples:
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return np.asarray((x if wide else x.T).astype(jnp.float32))
+
+
+def _first_update(ns_coeffs: str, ns_dtype: str, g: jax.Array, lr: float = 0.1) -> np.ndarray:
+    """The first-step Muon update of one [m, n] matrix, divided by −lr·0.2·sqrt(max(m, n)): the NS output.
+    On step 1 the bias-corrected Nesterov momentum is a positive multiple of G, and NS is scale-invariant."""
+    params = {"w": jnp.zeros(g.shape, jnp.float32)}
+    tx = mf.muon_finetune(lr, ns_coeffs=ns_coeffs, ns_dtype=ns_dtype, eps=1e-12)
+    updates, _ = tx.update({"w": g}, tx.init(params), params)
+    return np.asarray(updates["w"]) / (-lr * 0.2 * np.sqrt(max(g.shape)))
+
+
+def test_polar_express_coefficients_follow_the_repository_recipe():
+    triples = mf.polar_express_coeffs(5)
+    low = 1e-3
+    for a, b, c in triples:  # each quintic maps [low, 2 - low] around 1 and grows low
+        new_low = a * low + b * low**3 + c * low**5
+        assert new_low > low
+        low = new_low
+    assert 0.8 < low <= 1.0  # after five steps the smallest singular value has been pulled close to 1
+    first = mf.ns_coefficients("polar_express", 5)[0]
+    s = mf.POLAR_EXPRESS_NORM_SAFETY
+    np.testing.assert_allclose(first, (triples[0][0] / s, triples[0][1] / s**3, triples[0][2] / s**5))
+    assert mf.ns_coefficients("standard", 5) == (3.4445, -4.775, 2.0315)
+
+
+@pytest.mark.parametrize("shape", [(32, 96), (96, 32)])
+def test_polar_express_update_equals_a_direct_reference(shape):
+    g = jax.random.normal(jax.random.key(3), shape)
+    got = _first_update("polar_express", "float32", g)
+    want = _reference_orthogonalize(np.asarray(g), mf.polar_express_coeffs(5), mf.POLAR_EXPRESS_NORM_SAFETY,
+                                    jnp.float32)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-4)  # float32 rounding of 5 quintic steps
+    standard = _first_update("standard", "float32", g)
+    np.testing.assert_allclose(standard, _reference_orthogonalize(np.asarray(g), [(3.4445, -4.775, 2.0315)] * 5,
+                                                                  1.0, jnp.float32), rtol=0, atol=2e-4)
+    sigma = np.linalg.svd(got, compute_uv=False)
+    sigma_standard = np.linalg.svd(standard, compute_uv=False)
+    assert sigma.max() - sigma.min() < sigma_standard.max() - sigma_standard.min()  # a tighter polar factor
+
+
+def test_bfloat16_newton_schulz_matches_a_bfloat16_reference():
+    g = jax.random.normal(jax.random.key(4), (48, 80))
+    got = _first_update("standard", "bfloat16", g)
+    want = _reference_orthogonalize(np.asarray(g), [(3.4445, -4.775, 2.0315)] * 5, 1.0, jnp.bfloat16)
+    exact = _first_update("standard", "float32", g)
+    # bfloat16 keeps 8 bits of mantissa: the two bfloat16 computations round differently (momentum scaling),
+    # but both sit much closer to each other than a float32 run would allow to go unnoticed.
+    assert np.abs(got - want).max() < 0.05
+    assert np.abs(got - exact).max() > 1e-3  # the option changes the orthogonalisation
+    params = {"w": jnp.zeros((4, 6)), "scale": jnp.ones((6,))}
+    tx = mf.muon_finetune(0.1, ns_dtype="bfloat16")
+    updates, _ = tx.update({"w": jnp.ones((4, 6)), "scale": jnp.ones((6,))}, tx.init(params), params)
+    assert updates["w"].dtype == jnp.float32 and updates["scale"].dtype == jnp.float32
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [({"ns_coeffs": "dion"}, "ns_coeffs"),
+                                              ({"ns_dtype": "float16"}, "ns_dtype")])
+def test_bad_orthogonalisation_options_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        mf.muon_finetune(0.1, **kwargs)
