@@ -1,0 +1,88 @@
+"""The Muon fine-tuning reproduction: bad inputs, resume, the script's one-line errors, the stable-rank and
+delta helpers on known matrices, and that each fine-tuning cell wires the trainer as described. The QUICK
+experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from icml26zoo.repro import muon_lora
+from icml26zoo.repro import muon_lora_parts as parts
+from icml26zoo.repro.cli import run_main
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "muon_lora.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("muon_lora_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"optimizers": ("muon", "sgd")}, "optimizers: unknown name 'sgd'"),
+    ({"optimizers": ()}, "optimizers must name at least one"),
+    ({"ranks": (0, -4)}, "ranks must be a non-empty sequence of integers >= 0"),
+    ({"ranks": (4, 4)}, "ranks must not repeat"),
+    ({"ranks": (64,)}, r"ranks: lora_rank must be at most .* 64 > 32"),
+    ({"learning_rates": {"adamw": 1e-3, "muon": -1.0}}, r"learning_rates\['muon'\]"),
+    ({"learning_rates": {"adamw": 1e-3, "muon": math.inf}}, r"learning_rates\['muon'\]"),
+    ({"learning_rates": {"adam": 1e-3}}, "learning_rates: unknown name 'adam'"),
+])
+def test_bad_arguments_are_value_errors_naming_them(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        muon_lora.run(tmp_path / "run", budget=muon_lora.QUICK, **kwargs)
+    assert not (tmp_path / "run" / "cells").exists()  # rejected before anything trains
+
+
+def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        muon_lora.run(tmp_path / "absent", budget=muon_lora.QUICK, resume=True)
+
+
+@pytest.mark.parametrize("argv", [["--optimizers", "sgd"], ["--ranks", "0,x"], ["--ranks", "0,128"]])
+def test_script_reports_bad_flags_in_one_line_with_status_2(tmp_path, capsys, argv):
+    assert run_main(_script().main, ["--out", str(tmp_path / "run"), "--quick", *argv]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and "\n" not in error
+
+
+def test_stable_rank_of_known_matrices():
+    assert parts.stable_rank(np.diag([3.0, 1.0, 1.0])) == pytest.approx(11 / 9, rel=1e-6)
+    assert parts.stable_rank(np.eye(5)) == pytest.approx(5.0, rel=1e-6)
+    rank_one = np.outer(np.arange(1.0, 5.0), np.ones(3))
+    assert parts.stable_rank(rank_one) == pytest.approx(1.0, rel=1e-5)
+    assert math.isnan(parts.stable_rank(np.zeros((3, 3))))
+
+
+def test_matrix_deltas_take_linear_kernels_per_layer_and_skip_embeddings_and_norms():
+    before = {"embed": {"embedding": np.zeros((10, 4))},
+              "layers": {"mixer": {"q_proj": {"kernel": np.zeros((2, 4, 6))}}, "norm": {"scale": np.zeros((2, 4))}}}
+    after = {"embed": {"embedding": np.ones((10, 4))},
+             "layers": {"mixer": {"q_proj": {"kernel": np.stack([np.eye(4, 6), 2 * np.eye(4, 6)])}},
+                        "norm": {"scale": np.ones((2, 4))}}}
+    deltas = parts.matrix_deltas(before, after)
+    assert [d.shape for d in deltas] == [(4, 6), (4, 6)]
+    np.testing.assert_array_equal(deltas[1], 2 * np.eye(4, 6))
+    strength = parts.mean_update_strength(before, after)
+    assert strength["stable_rank"] == pytest.approx(4.0, rel=1e-6)
+    assert strength["frobenius_norm"] == pytest.approx((2 + 4) / 2, rel=1e-6)
+
+
+def test_finetune_cell_config_wires_init_from_lora_and_the_task(tmp_path):
+    pre = parts.pretrain_config(tmp_path / "data")
+    assert pre.data.name == "pystdlib" and pre.optim.name == "adamw"
+    config = parts.finetune_config(pre, tmp_path / "pre", parts.finetune_data(tmp_path / "data"), optimizer="muon",
+                                   rank=16, learning_rate=1e-2)
+    assert (config.init_from, config.lora_rank, config.lora_alpha) == (str(tmp_path / "pre"), 16, None)
+    assert config.data.name == "mqar" and config.optim.name == "muon" and config.optim.weight_decay == 0.0
+    assert dataclasses.replace(config, data=pre.data, optim=pre.optim, init_from=None, lora_rank=0,
+                               eval_batches=pre.eval_batches) == pre  # only the fine-tuning fields differ
+    assert muon_lora.cell_name("muon", 0, 1) == "muon_full_s1" and muon_lora.cell_name("adamw", 4, 0) == "adamw_r4_s0"
