@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import adam_spikes
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,9 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = adam_spikes.run(args.out, budget=budget, settings=tuple(args.settings.split(",")), b2=args.b2,
                               eps=args.eps, noise=args.noise, quadratic_lr=args.quadratic_lr, mlp_lr=args.mlp_lr,
                               power_iters=args.power_iters, spike_factor=args.spike_factor, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

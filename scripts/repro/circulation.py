@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import circulation
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def _floats(flag: str, text: str | None) -> tuple[float, ...] | None:
@@ -33,9 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = circulation.run(args.out, budget=budget, alphas=_floats("--alphas", args.alphas),
                               betas=_floats("--betas", args.betas), measure_points=args.measure_points,
                               measure_rows=args.measure_rows, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

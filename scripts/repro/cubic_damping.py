@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import cubic_damping
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 FLOAT_FLAGS = ("condition", "noise", "damping_multiple", "momentum", "gpt_sgd_lr", "gpt_adam_lr")
 INT_FLAGS = ("problem_steps", "dim", "d_model")
@@ -44,9 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if getattr(args, flag) is not None:
             kwargs[flag] = getattr(args, flag)
     results = cubic_damping.run(args.out, budget=budget, resume=args.resume, **kwargs)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import fox_fix
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -49,9 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         kwargs["eval_rows"] = args.eval_rows
     results = fox_fix.run(args.out, budget=budget, d_model=args.d_model, mqar_pairs=args.mqar_pairs,
                           resume=args.resume, **kwargs)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

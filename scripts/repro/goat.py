@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import goat
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -25,9 +25,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, budget = parse_budget(parser, argv, quick=goat.QUICK, full=goat.FULL)
     results = goat.run(args.out, budget=budget, models=tuple(m for m in args.models.split(",") if m),
                        head_dim=args.head_dim, pos_rank=args.pos_rank, eval_rows=args.eval_rows, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

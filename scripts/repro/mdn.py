@@ -10,15 +10,11 @@ the MQAR cells of one mixer, which share their shapes, compile once.
 
 from __future__ import annotations
 
-import argparse
-import pathlib
 import sys
 from collections.abc import Sequence
 
-import jax
-
 from icml26zoo.repro import mdn
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main, use_compilation_cache
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -48,23 +44,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         byte_corpus=False if args.no_bytes else None, num_keys=args.num_keys,
         implementation=None if args.implementation == "default" else args.implementation, resume=args.resume,
     )
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
-
-
-def use_compilation_cache(argv: Sequence[str]) -> None:
-    """Caches compiled programs under <--out>/jax_cache unless a JAX compilation cache is already configured.
-
-    Only the command line does this (not `main`), since it changes process-wide JAX settings."""
-    if jax.config.jax_compilation_cache_dir is not None:
-        return
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--out", default="runs/repro/mdn")
-    args, _ = parser.parse_known_args(argv)
-    jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / "jax_cache"))
+    print_results(results)
 
 
 if __name__ == "__main__":
-    use_compilation_cache(sys.argv[1:])
+    use_compilation_cache(sys.argv[1:], "runs/repro/mdn")
     sys.exit(run_main(main))

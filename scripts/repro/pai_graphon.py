@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import pai_graphon
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def _ints(flag: str, text: str | None) -> tuple[int, ...] | None:
@@ -41,9 +41,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.out, budget=budget, methods=tuple(m for m in args.methods.split(",") if m),
         widths=_ints("--widths", args.widths), sparsity=args.sparsity, scope=args.scope, grid=args.grid,
         reference_width=args.reference_width, grasp_reinit=not args.no_grasp_reinit, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import protot
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -31,9 +31,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         edit_layer=args.edit_layer, edit_prototype=args.edit_prototype, amplify=args.amplify, prompt=args.prompt,
         new_tokens=args.new_tokens, resume=args.resume,
     )
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

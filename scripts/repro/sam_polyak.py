@@ -11,15 +11,11 @@ icml26zoo.repro.sam_polyak.run for the experiment.
 
 from __future__ import annotations
 
-import argparse
-import pathlib
 import sys
 from collections.abc import Sequence
 
-import jax
-
 from icml26zoo.repro import sam_polyak
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main, use_compilation_cache
 
 DEFAULT_OUT = "runs/repro/sam_polyak"
 
@@ -55,23 +51,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         kwargs["probe_batches"] = args.probe_batches
     results = sam_polyak.run(args.out, budget=budget, polyak_cap=args.polyak_cap, rho=args.rho, resume=args.resume,
                              **kwargs)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
-
-
-def use_compilation_cache(argv: Sequence[str]) -> None:
-    """Caches compiled programs under <--out>/jax_cache unless a JAX compilation cache is already configured.
-
-    Only the command line does this (not `main`), since it changes process-wide JAX settings."""
-    if jax.config.jax_compilation_cache_dir is not None:
-        return
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--out", default=DEFAULT_OUT)
-    args, _ = parser.parse_known_args(argv)
-    jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / "jax_cache"))
+    print_results(results)
 
 
 if __name__ == "__main__":
-    use_compilation_cache(sys.argv[1:])
+    use_compilation_cache(sys.argv[1:], DEFAULT_OUT)
     sys.exit(run_main(main))

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import sinks
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -32,9 +32,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = sinks.run(args.out, budget=budget, variants=variants, num_layers=args.num_layers,
                         eval_rows=args.eval_rows, i0=args.i0, eps=args.eps, clamp_channels=args.clamp_channels,
                         resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

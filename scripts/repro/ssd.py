@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import ssd
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -25,9 +25,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, budget = parse_budget(parser, argv, quick=ssd.QUICK, full=ssd.FULL)
     results = ssd.run(args.out, budget=budget, state_size=args.state_size, chunk_size=args.chunk_size,
                       equality_len=args.equality_len, rank_rtol=args.rank_rtol, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

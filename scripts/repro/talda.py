@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import talda
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -28,9 +28,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = talda.run(args.out, budget=budget, games=tuple(args.games.split(",")),
                         methods=tuple(args.methods.split(",")), lam=args.lam, inner_steps=args.inner_steps,
                         tolerance=args.tolerance, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

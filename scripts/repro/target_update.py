@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import target_update
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
 
 
 def _ints(flag: str, text: str) -> tuple[int, ...]:
@@ -48,9 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         adaptive_k0=args.adaptive_k0, cartpole_periods=_ints("--cartpole-periods", args.cartpole_periods),
         cartpole_k0=args.cartpole_k0, eps=_floats("--eps", args.eps), decay_k0=args.decay_k0,
         eval_episodes=args.eval_episodes, resume=args.resume)
-    print(results.markdown)
-    for name, path in results.paths.items():
-        print(f"{name}: {path}")
+    print_results(results)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.fox_fix_parts import (
     PARAM_TOLERANCE,
     _position_sums,
-    binned,
     length_losses,
     matched_mlp_dims,
-    model_params,
+    parameter_count,
     variant_model,
 )
+from icml26zoo.repro.lengths import binned
 from icml26zoo.train.data import make_eval_iterator
 from icml26zoo.train.presets import tiny_byte_lm
 
@@ -80,10 +80,10 @@ def test_matched_widths_keep_the_spec_ratios_and_match_parameters():
     assert matched["softmax"][0] == matched["fox"][0] == 176 and matched["fox_pro"][0] == 152
     assert matched["fix"][0] < 176 and matched["fix"] == matched["fix_rope"]  # RoPE adds no parameters
     for variant, (mlp_dim, count) in matched.items():
-        assert count == model_params(variant_model(base, variant, mlp_dim))
+        assert count == parameter_count(variant_model(base, variant, mlp_dim))
         assert abs(count / reference - 1) <= PARAM_TOLERANCE, variant
     # FiX at the reference width would miss the tolerance: the matching is doing something.
-    assert model_params(variant_model(base, "fix", 176)) / reference - 1 > PARAM_TOLERANCE
+    assert parameter_count(variant_model(base, "fix", 176)) / reference - 1 > PARAM_TOLERANCE
 
 
 def test_binned_takes_weighted_means_and_skips_empty_bins():

@@ -18,9 +18,9 @@ from icml26zoo.models.config import ModelConfig
 from icml26zoo.repro import protot
 from icml26zoo.repro.common import Budget
 from icml26zoo.repro.protot_parts import (
-    count_parameters,
     edit_generations,
     match_mlp_dims,
+    parameter_count,
     prototype_edit,
     prototype_rows,
     show_bytes,
@@ -84,12 +84,12 @@ def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys):
 def test_baselines_are_matched_to_protot_within_3_percent():
     models = {m: load_preset(preset).model for m, preset in protot.PRESETS.items()}
     matched = match_mlp_dims(models, "protot")
-    target = count_parameters(models["protot"])
+    target = parameter_count(models["protot"])
     assert matched["protot"] == models["protot"]
     for mixer in ("attention", "mamba2", "gated_deltanet"):
-        assert abs(count_parameters(matched[mixer]) / target - 1) < 0.03, mixer
+        assert abs(parameter_count(matched[mixer]) / target - 1) < 0.03, mixer
     # Unmatched, Mamba2's tiny preset is 26% larger than ProtoT's: the matching is doing the work.
-    assert count_parameters(models["mamba2"]) / target > 1.2
+    assert parameter_count(models["mamba2"]) / target > 1.2
 
 
 def test_prototype_rows_have_one_row_per_prototype_and_normalized_shares(model, tokens):

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
 from collections.abc import Callable, Sequence
 
-from icml26zoo.repro.common import Budget
+import jax
 
-__all__ = ["budget_parser", "parse_budget", "run_main"]
+from icml26zoo.repro.common import Budget, Results
+
+__all__ = ["budget_parser", "parse_budget", "print_results", "run_main", "use_compilation_cache"]
 
 
 def budget_parser(description: str, *, default_out: str) -> argparse.ArgumentParser:
@@ -66,3 +69,22 @@ def run_main(main: Callable[[Sequence[str] | None], object], argv: Sequence[str]
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def print_results(results: Results) -> None:
+    """Prints a reproduction's markdown table and the paths of the files it wrote."""
+    print(results.markdown)
+    for name, path in results.paths.items():
+        print(f"{name}: {path}")
+
+
+def use_compilation_cache(argv: Sequence[str], default_out: str) -> None:
+    """Caches compiled programs under `<--out>/jax_cache` unless a JAX compilation cache is configured already,
+    so reruns and later seeds reuse them. Only a script's command line calls it (not its `main`), since it
+    changes a process-wide JAX setting."""
+    if jax.config.jax_compilation_cache_dir is not None:
+        return
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--out", default=default_out)
+    args, _ = parser.parse_known_args(argv)
+    jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out) / "jax_cache"))

@@ -30,8 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
+from flax import nnx
 from matplotlib.figure import Figure
 
+from icml26zoo.models import ModelConfig, build_model, count_params
 from icml26zoo.registry import MIXERS, OPTIMIZERS
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.errors import RunError
@@ -40,7 +42,7 @@ from icml26zoo.train.metrics import read_metrics
 from icml26zoo.validation import check_int
 
 __all__ = ["Budget", "Experiment", "Results", "check_mixers", "check_names", "check_optimizers", "line_figure",
-           "machine", "metric_series"]
+           "machine", "metric_series", "parameter_count"]
 
 CELL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]*")
 
@@ -98,6 +100,11 @@ def check_mixers(field: str, names: Iterable[str], allowed: Iterable[str] | None
 def check_optimizers(field: str, names: Iterable[str], allowed: Iterable[str] | None = None) -> tuple[str, ...]:
     """Like `check_names` against the registered optimizers (or the subset `allowed`)."""
     return check_names(field, names, OPTIMIZERS.names() if allowed is None else allowed)
+
+
+def parameter_count(model: ModelConfig) -> int:
+    """Parameters of the model `model` describes, counted on abstract shapes (nothing is allocated)."""
+    return count_params(nnx.eval_shape(lambda: build_model(model, rngs=nnx.Rngs(0))))
 
 
 def machine() -> str:

@@ -31,12 +31,10 @@ from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
-from flax import nnx
 from matplotlib.figure import Figure
 
-from icml26zoo.models import build_model, count_params
 from icml26zoo.repro import cubic_damping_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, parameter_count
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm
 from icml26zoo.validation import check_int
@@ -149,7 +147,7 @@ def gpt_config(experiment: Experiment, method: str, *, d_model: int, momentum: f
     gradient is clipped to global norm 1, so its rms is about 1 / √N)."""
     base = tiny_byte_lm("attention")
     model = dataclasses.replace(base.model, d_model=d_model)
-    g_rms = 1.0 / math.sqrt(count_params(nnx.eval_shape(lambda: build_model(model, rngs=nnx.Rngs(0)))))
+    g_rms = 1.0 / math.sqrt(parameter_count(model))
     options = parts.method_options(method, g_rms=g_rms, damping_multiple=damping_multiple, momentum=momentum)
     budget = experiment.budget
     optim = dataclasses.replace(base.optim, name=parts.METHODS[method], b1=momentum, b2=0.999, weight_decay=0.0,

@@ -31,12 +31,11 @@ from matplotlib.figure import Figure
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.fox_fix_parts import (
     VARIANTS,
-    LengthLoss,
-    binned,
     length_losses,
     matched_mlp_dims,
     variant_model,
 )
+from icml26zoo.repro.lengths import LengthLoss, binned
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm, tiny_mqar

@@ -24,7 +24,9 @@ import numpy as np
 from flax import nnx
 
 from icml26zoo.mixers.fox_parts import LLAMA_MLP_RATIO, PRO_MLP_RATIO, pro_mlp_dim
-from icml26zoo.models import ModelConfig, build_model, count_params
+from icml26zoo.models import ModelConfig
+from icml26zoo.repro.common import parameter_count
+from icml26zoo.repro.lengths import LengthLoss
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data import make_eval_iterator
 from icml26zoo.validation import check_int
@@ -53,10 +55,6 @@ def variant_model(base: ModelConfig, variant: str, mlp_dim: int | None = None) -
                                mlp_dim=base.mlp_dim if mlp_dim is None else mlp_dim)
 
 
-def model_params(cfg: ModelConfig) -> int:
-    """Parameter count of the model `cfg` describes (`count_params`), from shapes only (nothing initialized)."""
-    return count_params(nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0))))
-
 
 def matched_mlp_dims(base: ModelConfig, variants: Sequence[str]) -> dict[str, tuple[int, int]]:
     """variant -> (mlp_dim, parameter count), matched to the softmax reference of the same `base` shape.
@@ -67,12 +65,12 @@ def matched_mlp_dims(base: ModelConfig, variants: Sequence[str]) -> dict[str, tu
     reference's. Raises ValueError when no width gets within the tolerance.
     """
     reference_dim = pro_mlp_dim(base.d_model, SPEC_MLP_RATIOS[REFERENCE], MLP_MULTIPLE)
-    target = model_params(variant_model(base, REFERENCE, reference_dim))
+    target = parameter_count(variant_model(base, REFERENCE, reference_dim))
     matched = {}
     for variant in variants:
         ratio = SPEC_MLP_RATIOS.get(variant)
         mlp_dim = None if ratio is None else pro_mlp_dim(base.d_model, ratio, MLP_MULTIPLE)
-        count = None if mlp_dim is None else model_params(variant_model(base, variant, mlp_dim))
+        count = None if mlp_dim is None else parameter_count(variant_model(base, variant, mlp_dim))
         if count is None or abs(count / target - 1) > PARAM_TOLERANCE:
             mlp_dim, count = _closest_mlp_dim(base, variant, target)
         if abs(count / target - 1) > PARAM_TOLERANCE:
@@ -86,21 +84,12 @@ def _closest_mlp_dim(base: ModelConfig, variant: str, target: int) -> tuple[int,
     """The multiple of MLP_MULTIPLE whose parameter count is closest to `target`: counts are affine in
     mlp_dim, so two counts give the slope and the solution, rounded to the nearest multiple."""
     low, high = MLP_MULTIPLE, 2 * MLP_MULTIPLE
-    count_low, count_high = (model_params(variant_model(base, variant, d)) for d in (low, high))
+    count_low, count_high = (parameter_count(variant_model(base, variant, d)) for d in (low, high))
     per_unit = (count_high - count_low) / (high - low)
     best = max(MLP_MULTIPLE, MLP_MULTIPLE * round((low + (target - count_low) / per_unit) / MLP_MULTIPLE))
-    return best, model_params(variant_model(base, variant, best))
+    return best, parameter_count(variant_model(base, variant, best))
 
 
-@dataclasses.dataclass(frozen=True)
-class LengthLoss:
-    """The eval loss at one sequence length: mean bits per token and its split over positions."""
-
-    length: int
-    bits: float  # weighted mean next-token loss over the evaluated tokens, in bits
-    tokens: int  # predicted tokens it averages
-    position_bits: np.ndarray  # [length] mean loss (bits) of the targets at each position in their segment
-    position_tokens: np.ndarray  # [length] how many targets each position had
 
 
 def _position_sums(model: nnx.Module, batch: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
@@ -164,16 +153,3 @@ def length_losses(model: nnx.Module, config: TrainConfig, lengths: Sequence[int]
         results[length] = LengthLoss(length, float(loss_sums.sum() / max(total, 1.0) / math.log(2)), int(total),
                                      position_bits, weight_sums.astype(np.int64))
     return results
-
-
-def binned(values: np.ndarray, weights: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted means of `values` [T] over `bins` equal position bins: (bin centres [bins], means [bins])."""
-    check_int("bins", bins)
-    edges = np.linspace(0, len(values), bins + 1).round().astype(int)
-    centres, means = [], []
-    for start, stop in zip(edges[:-1], edges[1:], strict=True):
-        w = weights[start:stop]
-        if w.sum() > 0:
-            centres.append((start + stop - 1) / 2)
-            means.append(float(np.nansum(values[start:stop] * w) / w.sum()))
-    return np.asarray(centres), np.asarray(means)

@@ -30,12 +30,11 @@ import jax
 import numpy as np
 from matplotlib.figure import Figure
 
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, parameter_count
 from icml26zoo.repro.goat_parts import (
     LABELS,
     MODELS,
     binned,
-    count_parameters,
     length_losses,
     model_config,
     single_segment_rows,
@@ -128,7 +127,7 @@ def _run(run_dir, budget, models, head_dim, pos_rank, eval_rows, sink_rows, sink
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     data_dir = str(experiment.run_dir / "data")
     configs = {m: _cell_base(m, budget, data_dir, head_dim=head_dim, pos_rank=pos_rank) for m in models}
-    counts = {m: count_parameters(configs[m].model) for m in models}
+    counts = {m: parameter_count(configs[m].model) for m in models}
     cells = {}
     for model in models:
         for seed in budget.seeds:

@@ -18,12 +18,12 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 from icml26zoo.diagnostics import attention_sinks, capture_forward, massive_activations
-from icml26zoo.models import build_model, count_params
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import positions_from_segments
+from icml26zoo.repro.lengths import LengthLoss, binned
 from icml26zoo.validation import check_int
 
-__all__ = ["LABELS", "MODELS", "LengthLoss", "binned", "chunked_segments", "count_parameters", "length_losses",
+__all__ = ["LABELS", "MODELS", "LengthLoss", "binned", "chunked_segments", "length_losses",
            "model_config", "sink_figure", "sink_profile", "single_segment_rows"]
 
 # The compared models: (mixer, mixer options other than GOAT's training length).
@@ -46,20 +46,7 @@ def model_config(base: ModelConfig, model: str, *, train_len: int, max_len: int,
                                head_dim=head_dim)
 
 
-def count_parameters(cfg: ModelConfig) -> int:
-    """Scalar parameters of the model `cfg` describes, counted on abstract shapes (nothing allocated)."""
-    return count_params(nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0))))
 
-
-@dataclasses.dataclass(frozen=True)
-class LengthLoss:
-    """The eval loss at one context length: its mean in bits per token and its split over positions."""
-
-    length: int
-    bits: float  # weighted mean next-token loss over every evaluated target, in bits
-    tokens: int  # how many targets it averages
-    position_bits: np.ndarray  # [length] mean loss (bits) of the targets at each position of their segment
-    position_tokens: np.ndarray  # [length] how many targets each position had
 
 
 def chunked_segments(segment_ids: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,19 +134,6 @@ def length_losses(model: nnx.Module, batch: Mapping[str, np.ndarray], lengths: S
                                      per_position, weight.astype(np.int64))
         captured = {"probs": None if probs is None else np.asarray(probs), "hidden": np.asarray(hidden)}
     return results, captured
-
-
-def binned(values: np.ndarray, weights: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted means of values [N] over `bins` equal position bins: (bin centres, means), empty bins left out."""
-    check_int("bins", bins)
-    edges = np.linspace(0, len(values), bins + 1).round().astype(int)
-    centres, means = [], []
-    for start, stop in zip(edges[:-1], edges[1:], strict=True):
-        w = weights[start:stop]
-        if w.sum() > 0:
-            centres.append((start + stop - 1) / 2)
-            means.append(float(np.nansum(values[start:stop] * w) / w.sum()))
-    return np.asarray(centres), np.asarray(means)
 
 
 def single_segment_rows(segment_ids: np.ndarray, rows: int) -> np.ndarray:

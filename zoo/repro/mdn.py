@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure, parameter_count
 from icml26zoo.repro.mdn_parts import (
     MAX_KEYS,
     byte_config,
@@ -35,7 +35,6 @@ from icml26zoo.repro.mdn_parts import (
     mean,
     mqar_config,
     mqar_tokens,
-    parameter_count,
     stability_figure,
 )
 from icml26zoo.train import load_run
@@ -102,7 +101,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
     for mixer in mixers:
         configs = {p: mqar_config(mixer, pairs=p, num_keys=num_keys, data_dir=data_dir,
                                   implementation=implementation) for p in pairs}
-        row = {"mixer": mixer, "params": parameter_count(configs[pairs[0]])}
+        row = {"mixer": mixer, "params": parameter_count(configs[pairs[0]].model)}
         for p, config in configs.items():
             accs = [_train(experiment, f"mqar_p{p}_{mixer}_seed{s}", config, s)["eval/accuracy"] for s in budget.seeds]
             row[f"acc_p{p}"] = mean(accs)

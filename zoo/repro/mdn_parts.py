@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo.diagnostics.capture import capture_forward, unrolled
 from icml26zoo.mixers.mdn import transition_spectral_radius
-from icml26zoo.models import build_model, count_params
+from icml26zoo.models import build_model
 from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
 from icml26zoo.train.data import mqar
 
@@ -49,10 +49,6 @@ def byte_config(mixer: str, *, data_dir: str, implementation: str | None) -> Tra
     config = apply_overrides(load_preset(f"{mixer}_tiny"), [f"data.data_dir={data_dir}"])
     return with_mixer_options(config, implementation)
 
-
-def parameter_count(config: TrainConfig) -> int:
-    """Parameters of the model `config` builds (embedding included); shapes only, nothing is initialised."""
-    return count_params(nnx.eval_shape(lambda: build_model(config.model, rngs=nnx.Rngs(0))))
 
 
 def fresh_model(config: TrainConfig, seed: int) -> nnx.Module:

@@ -27,11 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure, parameter_count
 from icml26zoo.repro.protot_parts import (
     LABELS,
     PRESETS,
-    count_parameters,
     edit_generations,
     match_mlp_dims,
     prototype_rows,
@@ -108,7 +107,7 @@ def run(
     summaries, counts = {}, {}
     for mixer in mixers:
         base = _cell_base(configs[mixer], budget, data_dir, eval_batches)
-        counts[mixer] = count_parameters(base.model)
+        counts[mixer] = parameter_count(base.model)
         for seed in budget.seeds:
             cell = f"{mixer}_seed{seed}"
             # A short cell saves only at its end (each save costs about a second); a longer one also halfway.

@@ -19,11 +19,12 @@ from matplotlib.figure import Figure
 
 from icml26zoo.diagnostics.capture import capture_forward
 from icml26zoo.mixers import protot_hooks as hooks
-from icml26zoo.models import build_model, count_params, generate
+from icml26zoo.models import generate
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.repro.common import parameter_count
 from icml26zoo.train.data.bytes_codec import decode
 
-__all__ = ["EDIT_KINDS", "LABELS", "PRESETS", "count_parameters", "edit_generations", "layer_weights",
+__all__ = ["EDIT_KINDS", "LABELS", "PRESETS", "edit_generations", "layer_weights",
            "match_mlp_dims", "prototype_edit", "prototype_rows", "show_bytes", "top_writers", "usage_figure"]
 
 # The compared mixers and the tiny preset each starts from (2 layers, d_model 64, byte corpus).
@@ -33,10 +34,6 @@ LABELS = {"protot": "ProtoT", "attention": "Llama (attention)", "mamba2": "Mamba
 EDIT_KINDS = ("suppress", "amplify")
 
 
-def count_parameters(cfg: ModelConfig) -> int:
-    """Scalar parameters of the model `cfg` describes, counted on abstract shapes (nothing allocated)."""
-    return count_params(nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0))))
-
 
 def match_mlp_dims(configs: Mapping[str, ModelConfig], reference: str) -> dict[str, ModelConfig]:
     """Each config with the SwiGLU width whose total parameter count is closest to `reference`'s.
@@ -44,13 +41,13 @@ def match_mlp_dims(configs: Mapping[str, ModelConfig], reference: str) -> dict[s
     The count is affine in mlp_dim (3·D·mlp_dim per layer), so two abstract counts give the slope. The
     reference keeps its own width. A config that cannot reach the target with mlp_dim >= 1 raises ValueError.
     """
-    target = count_parameters(configs[reference])
+    target = parameter_count(configs[reference])
     matched = {}
     for name, cfg in configs.items():
         if name == reference:
             matched[name] = cfg
             continue
-        low, high = (count_parameters(dataclasses.replace(cfg, mlp_dim=m)) for m in (64, 128))
+        low, high = (parameter_count(dataclasses.replace(cfg, mlp_dim=m)) for m in (64, 128))
         width = round(64 + (target - low) * 64 / (high - low))
         if width < 1:
             raise ValueError(f"mixer {name!r} has more parameters without its MLP than {reference!r} in total "

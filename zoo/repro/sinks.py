@@ -30,10 +30,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 
-from icml26zoo.models import build_model, count_params
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, parameter_count
 from icml26zoo.repro.sinks_parts import (
     LABELS,
     VARIANTS,
@@ -157,7 +155,7 @@ def _row(experiment: Experiment, variant: str, seeds: Sequence[int], config: Tra
            for s in seeds]
     ratio = np.asarray(prof["ratio"])
     top = int(np.argmax(ratio[1:])) + 1
-    params = count_params(nnx.eval_shape(lambda: build_model(config.model, rngs=nnx.Rngs(0))))
+    params = parameter_count(config.model)
     return {
         "variant": variant, "params": params, "bpb": float(np.mean(bpb)), "max_ratio": float(ratio[top]),
         "ratio_layer": top, "spike_on_tok0": float(np.asarray(prof["spike_first"])[1:].mean()),
