@@ -25,13 +25,14 @@ def _int_list(flag: str, text: str | None) -> tuple[int, ...] | None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = budget_parser(__doc__.splitlines()[0], default_out="runs/muon_lora")
     parser.add_argument("--optimizers", default="adamw,muon", help="fine-tuning optimizers (adamw, muon)")
-    parser.add_argument("--ranks", help="LoRA ranks, 0 = full fine-tuning (default 0,4,16,32; QUICK 0,4)")
+    parser.add_argument("--ranks", help="LoRA ranks, 0 = full fine-tuning (default 0,4,16,32)")
     parser.add_argument("--adamw-lr", type=float, default=muon_lora.LEARNING_RATES["adamw"])
     parser.add_argument("--muon-lr", type=float, default=muon_lora.LEARNING_RATES["muon"])
     args, budget = parse_budget(parser, argv, quick=muon_lora.QUICK, full=muon_lora.FULL)
     optimizers = tuple(args.optimizers.split(","))
     rates = {"adamw": args.adamw_lr, "muon": args.muon_lr}
-    results = muon_lora.run(args.out, budget=budget, optimizers=optimizers, ranks=_int_list("--ranks", args.ranks),
+    ranks = _int_list("--ranks", args.ranks) or muon_lora.RANKS
+    results = muon_lora.run(args.out, budget=budget, optimizers=optimizers, ranks=ranks,
                             learning_rates={k: v for k, v in rates.items() if k in optimizers}, resume=args.resume)
     print_results(results)
 

@@ -35,6 +35,7 @@ def _script():
     ({"learning_rates": {"adamw": 1e-3, "muon": -1.0}}, r"learning_rates\['muon'\]"),
     ({"learning_rates": {"adamw": 1e-3, "muon": math.inf}}, r"learning_rates\['muon'\]"),
     ({"learning_rates": {"adam": 1e-3}}, "learning_rates: unknown name 'adam'"),
+    ({"fast_compile": 1}, "fast_compile must be a bool"),
 ])
 def test_bad_arguments_are_value_errors_naming_them(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
