@@ -89,7 +89,7 @@ EDEN_SHAPES = {
 EDEN_DATASETS = ("nucleotide", "pystdlib")
 EDEN_LEARNING_RATE = 3e-3
 # Hyena's implicit-filter FFN (its Linear layers and Sin frequencies) trains in its own optimizer group, as
-# in safari: learning rate 1e-3 and no weight decay (spec 06). The group's rate is a multiple of the peak,
+# in safari: learning rate 1e-3 and no weight decay (the design notes). The group's rate is a multiple of the peak,
 # so it follows the shared warmup-cosine schedule (and scales with an overridden optim.learning_rate).
 HYENA_FILTER_LEARNING_RATE = 1e-3
 HYENA_FILTER_GROUP = (r"mixer/filter_(layers|freqs|out)/", HYENA_FILTER_LEARNING_RATE / EDEN_LEARNING_RATE, 0.0)

@@ -36,7 +36,8 @@ BAD_INPUTS = [
     ("unknown_model", ["model.name=gpt"], "model.name must be one of ['llama'], got 'gpt'"),
     ("unknown_mixer", ["model.mixer=foxx"], "model.mixer must be one of ['attention', 'circulation',"),
     ("unknown_mixer_option", ["model.mixer_options=(('gate', 'full'),)"],
-     "model.mixer_options: unknown attention mixer option 'gate'; valid options: ['qk_norm']"),
+     "model.mixer_options: unknown attention mixer option 'gate'; valid options: ['output_gate', 'position', "
+     "'qk_norm', 'sink']"),
     ("unknown_optimizer", ["optim.name=adamx"], "optim.name must be one of ['adam', 'adamw',"),
     ("unknown_optimizer_option", ["optim.options=(('rho', 0.1),)"],
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),

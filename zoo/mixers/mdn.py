@@ -260,7 +260,7 @@ def transition_spectral_radius(
     """Spectral radius [...] float32 of `momentum_transition` (same arguments), in closed form.
 
     Real eigenvalues (tr² ≥ 4 det): (|tr| + √(tr² − 4 det)) / 2; a complex-conjugate pair: √det. The
-    state decays geometrically along k̂ exactly when this is < 1 (spec mixers-02 invariant 7).
+    state decays geometrically along k̂ exactly when this is < 1 (the design notes invariant 7).
     """
     a = momentum_transition(g, log_mu, beta, eta, p_times_alpha=p_times_alpha)
     trace, det = a[..., 0, 0] + a[..., 1, 1], a[..., 0, 0] * a[..., 1, 1] - a[..., 0, 1] * a[..., 1, 0]

@@ -59,7 +59,7 @@ MUON, ADAMW = "muon", "adamw"
 NS_COEFFS = ("standard", "polar_express")
 NS_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 STANDARD_COEFFS = (3.4445, -4.775, 2.0315)
-POLAR_EXPRESS_NORM_SAFETY = 1.1  # the initial normalisation divides by 1.1·‖X‖_F (spec train-06)
+POLAR_EXPRESS_NORM_SAFETY = 1.1  # the initial normalisation divides by 1.1·‖X‖_F (the design notes)
 
 
 def _optimal_quintic(low: float, high: float) -> tuple[float, float, float]:

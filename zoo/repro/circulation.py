@@ -5,7 +5,7 @@ Decomposition: Hopfield Perspective" (ICML 2026, arXiv 2605.27476). Attention lo
 symmetric part M_sym (an energy landscape) and a skew part M_skew (energy-neutral "circulation"); the knob
 ℓ_α = M_sym + α·M_skew with a blend H_org + β(H_α − H_org) trades fidelity for diversity, and the paper
 reads the trade through three stability measures of the retrieved patterns: the energy E, the instability
-fraction r and the alignment Align (spec mixers-08-sym-skew.md, section 3).
+fraction r and the alignment Align (the design notes, section 3).
 
 The paper perturbs a pretrained diffusion UNet at sampling time. The zoo has no such model, so this
 experiment trains the zoo's tiny causal byte LM (`circulation_tiny`: 2 layers, width 64, 4 query heads on

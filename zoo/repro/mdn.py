@@ -81,7 +81,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
       byte_corpus: also train every mixer on the byte corpus; None: the plan's.
       num_keys: distinct MQAR keys (and values), 1 .. 31 so that the vocabulary of 64 holds them.
       implementation: the mixers' `implementation` option, "reference" (the recurrence: it compiles faster
-        than the chunked form at T = 64 and is equal to it, spec invariant 1), "xla", or None (each op's default).
+        than the chunked form at T = 64 and is equal to it, invariant 1), "xla", or None (each op's default).
       stability_rows: MQAR examples fed to the MDN models to sample their gates (>= 1).
       resume: continue an existing run_dir (FileNotFoundError if it does not exist).
     """

@@ -3,7 +3,7 @@
 The stability check reads the gates an MDN layer actually produces: the model's own blocks sow what each
 mixer receives (`zoo.diagnostics.capture.capture_forward`), the layer's public `gates(x)` turns that into
 (log α, log μ, β, η), and `transition_spectral_radius` gives the radius of the 2x2 input-free transition
-along k̂ (spec mixers-02 §1.1 and invariant 7) at every token, head and layer.
+along k̂ (the design notes §1.1 and invariant 7) at every token, head and layer.
 """
 
 from __future__ import annotations

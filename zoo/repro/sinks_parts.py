@@ -2,7 +2,7 @@
 the per-layer measurements, the two ablations and the figures.
 
 Paper: Sun, Canziani, LeCun, Zhu, "The Spike, the Sparse and the Sink" (arXiv 2603.05498); the statistics and
-interventions are the zoo's diagnostics (`icml26zoo.diagnostics`, spec 10).
+interventions are the zoo's diagnostics (`icml26zoo.diagnostics`, the design notes).
 """
 
 from __future__ import annotations

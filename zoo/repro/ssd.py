@@ -3,7 +3,7 @@
 1. **Three-way equality.** `kernels.ssd.ssd` run as the recurrent scan (`implementation="reference"`), the
    chunked SSD algorithm (`"xla"`) and the materialised semiseparable attention form (`"attention"`) on one
    random input, scalar (Mamba2) and diagonal decay: their outputs and their pairwise differences.
-2. **Rank explosion** (spec 03 section 5.4, the note's claim iv). The semiseparable rank (largest numerical
+2. **Rank explosion** (the design notes section 5.4, the note's claim iv). The semiseparable rank (largest numerical
    rank of a lower-triangular block M[t:, :t+1]) of a causal softmax attention matrix against T, next to
    the SSD kernels' (scalar and diagonal decay), which the duality bounds by the state size N. Random
    weights, not a trained model: q, k ~ N(0, 1) of width N (logits q.k/sqrt(N)); SSD decays from the

@@ -2,7 +2,7 @@
 
 Paper: Pham, Ta, Tran-Thanh, "Pruning at Initialisation through the lens of Graphon Limit" (ICML 2026,
 arXiv 2602.06675). The paper's code was not available; the model below is a **reconstruction** from the
-abstract and `/work/shared/specs/train-13-pai-saliency.md`.
+abstract and the zoo's design notes.
 
 Model. A dense layer's kernel W [n_in, n_out] (Flax layout: row j = input neuron j, column i = output
 neuron i) gets a saliency per weight that factorises as

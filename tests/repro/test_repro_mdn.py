@@ -1,4 +1,4 @@
-"""MDN reproduction: bad inputs, and spec mixers-02 invariants 4 (nesting), 5 (exact write), 6
+"""MDN reproduction: bad inputs, and the design notes invariants 4 (nesting), 5 (exact write), 6
 (non-expansiveness) and 7 (the spectral radius of MDN's 2x2 gated momentum transition is below 1)."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_transition_matches_the_spec_matrix_and_its_eigenvalues():
 
 
 def test_jury_conditions_hold_over_the_admissible_gates():
-    """Spec §1.1: |det| < 1, 1 − tr + det > 0 and 1 + tr + det > 0, hence radius < 1, with p = α k̂."""
+    """§1.1: |det| < 1, 1 − tr + det > 0 and 1 + tr + det > 0, hence radius < 1, with p = α k̂."""
     g, log_mu, beta, eta = admissible_grid()
     a = np.asarray(momentum_transition(g, log_mu, beta, eta), np.float64)
     tr, det = a[..., 0, 0] + a[..., 1, 1], np.linalg.det(a)
@@ -103,7 +103,7 @@ def test_jury_conditions_hold_over_the_admissible_gates():
 
 
 def test_the_check_fails_without_the_decayed_prediction_key():
-    """With p = k̂ (spec §1.1) 1 + tr + det = (1 + α)(1 + μ) − βη goes negative: the radius exceeds 1."""
+    """With p = k̂ (§1.1) 1 + tr + det = (1 + α)(1 + μ) − βη goes negative: the radius exceeds 1."""
     g, log_mu, beta, eta = (np.asarray([a], np.float32) for a in (np.log(0.05), np.log(0.05), 1.0, 1.9))
     assert float(transition_spectral_radius(g, log_mu, beta, eta, p_times_alpha=False)[0]) > 1
     assert float(transition_spectral_radius(g, log_mu, beta, eta)[0]) < 1
