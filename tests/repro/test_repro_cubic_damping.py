@@ -19,6 +19,9 @@ from icml26zoo.repro import cubic_damping_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 
+# Zero damping must reproduce the plain methods bit for bit, so these tests keep XLA's full pipeline.
+EXACT_COMPILE = True
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "cubic_damping.py"
 
 
