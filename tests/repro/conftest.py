@@ -5,7 +5,7 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def fast_compile(request):
+def cheap_xla_pipeline(request):
     """jax_disable_most_optimizations for each test, restored afterwards (compile time dominates here). A module
     that compares bit-exactly against separately compiled code (e.g. optax) sets `EXACT_COMPILE = True`."""
     if getattr(request.module, "EXACT_COMPILE", False):

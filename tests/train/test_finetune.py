@@ -15,6 +15,9 @@ from icml26zoo.train.config import apply_overrides, load_preset
 from icml26zoo.train.errors import CheckpointError
 from icml26zoo.train.loop import build_run, train
 
+# Every comparison here is between programs compiled under the same setting, so XLA's cheap pipeline is safe.
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 
 def tiny_config(data_dir, **changes):
     """A 1-layer llama_tiny on a small MQAR, 2 steps, one checkpoint at the end."""
