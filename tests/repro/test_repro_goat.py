@@ -124,7 +124,7 @@ def test_length_evaluator_equals_separately_cut_rows(tiny_goat):
 
 def test_length_evaluator_rejects_bad_lengths(tiny_goat):
     batch = _batch()
-    with pytest.raises(ValueError, match=r"lengths: 32 exceeds the model's max_seq_len \(16\)"):
+    with pytest.raises(ValueError, match=r"length 32 exceeds the model's max_seq_len \(16\)"):
         length_losses(tiny_goat, {k: np.tile(v, (1, 2)) for k, v in batch.items()}, (8, 32))
     with pytest.raises(ValueError, match=r"lengths: 6 must divide the batch's row length 16"):
         length_losses(tiny_goat, batch, (6,))

@@ -26,7 +26,7 @@ from flax import nnx
 from icml26zoo.mixers.fox_parts import LLAMA_MLP_RATIO, PRO_MLP_RATIO, pro_mlp_dim
 from icml26zoo.models import ModelConfig
 from icml26zoo.repro.common import parameter_count
-from icml26zoo.repro.lengths import LengthLoss
+from icml26zoo.repro.lengths import LengthLoss, check_lengths
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data import make_eval_iterator
 from icml26zoo.validation import check_int
@@ -110,20 +110,6 @@ def _position_sums(model: nnx.Module, batch: Mapping[str, jax.Array]) -> tuple[j
 def _position_sums_jit(model: nnx.Module, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
     return _position_sums(model, batch)
 
-
-def check_lengths(lengths: Sequence[int], max_seq_len: int) -> tuple[int, ...]:
-    """`lengths` as a tuple of increasing ints >= 2, each at most the model's `max_seq_len` (ValueError)."""
-    lengths = tuple(lengths)
-    if not lengths:
-        raise ValueError("lengths must name at least one sequence length, got none")
-    for length in lengths:
-        check_int("lengths[i]", length, minimum=2)
-        if length > max_seq_len:
-            raise ValueError(f"length {length} exceeds the model's max_seq_len ({max_seq_len}); evaluate at most "
-                             f"max_seq_len tokens per row or train with a larger model.max_seq_len")
-    if list(lengths) != sorted(set(lengths)):
-        raise ValueError(f"lengths must be strictly increasing, got {list(lengths)}")
-    return lengths
 
 
 def length_losses(model: nnx.Module, config: TrainConfig, lengths: Sequence[int], *,

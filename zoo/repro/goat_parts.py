@@ -20,8 +20,7 @@ from matplotlib.figure import Figure
 from icml26zoo.diagnostics import attention_sinks, capture_forward, massive_activations
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import positions_from_segments
-from icml26zoo.repro.lengths import LengthLoss, binned
-from icml26zoo.validation import check_int
+from icml26zoo.repro.lengths import LengthLoss, binned, check_lengths
 
 __all__ = ["LABELS", "MODELS", "LengthLoss", "binned", "chunked_segments", "length_losses",
            "model_config", "sink_figure", "sink_profile", "single_segment_rows"]
@@ -78,22 +77,6 @@ def _forward(model: nnx.Module, batch: dict[str, jax.Array], rows: jax.Array) ->
     probs = None if captured["probs"] is None else captured["probs"][:, rows]
     return nll, probs, captured["hidden"][:, rows]
 
-
-def check_lengths(lengths: Sequence[int], max_seq_len: int, row: int) -> tuple[int, ...]:
-    """`lengths` as a strictly increasing tuple of integers >= 2, each dividing `row` and at most `max_seq_len`."""
-    lengths = tuple(lengths)
-    if not lengths:
-        raise ValueError("lengths must name at least one evaluation length, got none")
-    for length in lengths:
-        check_int("lengths[i]", length, minimum=2)
-        if length > max_seq_len:
-            raise ValueError(f"lengths: {length} exceeds the model's max_seq_len ({max_seq_len}); evaluate at most "
-                             f"max_seq_len tokens per row, or build the model with a larger max_seq_len")
-        if row % length:
-            raise ValueError(f"lengths: {length} must divide the batch's row length {row}")
-    if list(lengths) != sorted(set(lengths)):
-        raise ValueError(f"lengths must be strictly increasing, got {list(lengths)}")
-    return lengths
 
 
 def length_losses(model: nnx.Module, batch: Mapping[str, np.ndarray], lengths: Sequence[int], *,
