@@ -1,0 +1,106 @@
+"""Reproduction: NTCE and NONL (learned hypersphere prototypes) against cross-entropy on scikit-learn's digits.
+
+Paper: Koromilas, Giannakopoulos, Nicolaou, Panagakis, "Neural Collapse by Design: Learning Class Prototypes
+on the Hypersphere" (ICML 2026, arXiv 2605.20302). See docs/papers/nc_losses.md.
+
+The claims tested at small scale: the normalised prototype losses drive the features to neural collapse (NC1,
+the instance–prototype alignment and the within-class effective rank fall during training, the prototype
+covariance reaches effective rank K − 1) at least as fast as cross-entropy, at comparable test accuracy; and
+the class-mean prototype classifier (no linear probe) classifies as well as the trained head. Each cell
+trains the zoo's attention classifier (`nc_losses_parts`) with one registered objective (`classification`
+for CE, `nc_<loss>_k10` otherwise); NC metrics are measured on the whole train split (L2-normalised features
+and classifier rows) at `eval_points` evenly spaced steps, and the accuracy on the 360 test images.
+
+Example::
+
+    from icml26zoo.repro import nc_losses
+    results = nc_losses.run("runs/nc_losses", budget=nc_losses.QUICK)
+    print(results.markdown)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.nc_losses_parts import METHODS, SEQ_LEN, CellSettings, objective_for, train_cell
+from icml26zoo.train.config import DataConfig
+from icml26zoo.validation import check_int
+
+__all__ = ["DEFAULT_METHODS", "FULL", "METHODS", "QUICK", "run"]
+
+QUICK = Budget(steps=30, batch_size=32, seq_len=SEQ_LEN, seeds=(0,))
+FULL = Budget(steps=600, batch_size=64, seq_len=SEQ_LEN, seeds=(0,))
+DEFAULT_METHODS = ("ce", "ntce", "nonl")
+COLUMNS = ("method", "objective", "test_accuracy", "class_mean_test_accuracy", "nc1_start", "nc1", "nc2_equiangular",
+           "nc3", "nc4", "instance_alignment", "prototype_erank", "er_intra", "er_inter", "mir", "hdr")
+AVERAGED = COLUMNS[2:]
+
+
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = DEFAULT_METHODS,
+        eval_points: int = 5, settings: CellSettings | None = None, resume: bool = False) -> Results:
+    """Trains every method per seed on digits and writes the table (final step, seed mean) and NC1-vs-step plot.
+
+    Args:
+      run_dir: the experiment's directory (the digits dataset under data/, results.md/json, nc_curves.png).
+      budget: steps, batch size (rows of 64 pixel tokens) and seeds; budget.seq_len must be 64.
+      methods: from METHODS: ce, normface, ntce, nonl, ntce_etf, nonl_etf (fixed simplex ETF), scl.
+      eval_points: evaluations after step 0 (>= 1), evenly spaced, the last at the final step.
+      settings: the model and optimizer (default CellSettings(): d_model 32, 1 layer, AdamW 1e-2).
+      resume: require run_dir to exist (the cells are retrained either way: they are minutes long).
+    """
+    methods = check_names("methods", methods, METHODS)
+    check_int("eval_points", eval_points)
+    if budget.seq_len != SEQ_LEN:
+        raise ValueError(f"budget.seq_len must be {SEQ_LEN} (one digit of 64 pixel tokens per row), "
+                         f"got {budget.seq_len}")
+    settings = CellSettings() if settings is None else settings
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
+    data = DataConfig(name="digits", data_dir=str(experiment.run_dir / "data"), eval_split="test")
+    eval_steps = sorted({0} | {round(budget.steps * (i + 1) / eval_points) for i in range(eval_points)})
+    curves = {method: [train_cell(method, data=data, settings=settings, steps=budget.steps,
+                                  batch_size=budget.batch_size, seed=seed, eval_steps=eval_steps)
+                       for seed in budget.seeds] for method in methods}
+    rows = [_row(method, per_seed) for method, per_seed in curves.items()]
+    figures = {"nc_curves": _figure(curves, "nc1", "NC1 = tr(Σ_W Σ_B⁺)/K (train features)", log=True),
+               "accuracy_curves": _figure(curves, "test_accuracy", "test accuracy", log=False)}
+    return experiment.write(rows, columns=COLUMNS, title="NTCE / NONL vs cross-entropy on digits: accuracy and "
+                            "neural collapse", notes=_notes(settings, eval_steps), figures=figures,
+                            extra={"curves": curves, "settings": settings.__dict__})
+
+
+def _mean(per_seed: list[list[dict]], key: str, index: int = -1) -> float:
+    return statistics.fmean(records[index][key] for records in per_seed)
+
+
+def _row(method: str, per_seed: list[list[dict]]) -> dict:
+    row = {"method": method, "objective": objective_for(method)}
+    row |= {key: _mean(per_seed, key) for key in AVERAGED if key != "nc1_start"}
+    row["nc1_start"] = _mean(per_seed, "nc1", index=0)
+    return row
+
+
+def _figure(curves: dict[str, list[list[dict]]], key: str, label: str, *, log: bool):
+    series = {}
+    for method, per_seed in curves.items():
+        steps = [record["step"] for record in per_seed[0]]
+        values = [statistics.fmean(records[i][key] for records in per_seed) for i in range(len(steps))]
+        series[method] = (steps, values)
+    return line_figure(series, xlabel="training step", ylabel=label, title=f"{label} during training on digits",
+                       logy=log)
+
+
+def _notes(settings: CellSettings, eval_steps: list[int]) -> list[str]:
+    return [
+        f"Model: 1 attention classifier per cell (d_model {settings.d_model}, {settings.num_layers} layer(s), "
+        f"4 heads), AdamW lr {settings.learning_rate:g}, weight decay {settings.weight_decay:g}, warmup-cosine; "
+        "normalised losses at τ = 0.1, prototypes = the L2-normalised output-head columns 0..9 (no bias).",
+        "Metrics are the final evaluation's, averaged over seeds; nc1_start is NC1 at initialisation. NC metrics "
+        "use the L2-normalised train features (1,437 images) and classifier rows (CE: its raw head columns, "
+        "normalised); test_accuracy is the cell's own classifier on the 360 test images (CE: raw head logits; "
+        "others: cosine to the prototypes), class_mean_test_accuracy the class-mean prototype classifier "
+        "fit on the train features.",
+        f"Evaluations at steps {eval_steps}.",
+    ]
