@@ -3,19 +3,16 @@ quadratic (and the loss rising exactly when it exceeds 2/η), and the stage dete
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import adam_spikes
 from icml26zoo.repro import adam_spikes_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = Budget(steps=3, batch_size=4, seq_len=2, seeds=(0,))
 
 
@@ -41,9 +38,7 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
 def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
         adam_spikes.run(tmp_path / "missing", budget=TINY, resume=True)
-    spec = importlib.util.spec_from_file_location("adam_spikes_script", REPO / "scripts" / "repro" / "adam_spikes.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("adam_spikes")
     assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--settings", "cnn"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: settings: unknown name 'cnn'") and "\n" not in err

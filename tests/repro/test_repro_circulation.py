@@ -4,28 +4,18 @@ on, and the figures. The QUICK run itself runs in tests/test_notebooks.py."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 
 from icml26zoo.mixers.circulation import CirculationAttention
 from icml26zoo.models import ModelConfig
 from icml26zoo.repro import circulation
 from icml26zoo.repro.circulation_parts import MEASURES, loss_figure, measures_figure
 from icml26zoo.repro.cli import run_main
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "circulation.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("repro_circulation_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -62,7 +52,7 @@ def test_resuming_a_missing_run_dir_is_an_error(tmp_path):
     ],
 )
 def test_the_script_fails_with_one_line_and_status_2(tmp_path, capsys, argv, message):
-    main = _script().main
+    main = load_repro_script("circulation").main
     assert run_main(main, ["--quick", "--out", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

@@ -4,14 +4,13 @@ itself runs in the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.registry import OPTIMIZERS
 from icml26zoo.repro import cubic_damping
@@ -21,15 +20,6 @@ from icml26zoo.repro.common import Budget, Experiment
 
 # Zero damping must reproduce the plain methods bit for bit, so these tests keep XLA's full pipeline.
 EXACT_COMPILE = True
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "cubic_damping.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("cubic_damping_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
@@ -64,7 +54,7 @@ def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
     (["--problems", "", "--gpt-methods", ""], "problems and gpt_methods are both empty"),
 ])
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("cubic_damping").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

@@ -1,26 +1,17 @@
 """icml26zoo.repro.eden: argument errors, the power-law fit, greedy motif completion and its prompts."""
 
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import eden, eden_parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 from icml26zoo.train.data import nucleotide
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = Budget(steps=1, batch_size=2, seq_len=32)
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eden_script", REPO / "scripts" / "repro" / "eden.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -40,7 +31,7 @@ def test_bad_arguments_name_the_argument(tmp_path, kwargs, message):
 def test_resume_needs_an_existing_run_dir_and_the_script_reports_bad_input(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
         eden.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_script()
+    script = load_repro_script("eden")
     assert run_main(script.main, ["--out", str(tmp_path / "x"), "--archs", "llama,gpt"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: archs: unknown name 'gpt'") and error.count("\n") == 1

@@ -4,14 +4,13 @@ tiny untrained model. The QUICK experiment itself runs in the notebook test (tes
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
-import pathlib
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy
 from icml26zoo.models import build_model
@@ -28,15 +27,6 @@ from icml26zoo.repro.fox_fix_parts import (
 from icml26zoo.repro.lengths import binned
 from icml26zoo.train.data import make_eval_iterator
 from icml26zoo.train.presets import tiny_byte_lm
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "fox_fix.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("fox_fix_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
@@ -67,7 +57,7 @@ def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
     (["--d-model", "12"], "d_model must be a multiple of 8"),
 ])
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("fox_fix").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

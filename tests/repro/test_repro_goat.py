@@ -5,15 +5,14 @@ hand-built attention matrices). The QUICK experiment itself runs in the notebook
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 from tolerances import tolerance
 
 from icml26zoo.models import build_model
@@ -30,7 +29,6 @@ from icml26zoo.repro.goat_parts import (
 from icml26zoo.train.config import load_preset
 
 B, N = 2, 16
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "goat.py"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -84,9 +82,7 @@ def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("goat_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("goat")
     main = script.main
     assert run_main(main, ["--out", str(tmp_path / "a"), "--models", "goat,transformer"]) == 2
     assert run_main(main, ["--out", str(tmp_path / "missing"), "--resume"]) == 2

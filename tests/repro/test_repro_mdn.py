@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 
 from icml26zoo.kernels.delta_rule.reference import gated_delta_rule
 from icml26zoo.kernels.momentum_delta_rule.reference import momentum_delta_rule
@@ -20,16 +18,8 @@ from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.mdn_parts import mqar_config
 from icml26zoo.train.config import load_preset
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "mdn.py"
 B, T, H, K, V = 2, 6, 2, 8, 4
 ATOL = 2e-5  # float32 recurrences of a few steps
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("repro_mdn_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -56,7 +46,7 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
 
 
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys):
-    script = load_script()
+    script = load_repro_script("mdn")
     assert run_main(script.main, ["--out", str(tmp_path / "r"), "--quick", "--mixers", "mdn,nope"]) == 2
     assert run_main(script.main, ["--out", str(tmp_path / "r"), "--pairs", "4,x"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()

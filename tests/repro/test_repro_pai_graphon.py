@@ -4,18 +4,17 @@ experiment itself runs in the notebook test."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import pai_graphon
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 from icml26zoo.repro.pai_graphon_parts import _halves, topic_features
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "pai_graphon.py"
 SMALL = Budget(steps=2, batch_size=64, seq_len=65, seeds=(0,))
 
 
@@ -38,9 +37,7 @@ def test_resume_on_a_missing_run_dir_raises(tmp_path):
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("pai_graphon_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("pai_graphon")
     assert run_main(script.main, ["--out", str(tmp_path / "a"), "--methods", "snip,obd"]) == 2
     assert run_main(script.main, ["--out", str(tmp_path / "b"), "--sparsity", "1.0"]) == 2
     assert run_main(script.main, ["--out", str(tmp_path / "c"), "--widths", "16,x"]) == 2

@@ -4,15 +4,14 @@ experiment itself runs in the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.optim import sam as sp
 from icml26zoo.repro import sam_polyak
@@ -20,15 +19,7 @@ from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 from icml26zoo.train.optim import build_optimizer, custom_update
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "sam_polyak.py"
 TINY = Budget(steps=20, batch_size=2, seq_len=8, seeds=(0,))
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("sam_polyak_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -72,7 +63,7 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
     ],
 )
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("sam_polyak").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

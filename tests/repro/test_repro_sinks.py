@@ -4,29 +4,20 @@ spike. The QUICK experiment itself runs in the notebook test (tests/test_noteboo
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.repro import sinks
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.sinks_parts import VARIANTS, _spike_entries, _stream_stats, document_rows, profile, variant_config
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "sinks.py"
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, mlp_dim=64, scan_layers=False)
 SPIKE_TOKEN, SPIKE_CHANNEL = 63, 5
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("sinks_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -50,7 +41,7 @@ def test_resume_needs_an_existing_run_dir(tmp_path):
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    main = _script().main
+    main = load_repro_script("sinks").main
     assert run_main(main, ["--out", str(tmp_path / "r"), "--quick", "--variants", "pre,layernorm"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: variants: unknown name 'layernorm'") and "\n" not in err

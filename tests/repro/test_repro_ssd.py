@@ -3,13 +3,11 @@ the note's 1-SS condition checked through the implied mask."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 from tolerances import tolerance
 
 from icml26zoo.kernels.ssd import kernel_matrix
@@ -17,8 +15,6 @@ from icml26zoo.repro import ssd
 from icml26zoo.repro import ssd_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 TINY = Budget(steps=2, batch_size=1, seq_len=16, seeds=(0,))
 RTOL = 1e-5
@@ -41,9 +37,7 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
 def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
         ssd.run(tmp_path / "missing", budget=TINY, resume=True)
-    spec = importlib.util.spec_from_file_location("ssd_script", REPO / "scripts" / "repro" / "ssd.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("ssd")
     assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--chunk-size", "24"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: chunk_size must be one of") and "\n" not in err

@@ -3,13 +3,11 @@ at the saddle), TALDA-R's surrogate decrease on every accepted step, and AGDA's 
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.optim import minimax
 from icml26zoo.repro import talda
@@ -17,7 +15,6 @@ from icml26zoo.repro import talda_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = Budget(steps=3, batch_size=1, seq_len=2, seeds=(0,))
 
 
@@ -39,9 +36,7 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
 def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
         talda.run(tmp_path / "missing", budget=TINY, resume=True)
-    spec = importlib.util.spec_from_file_location("talda_script", REPO / "scripts" / "repro" / "talda.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("talda")
     assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--games", "chess"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: games: unknown name 'chess'") and "\n" not in err

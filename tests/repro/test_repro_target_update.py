@@ -3,19 +3,17 @@ other settings), the exponent fit on synthetic power laws, and the theory slopes
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import target_update
 from icml26zoo.repro import target_update_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = Budget(steps=20, batch_size=2, seq_len=1, seeds=(0,))
 
 
@@ -41,9 +39,7 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
 def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
         target_update.run(tmp_path / "missing", budget=TINY, resume=True)
-    spec = importlib.util.spec_from_file_location("tu_script", REPO / "scripts" / "repro" / "target_update.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("target_update")
     for flags, start in ((["--schedules-typo"], None), (["--tabular-periods", "100,x"], "error: --tabular-periods"),
                          (["--cartpole-periods", "0"], "error: cartpole_periods")):
         if start is None:
