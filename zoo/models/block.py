@@ -17,6 +17,7 @@ from flax import nnx
 from icml26zoo.layers.mlp import build_mlp
 from icml26zoo.layers.residual import Residual
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.moe.layer import MoEFeedForward
 from icml26zoo.registry import MIXERS
 
 
@@ -25,22 +26,30 @@ def block_residual(cfg: ModelConfig) -> Residual:
     return Residual(cfg.norm_placement, cfg.d_model, eps=cfg.norm_eps, norm=cfg.norm)
 
 
+def build_feed_forward(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+    """The block's MLP (cfg.mlp_activation), or with cfg.moe_num_experts > 0 a `zoo.moe.MoEFeedForward`."""
+    dtype = jnp.dtype(cfg.compute_dtype)
+    if not cfg.moe_num_experts:
+        return build_mlp(cfg.mlp_activation, cfg.d_model, cfg.resolved_mlp_dim, dtype=dtype, rngs=rngs)
+    return MoEFeedForward(cfg.d_model, cfg.resolved_mlp_dim, cfg.moe_config(), activation=cfg.mlp_activation,
+                          num_classes=cfg.vocab_size, dtype=dtype, rngs=rngs)
+
+
 class Block(nnx.Module):
     """One decoder layer: x -> Residual(mixer) -> Residual(MLP), both with cfg.norm_placement and cfg.norm.
 
-    The MLP is SwiGLU or GELU (cfg.mlp_activation). With cfg.mlp_dim == 0 the MLP sublayer (and its norm)
-    is absent: x -> Residual(mixer).
+    The MLP is SwiGLU or GELU (cfg.mlp_activation), or a mixture of such experts (cfg.moe_num_experts > 0,
+    `zoo.moe`). With cfg.mlp_dim == 0 the MLP sublayer (and its norm) is absent: x -> Residual(mixer).
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.mixer_residual = block_residual(cfg)
         self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
         self.has_mlp = cfg.resolved_mlp_dim > 0
+        self.has_moe = cfg.moe_num_experts > 0
         if self.has_mlp:
             self.mlp_residual = block_residual(cfg)
-            self.mlp = build_mlp(
-                cfg.mlp_activation, cfg.d_model, cfg.resolved_mlp_dim, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs
-            )
+            self.mlp = build_feed_forward(cfg, rngs=rngs)
 
     def __call__(
         self,
@@ -51,7 +60,25 @@ class Block(nnx.Module):
         cache: Any = None,
         capture: bool = False,
     ) -> tuple[jax.Array, Any]:
-        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None).
+        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None); see `forward_with_aux`."""
+        x, new_cache, _ = self.forward_with_aux(
+            x, segment_ids=segment_ids, positions=positions, cache=cache, capture=capture
+        )
+        return x, new_cache
+
+    def forward_with_aux(
+        self,
+        x: jax.Array,
+        *,
+        segment_ids: jax.Array | None,
+        positions: jax.Array,
+        cache: Any = None,
+        capture: bool = False,
+    ) -> tuple[jax.Array, Any, dict[str, jax.Array]]:
+        """x: [B, T, D] -> (x' [B, T, D], the mixer's updated cache or None, aux).
+
+        aux is the MoE feed-forward's auxiliary output (`zoo.moe.MoEFeedForward`: "loss", "load", ...) and
+        an empty dict for a dense MLP. MoE padding tokens (segment_ids == 0) get no expert and no loss.
 
         capture=True sows (`nnx.Intermediate`, read with `nnx.capture`) what each sublayer receives and
         returns, mixer_in / mixer_out / mlp_in / mlp_out [B, T, D], and the residual stream after the mixer
@@ -69,17 +96,21 @@ class Block(nnx.Module):
             record("mixer_out", y)
             return y, new_cache
 
-        def mlp(h: jax.Array) -> tuple[jax.Array, None]:
+        def mlp(h: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
             record("mlp_in", h)
-            y = self.mlp(h)
+            if self.has_moe:
+                y, aux = self.mlp(h, mask=None if segment_ids is None else segment_ids > 0)
+            else:
+                y, aux = self.mlp(h), {}
             record("mlp_out", y)
-            return y, None
+            return y, aux
 
         x, new_cache = self.mixer_residual(x, mix)
         record("after_mixer", x)
+        aux = {}
         if self.has_mlp:
-            x, _ = self.mlp_residual(x, mlp)
-        return x, new_cache
+            x, aux = self.mlp_residual(x, mlp)
+        return x, new_cache, aux
 
 
 def build_layers(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
@@ -114,16 +145,20 @@ def run_layers(
     segment_ids: jax.Array | None,
     positions: jax.Array,
     caches: Any = None,
-) -> tuple[jax.Array, Any]:
+    return_aux: bool = False,
+) -> tuple[jax.Array, Any] | tuple[jax.Array, Any, dict[str, jax.Array]]:
     """Applies the layer stack to x [B, T, D]; returns (x [B, T, D], updated caches or None).
 
     Each layer runs as a pure function of its parameter state (split / merge), so the same code serves
     `lax.scan` and the unrolled loop, and `jax.checkpoint` (cfg.remat) wraps exactly one layer.
+    return_aux=True also returns the blocks' auxiliary outputs (`Block.forward_with_aux`), each leaf stacked
+    over layers [L, ...] (an empty dict without MoE).
     """
 
     def apply(graphdef: nnx.GraphDef, state: nnx.State, h: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
         layer = nnx.merge(graphdef, state)
-        return layer(h, segment_ids=segment_ids, positions=positions, cache=cache)
+        h, new_cache, aux = layer.forward_with_aux(h, segment_ids=segment_ids, positions=positions, cache=cache)
+        return h, (new_cache, aux)
 
     if cfg.remat:
         # Inside scan, CSE cannot merge the recomputation with the forward, so prevent_cse is not needed.
@@ -135,14 +170,17 @@ def run_layers(
         def body(h: jax.Array, layer_inputs: tuple[nnx.State, Any]) -> tuple[jax.Array, Any]:
             return apply(graphdef, layer_inputs[0], h, layer_inputs[1])
 
-        return jax.lax.scan(body, x, (state, caches))
-
-    new_caches = []
-    for i, layer in enumerate(layers):
-        graphdef, state = nnx.split(layer)
-        x, new_cache = apply(graphdef, state, x, None if caches is None else caches[i])
-        new_caches.append(new_cache)
-    return x, (None if caches is None else tuple(new_caches))
+        x, (new_caches, aux) = jax.lax.scan(body, x, (state, caches))
+    else:
+        new_caches, per_layer = [], []
+        for i, layer in enumerate(layers):
+            graphdef, state = nnx.split(layer)
+            x, (new_cache, layer_aux) = apply(graphdef, state, x, None if caches is None else caches[i])
+            new_caches.append(new_cache)
+            per_layer.append(layer_aux)
+        new_caches = None if caches is None else tuple(new_caches)
+        aux = jax.tree.map(lambda *leaves: jnp.stack(leaves), *per_layer)
+    return (x, new_caches, aux) if return_aux else (x, new_caches)
 
 
 def unstack_layers(params: dict[str, Any], num_layers: int) -> dict[str, Any]:

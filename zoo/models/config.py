@@ -60,6 +60,24 @@ class ModelConfig:
     max_seq_len: int = 1024
     # Extra mixer-specific options as (name, value) pairs, e.g. (("gate", "full"),).
     mixer_options: tuple[tuple[str, Any], ...] = ()
+    # Mixture-of-experts feed-forward (zoo.moe): 0 keeps the dense MLP; E > 0 replaces every block's MLP by E
+    # expert MLPs (activation mlp_activation, hidden width the resolved mlp_dim), moe_top_k of them per token.
+    moe_num_experts: int = 0
+    # Experts per token k (<= moe_num_experts).
+    moe_top_k: int = 2
+    # Registered router (zoo.moe.registry.ROUTERS): "topk_softmax", "confidence", "gaussian", "laplacian",
+    # "mahalanobis".
+    moe_router: str = "topk_softmax"
+    # None: no token is dropped; else each expert keeps at most ceil(factor · tokens · k / E) assignments
+    # (tokens then compete for capacity across the batch, so decoding no longer equals the forward).
+    moe_capacity_factor: float | None = None
+    # Weights of the router's load-balancing loss and z-loss (routers that use them; added by objective "lm_moe").
+    moe_load_balance_weight: float = 0.01
+    moe_z_loss_weight: float = 1e-3
+    # Grouped matmul path of the experts: None (= "ragged_dot"), "dense" (one-hot reference) or "ragged_dot".
+    moe_implementation: str | None = None
+    # The router's own options as (name, value) pairs, e.g. (("covariance", "phi"),).
+    moe_router_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
@@ -87,6 +105,46 @@ class ModelConfig:
         check_positive("norm_eps", self.norm_eps)
         check_positive("rope_theta", self.rope_theta)
         check_pairs("mixer_options", self.mixer_options)
+        self._check_moe()
+
+    def _check_moe(self) -> None:
+        check_int("moe_num_experts", self.moe_num_experts, minimum=0)
+        check_pairs("moe_router_options", self.moe_router_options)
+        if not self.moe_num_experts:
+            return
+        if self.mlp_dim == 0:
+            raise ValueError("mlp_dim must not be 0 when moe_num_experts > 0 (the experts replace the MLP), got 0")
+        self.moe_config()
+
+    def moe_config(self) -> Any:
+        """The blocks' `zoo.moe.MoEConfig` (validated: ValueError names the moe_* field), or None without MoE.
+
+        In the LM, the "mahalanobis" router estimates its co-occurrence statistics from each batch
+        ("statistics": "batch"), since the model carries only parameters; "running" is rejected here.
+        """
+        if not self.moe_num_experts:
+            return None
+        # Imported here: the config module stays free of flax for cheap config loading.
+        from icml26zoo.moe.layer import MoEConfig, check_moe_fields
+
+        check_moe_fields(
+            prefix="moe_", num_experts=self.moe_num_experts, top_k=self.moe_top_k, router=self.moe_router,
+            capacity_factor=self.moe_capacity_factor, load_balance_weight=self.moe_load_balance_weight,
+            z_loss_weight=self.moe_z_loss_weight, implementation=self.moe_implementation,
+        )
+        options = self.moe_router_options
+        if self.moe_router == "mahalanobis":
+            if dict(options).get("statistics", "batch") != "batch":
+                raise ValueError(
+                    "moe_router_options statistics must be 'batch' for the mahalanobis router in a model "
+                    f"(running statistics are state that a parameters-only model cannot carry), got {options!r}"
+                )
+            options = (("statistics", "batch"), *options)
+        return MoEConfig(
+            num_experts=self.moe_num_experts, top_k=self.moe_top_k, router=self.moe_router,
+            capacity_factor=self.moe_capacity_factor, load_balance_weight=self.moe_load_balance_weight,
+            z_loss_weight=self.moe_z_loss_weight, implementation=self.moe_implementation, router_options=options,
+        )
 
     @property
     def resolved_head_dim(self) -> int:

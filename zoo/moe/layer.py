@@ -1,0 +1,150 @@
+"""The mixture-of-experts feed-forward layer: a registered router picks k of E expert MLPs per token.
+
+    y_t = Σ_{s < k} w_{t,s} · Expert_{e(t,s)}(x_t)
+
+e(t, s) and the gates come from the router (`MoEConfig.router`, looked up in `zoo.moe.registry.ROUTERS`);
+the router may reweight once the expert outputs are known (ConfSMoE). Experts are SwiGLU or GELU MLPs
+with stacked weights [E, ...], run by one grouped matmul per projection (`zoo.moe.grouped_matmul`). With a
+capacity factor, an expert keeps at most ceil(factor · N · k / E) assignments (first choices first, then
+token order) and a dropped assignment contributes nothing (the residual stream carries the token on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from icml26zoo.moe.grouped_matmul import IMPLEMENTATIONS, capacity_keep, expert_capacity, grouped_matmul
+from icml26zoo.moe.registry import ROUTERS, router_options
+from icml26zoo.moe.routers import balance_losses
+
+ACTIVATIONS = ("swiglu", "gelu")
+
+
+def check_moe_fields(*, prefix: str = "", num_experts: Any, top_k: Any, router: Any, capacity_factor: Any,
+                     load_balance_weight: Any, z_loss_weight: Any, implementation: Any) -> None:
+    """Raises ValueError naming the field (with `prefix`, e.g. "moe_") for any invalid MoE setting."""
+    for name, value in (("num_experts", num_experts), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{prefix}{name} must be an integer >= 1, got {value!r}")
+    if top_k > num_experts:
+        raise ValueError(f"{prefix}top_k must be at most {prefix}num_experts = {num_experts}, got {top_k}")
+    if capacity_factor is not None and (
+        isinstance(capacity_factor, bool) or not isinstance(capacity_factor, int | float) or capacity_factor <= 0
+    ):
+        raise ValueError(f"{prefix}capacity_factor must be None (no dropping) or a positive number, "
+                         f"got {capacity_factor!r}")
+    for name, value in (("load_balance_weight", load_balance_weight), ("z_loss_weight", z_loss_weight)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{prefix}{name} must be a number >= 0, got {value!r}")
+    if implementation is not None and implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"{prefix}implementation must be None or one of {list(IMPLEMENTATIONS)}, "
+                         f"got {implementation!r}")
+    if router not in ROUTERS:
+        raise ValueError(f"{prefix}router must be one of {ROUTERS.names()}, got {router!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """One MoE feed-forward layer. Every field is validated on construction (ValueError names the field)."""
+
+    # Experts E.
+    num_experts: int = 8
+    # Experts per token k (<= num_experts).
+    top_k: int = 2
+    # Registered router name (zoo.moe.registry.ROUTERS).
+    router: str = "topk_softmax"
+    # None: every assignment is kept (dropless); else each expert keeps ceil(factor · N · k / E).
+    capacity_factor: float | None = None
+    # Weight of the Switch load-balancing loss (routers with BALANCED = True; not ConfSMoE's).
+    load_balance_weight: float = 0.01
+    # Weight of the router z-loss (routers with Z_LOSS = True: linear-logit routers).
+    z_loss_weight: float = 1e-3
+    # Grouped matmul path: None (= "ragged_dot"), "dense" (one-hot reference) or "ragged_dot".
+    implementation: str | None = None
+    # The router's own options as (name, value) pairs (its OPTIONS dataclass).
+    router_options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_moe_fields(
+            num_experts=self.num_experts, top_k=self.top_k, router=self.router,
+            capacity_factor=self.capacity_factor, load_balance_weight=self.load_balance_weight,
+            z_loss_weight=self.z_loss_weight, implementation=self.implementation,
+        )
+        router_options(self.router, self.router_options)
+
+
+class MoEFeedForward(nnx.Module):
+    """x [..., D] -> (y [..., D], aux): k of E expert MLPs (hidden width F) per token, chosen by the router.
+
+    aux holds float32 arrays: "loss" (the weighted auxiliary losses, a scalar), "load" [E] (share of kept
+    assignments per expert), "dropped" (share of real tokens' assignments dropped by capacity) and the
+    router's extras reshaped to x's leading axes (ConfSMoE: "confidence" [..., k], "class_logits" [..., k, C]).
+    """
+
+    def __init__(self, dim: int, hidden_dim: int, config: MoEConfig, *, activation: str = "swiglu",
+                 num_classes: int = 0, dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs) -> None:
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+        self.config, self.activation, self.dtype = config, activation, dtype
+        options = router_options(config.router, config.router_options)
+        self.router = ROUTERS.get(config.router)(
+            dim, config.num_experts, config.top_k, options, num_classes=num_classes, rngs=rngs
+        )
+        lecun = jax.nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+        experts = config.num_experts
+        self.w_up = nnx.Param(lecun(rngs.params(), (experts, dim, hidden_dim), jnp.float32))
+        self.w_gate = (nnx.Param(lecun(rngs.params(), (experts, dim, hidden_dim), jnp.float32))
+                       if activation == "swiglu" else None)
+        self.w_down = nnx.Param(lecun(rngs.params(), (experts, hidden_dim, dim), jnp.float32))
+
+    def experts(self, rows: jax.Array, group_ids: jax.Array) -> jax.Array:
+        """Expert group_ids[m]'s MLP on rows [M, D] -> [M, D]; id E (dropped) gives zeros."""
+        gmm = lambda x, w: grouped_matmul(x, w[...], group_ids, implementation=self.config.implementation)  # noqa: E731
+        up = gmm(rows, self.w_up)
+        if self.activation == "swiglu":
+            hidden = jax.nn.silu(gmm(rows, self.w_gate)) * up
+        else:
+            hidden = jax.nn.gelu(up, approximate=False)
+        return gmm(hidden, self.w_down)
+
+    def __call__(
+        self, x: jax.Array, *, mask: jax.Array | None = None, rng: jax.Array | None = None
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """x [..., D]; mask [...] bool marks real tokens (default all; padding gets no expert and no loss)."""
+        lead, dim = x.shape[:-1], x.shape[-1]
+        if mask is not None and mask.shape != lead:
+            raise ValueError(f"mask must have shape {lead} (x's leading axes), got {mask.shape}")
+        flat = x.reshape(-1, dim).astype(self.dtype)
+        mask = jnp.ones(flat.shape[:1], jnp.bool_) if mask is None else mask.reshape(-1).astype(jnp.bool_)
+        cfg = self.config
+        routing = self.router(flat, mask, rng)
+        capacity = expert_capacity(flat.shape[0], cfg.top_k, cfg.num_experts, cfg.capacity_factor)
+        keep = capacity_keep(routing.indices, mask, cfg.num_experts, capacity)  # [N, k]
+        group_ids = jnp.where(keep, routing.indices, cfg.num_experts).reshape(-1)
+        rows = jnp.repeat(flat, cfg.top_k, axis=0)  # row n·k + s is token n's slot s
+        slot_outputs = self.experts(rows, group_ids).reshape(-1, cfg.top_k, dim)  # [N, k, D]
+        weights, extras = self.router.combine(routing, slot_outputs)
+        weights = weights * keep.astype(weights.dtype)
+        y = jnp.sum(slot_outputs.astype(jnp.float32) * weights[..., None], axis=1).astype(self.dtype)
+        aux = self._aux(routing, keep, mask)
+        aux.update({name: value.reshape(*lead, *value.shape[1:]) for name, value in extras.items()})
+        return y.reshape(*lead, dim), aux
+
+    def _aux(self, routing: Any, keep: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+        cfg = self.config
+        losses = balance_losses(routing, mask)
+        loss = jnp.zeros((), jnp.float32)
+        if self.router.BALANCED:
+            loss = loss + cfg.load_balance_weight * losses["load_balance"]
+        if self.router.Z_LOSS:
+            loss = loss + cfg.z_loss_weight * losses["router_z"]
+        kept_ids = jnp.where(keep, routing.indices, cfg.num_experts)
+        counts = jnp.sum(jax.nn.one_hot(kept_ids, cfg.num_experts, dtype=jnp.float32), axis=(0, 1))
+        real_pairs = jnp.sum(mask.astype(jnp.float32)) * cfg.top_k
+        dropped = 1.0 - jnp.sum(keep.astype(jnp.float32)) / jnp.maximum(real_pairs, 1.0)
+        return {"loss": loss, "load": counts / jnp.maximum(jnp.sum(counts), 1.0), "dropped": dropped}
