@@ -1,7 +1,8 @@
 """With only the core dependencies (jax, flax, optax, numpy) the kernels, modules and optimizers import and run.
 
 Each check runs in a fresh interpreter whose import system refuses the [train] extra's packages (and the
-heavy packages they bring), as a core-only install (`pip install icml26-zoo`) would.
+heavy packages they bring) and the other extras' field libraries, as a core-only install
+(`pip install icml26-zoo`) would.
 """
 
 import json
@@ -10,13 +11,17 @@ import sys
 
 TRAIN_ONLY = ("orbax", "grain", "tensorflow_datasets", "tensorflow", "array_record", "tensorboardX", "tqdm",
               "matplotlib", "pyarrow")
+# The field libraries of the other extras ([rl], [flows], [privacy], [sklearn]): modules under zoo/ import them
+# only when called, so a core install imports every module.
+FIELD_EXTRAS = ("gymnax", "diffrax", "equinox", "dp_accounting", "sklearn")
+REFUSED = TRAIN_ONLY + FIELD_EXTRAS
 
 BLOCK_TRAIN_ONLY = f"""
 import sys
 
 class RefuseTrainOnlyPackages:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in {TRAIN_ONLY!r}:
+        if name.partition(".")[0] in {REFUSED!r}:
             raise ImportError(f"No module named {{name!r}} (refused: not a core dependency)")
         return None
 
@@ -54,7 +59,7 @@ print(json.dumps({"modules": modules, "logits_shape": list(logits.shape),
 
 
 def run_without_train_packages(code: str, cwd) -> subprocess.CompletedProcess:
-    """Runs code in a fresh interpreter (from cwd, outside the repository) that cannot import TRAIN_ONLY."""
+    """Runs code in a fresh interpreter (from cwd, outside the repository) that cannot import the REFUSED packages."""
     program = BLOCK_TRAIN_ONLY + code
     return subprocess.run([sys.executable, "-c", program], cwd=cwd, capture_output=True, text=True, timeout=300)
 
