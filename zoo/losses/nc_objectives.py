@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.losses.neural_collapse import (
+    check_labels,
     l2_normalize,
     nonl_losses,
     normface_losses,
@@ -120,6 +121,7 @@ def make_nc_objective(loss: str, num_classes: int, prototypes: str = "learned",
     def objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         del rng  # Deterministic.
         labels = _labels(batch, name)
+        check_labels(labels, batch["inputs"].shape[0], num_classes)
         features, row_valid = pooled_features(model, batch)
         if loss == "scl":
             losses, valid = supcon_losses(features[:, None, :], labels, tau, row_valid)

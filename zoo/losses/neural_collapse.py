@@ -108,7 +108,11 @@ def anchored_logits(features: jax.Array, prototypes: jax.Array, labels: jax.Arra
 
 def _masked_logsumexp(logits: jax.Array, mask: jax.Array) -> jax.Array:
     """log Σ_{mask} exp(logits) per row [..., N] -> [...]; −inf for a row with nothing in its mask."""
-    return jax.nn.logsumexp(jnp.where(mask, logits, -jnp.inf), axis=-1)
+    nonempty = jnp.any(mask, axis=-1)
+    # An empty row gets finite stand-in logits: the −inf result is selected below, and the gradient of a
+    # logsumexp over only −inf entries would be NaN even where it is multiplied by zero.
+    masked = jnp.where(mask | ~nonempty[..., None], logits, -jnp.inf)
+    return jnp.where(nonempty, jax.nn.logsumexp(masked, axis=-1), -jnp.inf)
 
 
 def normface_losses(features: jax.Array, prototypes: jax.Array, labels: jax.Array, temperature: float,
@@ -126,10 +130,8 @@ def ntce_losses(features: jax.Array, prototypes: jax.Array, labels: jax.Array, t
     mask = _valid(valid, labels.shape[0])
     logits = anchored_logits(features, prototypes, labels, temperature)
     # Padding samples are not instances: they leave every denominator.
-    logits = jnp.where(mask[None, :] > 0, logits, -jnp.inf)
-    log_denominator = jax.nn.logsumexp(logits, axis=-1)
-    losses = log_denominator - jnp.diagonal(logits)
-    return jnp.where(mask > 0, losses, 0.0), mask
+    log_denominator = _masked_logsumexp(logits, jnp.broadcast_to(mask[None, :] > 0, logits.shape))
+    return jnp.where(mask > 0, log_denominator - jnp.diagonal(logits), 0.0), mask
 
 
 def nonl_losses(features: jax.Array, prototypes: jax.Array, labels: jax.Array, temperature: float,
@@ -142,21 +144,28 @@ def nonl_losses(features: jax.Array, prototypes: jax.Array, labels: jax.Array, t
     check_inputs(features, prototypes, labels, temperature)
     if variant not in NONL_VARIANTS:
         raise ValueError(f"variant must be one of {NONL_VARIANTS}, got {variant!r}")
-    mask = _valid(valid, labels.shape[0])
     anchored = anchored_logits(features, prototypes, labels, temperature)
+    cosine = cosine_logits(features, prototypes, temperature)
+    return nonl_from_logits(anchored, cosine, labels, _valid(valid, labels.shape[0]), variant)
+
+
+def nonl_from_logits(anchored: jax.Array, cosine: jax.Array, labels: jax.Array, valid: jax.Array,
+                     variant: str = "symmetric") -> tuple[jax.Array, jax.Array]:
+    """NONL from a [M, M] (prototype y_i vs sample j) and s [M, K] (sample i vs prototype c), both over τ."""
+    if variant not in NONL_VARIANTS:
+        raise ValueError(f"variant must be one of {NONL_VARIANTS}, got {variant!r}")
     positive = jnp.diagonal(anchored)
-    other_samples = (labels[:, None] != labels[None, :]) & (mask[None, :] > 0)
-    classes = jnp.arange(prototypes.shape[0])
-    other_classes = jnp.broadcast_to(classes[None, :] != labels[:, None], (labels.shape[0], classes.shape[0]))
+    other_samples = (labels[:, None] != labels[None, :]) & (valid[None, :] > 0)
+    other_classes = jnp.arange(cosine.shape[1])[None, :] != labels[:, None]
     by_samples = _masked_logsumexp(anchored, other_samples)
-    by_classes = _masked_logsumexp(cosine_logits(features, prototypes, temperature), other_classes)
+    by_classes = _masked_logsumexp(cosine, other_classes)
     if variant == "symmetric":
         log_denominator = by_samples
     elif variant == "instance":
         log_denominator = by_classes
     else:
         log_denominator = jnp.logaddexp(by_samples, by_classes)
-    defined = (mask > 0) & jnp.isfinite(log_denominator)
+    defined = (valid > 0) & jnp.isfinite(log_denominator)
     losses = jnp.where(defined, log_denominator - positive, 0.0)
     return losses, defined.astype(jnp.float32)
 
@@ -180,8 +189,8 @@ def supcon_losses(views: jax.Array, labels: jax.Array, temperature: float = 0.07
     not_self = ~jnp.eye(rows.shape[0], dtype=bool) & (mask[None, :] > 0)
     log_prob = logits - _masked_logsumexp(logits, not_self)[:, None]
     positives = not_self & (row_labels[:, None] == row_labels[None, :])
-    count = jnp.sum(positives, axis=1)
-    mean_log_prob = jnp.sum(jnp.where(positives, log_prob, 0.0), axis=1) / jnp.maximum(count, 1)
+    count = jnp.sum(positives, axis=1).astype(jnp.float32)
+    mean_log_prob = jnp.sum(jnp.where(positives, log_prob, 0.0), axis=1) / jnp.maximum(count, 1.0)
     defined = (mask > 0) & (count > 0)
     return jnp.where(defined, -mean_log_prob, 0.0), defined.astype(jnp.float32)
 
