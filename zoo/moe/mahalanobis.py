@@ -74,8 +74,8 @@ def greedy_select(p: jax.Array, sigma: jax.Array, top_k: int) -> tuple[jax.Array
     O(k·E) (the incremental Cholesky update). Gains are M(S∪j) − M(S) ≥ 0 and M(S) = ‖z‖².
     """
     num_experts = p.shape[0]
-    basis = jnp.zeros((top_k, num_experts), jnp.float32)
-    whitened = jnp.zeros((top_k,), jnp.float32)
+    basis = jnp.zeros((top_k, num_experts), p.dtype)
+    whitened = jnp.zeros((top_k,), p.dtype)
     chosen = jnp.zeros((num_experts,), jnp.bool_)
     diagonal = jnp.diagonal(sigma)
     indices, gains = [], []
@@ -110,7 +110,8 @@ def covariance(frequency: jax.Array, cooccurrence: jax.Array, kind: str, ridge: 
 
 def selection_statistics(indices: jax.Array, mask: jax.Array, num_experts: int) -> tuple[jax.Array, jax.Array]:
     """(mean indicator f [E], mean outer product C [E, E]) of the selections indices [N, k] over real tokens."""
-    m = jnp.sum(jax.nn.one_hot(indices, num_experts, dtype=jnp.float32), axis=1) * mask[:, None]  # [N, E]
+    weight = mask.astype(jnp.float32)[:, None]
+    m = jnp.sum(jax.nn.one_hot(indices, num_experts, dtype=jnp.float32), axis=1) * weight  # [N, E]
     count = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
     return jnp.sum(m, axis=0) / count, jnp.einsum("ne,nf->ef", m, m, precision="highest") / count
 
