@@ -22,6 +22,7 @@ verifies them (0.25Δ, 0.5Δ, 0.75Δ) rather than assuming monotonicity.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -149,6 +150,13 @@ def sgg_sample(key: jax.Array, sigma: float, a: float, p: float, dim: int,
 
     JAX's PRNG is fine for simulation; a deployment needs a cryptographically secure generator."""
     sigma, (a, p, dim) = check_positive(sigma, "sigma"), check_shape(a, p, dim)
+    return _draw(key, jnp.float32(sigma), jnp.float32(a), jnp.float32(p), dim, tuple(shape))
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _draw(key: jax.Array, sigma: jax.Array, a: jax.Array, p: jax.Array, dim: int,
+          shape: tuple[int, ...]) -> jax.Array:
+    """One compiled program per (dim, shape); σ, a, p are traced, so a sweep over them compiles once."""
     radius_key, direction_key = jax.random.split(key)
     gamma = jax.random.gamma(radius_key, a / p, shape, jnp.float32)
     radius = sigma * gamma ** (1.0 / p)
