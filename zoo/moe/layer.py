@@ -81,7 +81,8 @@ class MoEConfig:
 class MoEFeedForward(nnx.Module):
     """x [..., D] -> (y [..., D], aux): k of E expert MLPs (hidden width F) per token, chosen by the router.
 
-    aux holds float32 arrays: "loss" (the weighted auxiliary losses, a scalar), "load" [E] (share of kept
+    aux holds float32 arrays: "loss" (the weighted auxiliary losses, a scalar), the unweighted
+    "load_balance" and "router_z" (whether or not the router adds them), "load" [E] (share of kept
     assignments per expert), "dropped" (share of real tokens' assignments dropped by capacity) and the
     router's extras reshaped to x's leading axes (ConfSMoE: "confidence" [..., k], "class_logits" [..., k, C]).
     """
@@ -147,4 +148,5 @@ class MoEFeedForward(nnx.Module):
         counts = jnp.sum(jax.nn.one_hot(kept_ids, cfg.num_experts, dtype=jnp.float32), axis=(0, 1))
         real_pairs = jnp.sum(mask.astype(jnp.float32)) * cfg.top_k
         dropped = 1.0 - jnp.sum(keep.astype(jnp.float32)) / jnp.maximum(real_pairs, 1.0)
-        return {"loss": loss, "load": counts / jnp.maximum(jnp.sum(counts), 1.0), "dropped": dropped}
+        return {"loss": loss, "load_balance": losses["load_balance"], "router_z": losses["router_z"],
+                "load": counts / jnp.maximum(jnp.sum(counts), 1.0), "dropped": dropped}
