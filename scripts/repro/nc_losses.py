@@ -21,13 +21,15 @@ DEFAULT_OUT = "runs/repro/nc_losses"
 def main(argv: Sequence[str] | None = None) -> None:
     parser = budget_parser(__doc__.splitlines()[0], default_out=DEFAULT_OUT)
     parser.add_argument("--methods", help=f"comma-separated, from {','.join(nc_losses.METHODS)} "
-                                          f"(default {','.join(nc_losses.DEFAULT_METHODS)})")
-    parser.add_argument("--eval-points", type=int, default=5, help="evaluations after step 0 (default 5)")
+                                          f"(default {','.join(nc_losses.DEFAULT_METHODS)}; --quick: ce,nonl)")
+    parser.add_argument("--eval-points", type=int, help="evaluations after step 0 (default 5; --quick: 2)")
     args, budget = parse_budget(parser, argv, quick=nc_losses.QUICK, full=nc_losses.FULL)
-    kwargs = {}
+    kwargs = dict(nc_losses.QUICK_ARGS) if args.quick else {}
+    if args.eval_points is not None:
+        kwargs["eval_points"] = args.eval_points
     if args.methods is not None:
         kwargs["methods"] = tuple(name.strip() for name in args.methods.split(",") if name.strip())
-    results = nc_losses.run(args.out, budget=budget, eval_points=args.eval_points, resume=args.resume, **kwargs)
+    results = nc_losses.run(args.out, budget=budget, resume=args.resume, **kwargs)
     print_results(results)
 
 

@@ -29,11 +29,14 @@ from icml26zoo.repro.nc_losses_parts import METHODS, SEQ_LEN, CellSettings, obje
 from icml26zoo.train.config import DataConfig
 from icml26zoo.validation import check_int
 
-__all__ = ["DEFAULT_METHODS", "FULL", "METHODS", "QUICK", "run"]
+__all__ = ["DEFAULT_METHODS", "FULL", "METHODS", "QUICK", "QUICK_ARGS", "run"]
 
 QUICK = Budget(steps=30, batch_size=32, seq_len=SEQ_LEN, seeds=(0,))
 FULL = Budget(steps=600, batch_size=64, seq_len=SEQ_LEN, seeds=(0,))
 DEFAULT_METHODS = ("ce", "ntce", "nonl")
+# What the QUICK run (the notebook, `--quick`) runs: CE against NONL only, two evaluations (each cell compiles
+# its own training step, several CPU-seconds).
+QUICK_ARGS = {"methods": ("ce", "nonl"), "eval_points": 2}
 COLUMNS = ("method", "objective", "test_accuracy", "class_mean_test_accuracy", "nc1_start", "nc1", "nc2_equiangular",
            "nc3", "nc4", "instance_alignment", "prototype_erank", "er_intra", "er_inter", "mir", "hdr")
 AVERAGED = COLUMNS[2:]

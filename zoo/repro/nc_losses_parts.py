@@ -130,8 +130,10 @@ def train_cell(method: str, *, data: DataConfig, settings: CellSettings, steps: 
     @jax.jit
     def step(params: dict, opt_state: optax.OptState, batch: dict) -> tuple[dict, optax.OptState, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        # optax mixes Python floats and int32 step counts, as the trainer's own step allows.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
 
     @jax.jit
     def features(params: dict, batch: dict) -> tuple[jax.Array, jax.Array]:
