@@ -20,7 +20,7 @@ from flax import nnx
 
 from icml26zoo.moe.grouped_matmul import IMPLEMENTATIONS, capacity_keep, expert_capacity, grouped_matmul
 from icml26zoo.moe.registry import ROUTERS, router_options
-from icml26zoo.moe.routers import balance_losses
+from icml26zoo.moe.routers import balance_losses, masked_mean
 
 ACTIVATIONS = ("swiglu", "gelu")
 
@@ -83,7 +83,9 @@ class MoEFeedForward(nnx.Module):
 
     aux holds float32 arrays: "loss" (the weighted auxiliary losses, a scalar), the unweighted
     "load_balance" and "router_z" (whether or not the router adds them), "load" [E] (share of kept
-    assignments per expert), "dropped" (share of real tokens' assignments dropped by capacity) and the
+    assignments per expert), "dropped" (share of real tokens' assignments dropped by capacity),
+    "router_entropy" (mean entropy of the router's probabilities), "cooccurrence" [E, E] (share of tokens
+    routed to both experts i and j; the diagonal is each expert's usage frequency) and the
     router's extras reshaped to x's leading axes (ConfSMoE: "confidence" [..., k], "class_logits" [..., k, C]).
     """
 
@@ -148,5 +150,9 @@ class MoEFeedForward(nnx.Module):
         counts = jnp.sum(jax.nn.one_hot(kept_ids, cfg.num_experts, dtype=jnp.float32), axis=(0, 1))
         real_pairs = jnp.sum(mask.astype(jnp.float32)) * cfg.top_k
         dropped = 1.0 - jnp.sum(keep.astype(jnp.float32)) / jnp.maximum(real_pairs, 1.0)
+        chosen = jnp.sum(jax.nn.one_hot(routing.indices, cfg.num_experts, dtype=jnp.float32), axis=1)  # [N, E]
+        token_entropy = -jnp.sum(routing.probs * jnp.log(jnp.maximum(routing.probs, 1e-30)), axis=-1)
         return {"loss": loss, "load_balance": losses["load_balance"], "router_z": losses["router_z"],
-                "load": counts / jnp.maximum(jnp.sum(counts), 1.0), "dropped": dropped}
+                "load": counts / jnp.maximum(jnp.sum(counts), 1.0), "dropped": dropped,
+                "router_entropy": masked_mean(token_entropy, mask),
+                "cooccurrence": masked_mean(chosen[:, :, None] * chosen[:, None, :], mask)}

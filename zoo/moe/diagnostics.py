@@ -1,0 +1,97 @@
+"""Routing diagnostics from the MoE layers' aux outputs: expert load, entropies, co-selection and collapse.
+
+`routing_diagnostics(aux)` takes one layer's aux (`MoEFeedForward`) or the LM's stacked aux ([L, ...]
+leaves, `zoo.moe.objective.forward_with_aux`) and returns arrays; `diagnostics_metrics` flattens them into
+named floats for a metrics writer (a dict per step), and `plot_routing` draws a run's history.
+
+  load_entropy    H(load) = −Σ_e f_e log f_e over the experts' shares f of routed assignments
+  collapse        1 − H(load) / log E: 0 when every expert gets the same share, 1 when one takes all
+  max_load_ratio  E · max_e f_e: 1 when balanced, E when collapsed
+  coselection     mean |phi correlation| of two experts' selection indicators over expert pairs: how
+                  predictably experts are chosen together (MP-MoE's target of diversity)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from icml26zoo.moe.mahalanobis import FREQUENCY_CLIP
+
+
+def phi_correlation(cooccurrence: jax.Array) -> jax.Array:
+    """Phi correlation [..., E, E] of selection indicators from co-occurrence shares [..., E, E] (diag = usage)."""
+    f = jnp.clip(jnp.diagonal(cooccurrence, axis1=-2, axis2=-1), FREQUENCY_CLIP, 1 - FREQUENCY_CLIP)
+    spread = jnp.sqrt(f * (1 - f))
+    return (cooccurrence - f[..., :, None] * f[..., None, :]) / (spread[..., :, None] * spread[..., None, :])
+
+
+def routing_diagnostics(aux: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Diagnostics of aux with leaves [..., E] ("load"), [..., E, E] ("cooccurrence") and [...] scalars.
+
+    Returns arrays with the leading axes [...] (e.g. [L] for the LM): load [..., E], load_entropy,
+    collapse, max_load_ratio, coselection, router_entropy, dropped.
+    """
+    load = aux["load"].astype(jnp.float32)
+    experts = load.shape[-1]
+    load_entropy = -jnp.sum(load * jnp.log(jnp.maximum(load, 1e-30)), axis=-1)
+    phi = phi_correlation(aux["cooccurrence"].astype(jnp.float32))
+    off_diagonal = 1.0 - jnp.eye(experts, dtype=jnp.float32)
+    pairs = max(experts * (experts - 1), 1)
+    return {
+        "load": load,
+        "load_entropy": load_entropy,
+        "collapse": 1.0 - load_entropy / math.log(experts) if experts > 1 else jnp.zeros_like(load_entropy),
+        "max_load_ratio": experts * jnp.max(load, axis=-1),
+        "coselection": jnp.sum(jnp.abs(phi) * off_diagonal, axis=(-2, -1)) / pairs,
+        "router_entropy": aux["router_entropy"],
+        "dropped": aux["dropped"],
+    }
+
+
+def diagnostics_metrics(diagnostics: dict[str, jax.Array], prefix: str = "moe/") -> dict[str, float]:
+    """Named floats: each scalar diagnostic averaged over layers ("moe/collapse") and per layer
+    ("moe/layer0/collapse"), and every expert's load per layer ("moe/layer0/load/3")."""
+    out: dict[str, float] = {}
+    for name, value in jax.device_get(diagnostics).items():
+        value = np.asarray(value, np.float64)
+        if name == "load":
+            value = value.reshape(-1, value.shape[-1])
+            for layer, shares in enumerate(value):
+                out.update({f"{prefix}layer{layer}/load/{e}": float(s) for e, s in enumerate(shares)})
+            continue
+        value = value.reshape(-1)
+        out[f"{prefix}{name}"] = float(value.mean())
+        out.update({f"{prefix}layer{layer}/{name}": float(v) for layer, v in enumerate(value)})
+    return out
+
+
+def plot_routing(steps: Sequence[int], history: Sequence[dict[str, float]], *, title: str = "") -> object:
+    """A matplotlib Figure: the collapse indicator and router entropy against steps (left) and the last
+    step's expert load per layer (right). `history[i]` is `diagnostics_metrics` at `steps[i]`."""
+    # Imported here: matplotlib is needed only for plots; a bare Figure needs no backend.
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 3.5))
+    curves, bars = figure.subplots(1, 2)
+    for name in ("collapse", "coselection", "router_entropy"):
+        curves.plot(steps, [h[f"moe/{name}"] for h in history], label=name)
+    curves.set_xlabel("step")
+    curves.legend()
+    last = history[-1]
+    layers = sorted({key.split("/")[1] for key in last if key.startswith("moe/layer") and "/load/" in key})
+    for offset, layer in enumerate(layers):
+        count = sum(key.startswith(f"moe/{layer}/load/") for key in last)
+        shares = [last[f"moe/{layer}/load/{e}"] for e in range(count)]
+        positions = np.arange(len(shares)) + offset / (len(layers) + 1)
+        bars.bar(positions, shares, width=1 / (len(layers) + 1), label=layer)
+    bars.set_xlabel("expert")
+    bars.set_ylabel("share of routed tokens")
+    bars.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
