@@ -80,9 +80,9 @@ def _mass(lo: float, hi: float, weights: np.ndarray, means: np.ndarray, sigma: f
     return float(np.sum(weights * (lower - upper)))
 
 
-def _loss_excess(z: np.ndarray, shift: float, log_w: np.ndarray, means: np.ndarray, sigma: float,
+def _loss_excess(z: np.ndarray, shift, log_w: np.ndarray, means: np.ndarray, sigma: float,
                  eps: float) -> np.ndarray:
-    """L(z; s) − ε = log p(z) − log p(z − s) − ε for z [N]: [N]."""
+    """L(z; s) − ε = log p(z) − log p(z − s) − ε for z [N] and a shift (a scalar or one per point [N]): [N]."""
     return _log_density(z, log_w, means, sigma) - _log_density(z - shift, log_w, means, sigma) - eps
 
 
@@ -104,35 +104,43 @@ def _loss_grid(eps, sigma, log_w, means, shift) -> tuple[np.ndarray, np.ndarray]
     return z, values
 
 
-def _roots(eps, sigma, log_w, means, shift) -> np.ndarray:
-    """Every z where L(z; s) = ε, sorted: brackets from sign changes on `_loss_grid`, each bisected to float64
-    resolution (all at once). δ's error is second order in a root's error (p = e^ε p_s at a root)."""
+def _brackets(eps, sigma, log_w, means, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo [C], hi [C], inside at lo [C]): the z-grid cells where L(z; s) − ε changes sign.
+
+    Inside means L > ε strictly: a loss equal to ε (aligned components with π_k/π_{k+1} = e^ε) is outside, so
+    the boundary count stays odd (inside at the left end, outside at the right end)."""
     z, values = _loss_grid(eps, sigma, log_w, means, shift)
-    # Inside means L > ε strictly: a loss equal to ε (aligned components with π_k/π_{k+1} = e^ε) is outside,
-    # so the boundary count stays odd (inside at the left end, outside at the right end).
     inside = values > 0
     index = np.nonzero(inside[:-1] != inside[1:])[0]
-    lo, hi, lo_inside = z[index], z[index + 1], inside[index]
-    for _ in range(26):
-        mid = 0.5 * (lo + hi)
-        same = (_loss_excess(mid, shift, log_w, means, sigma, eps) > 0) == lo_inside
-        lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
-    return 0.5 * (lo + hi)
+    return z[index], z[index + 1], inside[index]
 
 
 def _delta_per_shift(eps: float, sigma: float, weights: np.ndarray, means: np.ndarray,
                      shifts: np.ndarray) -> np.ndarray:
-    """δ(ε; s) for each shift [S] = Σ over the intervals I where L > ε of [P(I) − e^ε P(I − s)]: [S]."""
+    """δ(ε; s) for each shift [S] = Σ over the intervals I where L > ε of [P(I) − e^ε P(I − s)]: [S].
+
+    The crossings of ε are bracketed per shift on `_loss_grid`, then bisected to float64 resolution all at once
+    (δ's error is second order in a root's error: p = e^ε p_s at a root)."""
     keep = weights > 0
     w, mu = weights[keep], means[keep]
+    log_w = np.log(w)
+    found = [_brackets(eps, sigma, log_w, mu, float(shift)) for shift in shifts]
+    owner = np.concatenate([np.full(lo.size, i) for i, (lo, _, _) in enumerate(found)])
+    lo, hi, lo_inside = (np.concatenate(parts) for parts in zip(*found, strict=True))
+    shift_of = shifts[owner]
+    for _ in range(26):
+        mid = 0.5 * (lo + hi)
+        same = (_loss_excess(mid, shift_of, log_w, mu, sigma, eps) > 0) == lo_inside
+        lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
+    roots = 0.5 * (lo + hi)
     deltas = np.zeros(shifts.size)
     for index, shift in enumerate(shifts):
-        # The grid starts inside {L > ε} and ends outside it: the region is (−∞, r1] ∪ [r2, r3] ∪ ...
-        edges = [-math.inf, *_roots(eps, sigma, np.log(w), mu, float(shift))]
+        # The region is (−∞, r1] ∪ [r2, r3] ∪ ... (inside at the grid's left end, outside at its right end).
+        edges = [-math.inf, *np.sort(roots[owner == index])]
         if len(edges) % 2:
             raise ArithmeticError(f"mog_delta: the privacy loss did not end below eps at shift {shift:g}")
-        for lo, hi in zip(edges[0::2], edges[1::2], strict=True):
-            deltas[index] += _mass(lo, hi, w, mu, sigma) - math.exp(eps) * _mass(lo - shift, hi - shift, w, mu, sigma)
+        for a, b in zip(edges[0::2], edges[1::2], strict=True):
+            deltas[index] += _mass(a, b, w, mu, sigma) - math.exp(eps) * _mass(a - shift, b - shift, w, mu, sigma)
     return np.maximum(deltas, 0.0)
 
 

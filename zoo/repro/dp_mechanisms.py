@@ -49,7 +49,7 @@ MAIN_COLUMNS = ("eps", "delta", "gauss_sigma", "gauss_l1", "mog_l1", "l1_ratio",
 
 
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0),
-        deltas: Sequence[float] = (1e-5, 1e-6), decay_factors: Sequence[float] = (0.25, 0.5, 1.0, 1.5),
+        deltas: Sequence[float] = (1e-5, 1e-6), decay_factors: Sequence[float] = (0.5, 1.0, 1.5),
         spacings: Sequence[float] = (0.5, 1.0, 2.0), dims: Sequence[int] = (1, 2, 5, 10),
         powers: Sequence[float] = (0.5, 1.0, 1.5, 2.0, 3.0), a_ratios: Sequence[float] = (0.5, 1.0, 2.0),
         sgg_eps: float = 1.0, sgg_delta: float = 1e-5, compositions: Sequence[int] = (10, 100),
