@@ -51,7 +51,7 @@ QUICK = Budget(steps=100, batch_size=64, seq_len=1, seeds=(0,))
 FULL = Budget(steps=3000, batch_size=256, seq_len=1, seeds=(0, 1))
 QUICK_ARGS = {"dims": (4,), "train_pairs": 1000, "targets": 8, "candidates": 4, "ode_steps": 10, "width": 32,
               "depth": 2}
-DIMS = (4, 16)
+DIMS = (4, 16, 64)
 ORDERS = ("aligned", "shuffled")
 COLUMNS = ("pairing", "P", "order", "final_loss", "rt_single", "rt_best_sc", "rt_best_zd", "rt_best_oracle",
            "sc_in", "zd_in", "sc_ood", "zd_ood", "auroc_sc", "auroc_zd")
