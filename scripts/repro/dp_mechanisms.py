@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dims", help="dimensions of the SGG sweep (default 1,2,5,10)")
     parser.add_argument("--powers", help="SGG shapes p (must include 1 and 2; default 0.5,1,1.5,2,3)")
     parser.add_argument("--dp-eps", type=float, help="DP-SGD's target epsilon (default 1)")
+    parser.add_argument("--workers", type=int, default=1, help="processes for the calibrations (default 1)")
     args, budget = parse_budget(parser, argv, quick=dp_mechanisms.QUICK, full=dp_mechanisms.FULL)
     kwargs = dict(dp_mechanisms.QUICK_ARGS) if args.quick else {}
     for flag, field, kind in (("--eps", "eps_values", float), ("--deltas", "deltas", float),
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             kwargs[field] = _numbers(flag, text, kind)
     if args.dp_eps is not None:
         kwargs["dp_eps"] = args.dp_eps
-    print_results(dp_mechanisms.run(args.out, budget=budget, resume=args.resume, **kwargs))
+    print_results(dp_mechanisms.run(args.out, budget=budget, resume=args.resume, workers=args.workers, **kwargs))
 
 
 if __name__ == "__main__":

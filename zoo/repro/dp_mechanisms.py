@@ -25,7 +25,9 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import multiprocessing
 import os
 import statistics
 from collections.abc import Sequence
@@ -35,6 +37,7 @@ from matplotlib.figure import Figure
 from icml26zoo.privacy._checks import check_delta, check_epsilon
 from icml26zoo.repro import dp_mechanisms_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, markdown_table
+from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "QUICK", "QUICK_ARGS", "run"]
 
@@ -54,12 +57,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequen
         spacings: Sequence[float] = (0.5, 1.0, 2.0), dims: Sequence[int] = (1, 2, 5, 10),
         powers: Sequence[float] = (0.5, 1.0, 1.5, 2.0, 3.0), a_ratios: Sequence[float] = (0.5, 1.0, 2.0),
         sgg_eps: float = 1.0, sgg_delta: float = 1e-5, compositions: Sequence[int] = (10, 100),
-        dp_eps: float = 1.0, dp_delta: float = 1e-5, resume: bool = False) -> Results:
+        dp_eps: float = 1.0, dp_delta: float = 1e-5, resume: bool = False, workers: int = 1) -> Results:
     """Runs the three parts and writes results.md/json and the figures mog_loss.png, sgg_mse.png.
 
     Args: the (ε, δ) grid and MoG search (decay factors λ/ε, spacings m) of part 1; the dimensions, shapes p
     (must include 1 and 2) and a/T ratios (must include 1) and the (ε, δ) of part 2, with the numbers of
-    composed releases; the DP-SGD target (dp_eps, dp_delta) of part 3. Bad values raise ValueError naming them.
+    composed releases; the DP-SGD target (dp_eps, dp_delta) of part 3; `workers` processes for the
+    calibrations of parts 1 and 2 (1: in this process). Bad values raise ValueError naming them.
     """
     eps_values = tuple(check_epsilon(e, "eps_values[i]") for e in _nonempty("eps_values", eps_values))
     deltas = tuple(check_delta(d, "deltas[i]") for d in _nonempty("deltas", deltas))
@@ -75,10 +79,16 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequen
             raise ValueError(f"{name} must be integers >= 1, got {tuple(values)}")
     check_epsilon(sgg_eps, "sgg_eps"), check_delta(sgg_delta, "sgg_delta")
     check_epsilon(dp_eps, "dp_eps"), check_delta(dp_delta, "dp_delta")
+    check_int("workers", workers)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
 
-    scalar = [parts.mog_row(e, d, decay_factors, spacings) for d in deltas for e in eps_values]
-    members = {dim: parts.sgg_rows(sgg_eps, sgg_delta, dim, powers, a_ratios, SGG_GRID) for dim in dims}
+    with _pool(workers) as pool:
+        scalar = list(pool.map(parts.mog_row, *zip(*[(e, d, tuple(decay_factors), tuple(spacings))
+                                                     for d in deltas for e in eps_values], strict=True)))
+        shapes = [(dim, p, ratio) for dim in dims for p in powers for ratio in a_ratios]
+        calibrated = list(pool.map(parts.sgg_member, *zip(*[(sgg_eps, sgg_delta, dim, p, ratio, SGG_GRID)
+                                                            for dim, p, ratio in shapes], strict=True)))
+    members = {dim: [m for m in calibrated if m["dim"] == dim] for dim in dims}
     vector = [parts.sgg_summary(sgg_eps, sgg_delta, dim, members[dim], SGG_GRID, compositions) for dim in dims]
     training = _dpsgd_rows(budget, dp_eps, dp_delta)
 
@@ -94,6 +104,26 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequen
     return experiment.write(scalar, columns=MAIN_COLUMNS, title="Mixture-of-Gaussians and SGG noise vs the "
                             "analytic Gaussian", notes=notes, figures=figures,
                             extra={"sgg_members": members, "sgg": vector, "dpsgd": training})
+
+
+class _InProcess:
+    """The `map` of a process pool, run in this process (workers = 1)."""
+
+    def __enter__(self) -> _InProcess:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def map(self, fn, *iterables):
+        return map(fn, *iterables)
+
+
+def _pool(workers: int):
+    """Calibrations are CPU-bound numpy: separate processes (spawned: the parent has initialised JAX)."""
+    if workers == 1:
+        return _InProcess()
+    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _nonempty(name: str, values: Sequence) -> tuple:

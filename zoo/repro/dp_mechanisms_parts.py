@@ -48,16 +48,11 @@ def mog_row(eps: float, delta: float, decay_factors: Sequence[float], spacings: 
     return row
 
 
-def sgg_rows(eps: float, delta: float, dim: int, powers: Sequence[float], a_ratios: Sequence[float],
-             grid: tuple[int, int]) -> list[dict]:
-    """Per-coordinate MSE E‖X‖²/T of every SGG member (a = a_ratio·T, p) calibrated at (ε, δ), Δ = 1."""
-    rows = []
-    for p in powers:
-        for ratio in a_ratios:
-            sigma = sgg.sgg_sigma(eps, delta, ratio * dim, p, dim, grid=grid)
-            rows.append({"dim": dim, "p": p, "a_ratio": ratio, "sigma": sigma,
-                         "mse": sgg.sgg_expected_l2(sigma, ratio * dim, p) / dim})
-    return rows
+def sgg_member(eps: float, delta: float, dim: int, p: float, a_ratio: float, grid: tuple[int, int]) -> dict:
+    """One SGG member (a = a_ratio·T, p) calibrated at (ε, δ), Δ = 1, with its per-coordinate MSE E‖X‖²/T."""
+    sigma = sgg.sgg_sigma(eps, delta, a_ratio * dim, p, dim, grid=grid)
+    return {"dim": dim, "p": p, "a_ratio": a_ratio, "sigma": sigma,
+            "mse": sgg.sgg_expected_l2(sigma, a_ratio * dim, p) / dim}
 
 
 def sgg_summary(eps: float, delta: float, dim: int, members: list[dict], grid: tuple[int, int],
