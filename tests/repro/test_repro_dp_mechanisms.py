@@ -52,6 +52,7 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
         (["--dims", "1.5"], "--dims must be comma-separated integers"),
         (["--deltas", "2"], "deltas"),
         (["--dp-eps", "0"], "dp_eps"),
+        (["--workers", "0"], "workers must be an integer >= 1"),
         (["--resume"], "does not exist"),
     ],
 )
