@@ -1,4 +1,4 @@
-"""The IPW scoring rule (icml26zoo.losses.ipw_scoring) against the spec's closed forms (train-18): partial
+"""The IPW scoring rule (icml26zoo.losses.ipw_scoring) against the closed forms of its design notes: partial
 losses, link and inverse link, propriety on a grid and by gradient, the log-loss and Brier reductions, the
 curvature the rule was derived from, its limits, optax fitting, the registered objective, and bad input."""
 

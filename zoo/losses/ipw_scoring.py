@@ -92,13 +92,13 @@ class IPWRule(ScoringRule):
                 raise ValueError(f"{field} (an outcome's second moment E[Y²|x]) must be a finite number > 0, "
                                  f"got {value!r}")
 
-    def weight(self, q):
+    def weight(self, q: jax.Array) -> jax.Array:
         return self.treated_scale / q**3 + self.control_scale / (1 - q) ** 3
 
-    def potential(self, q):
+    def potential(self, q: jax.Array) -> jax.Array:
         return self.treated_scale / (2 * q) + self.control_scale / (2 * (1 - q))
 
-    def link(self, q):
+    def link(self, q: jax.Array) -> jax.Array:
         # One fraction rather than b/(2(1−q)²) − a/(2q²): no cancellation near ψ = 0.
         return (self.control_scale * q**2 - self.treated_scale * (1 - q) ** 2) / (2 * q**2 * (1 - q) ** 2)
 
@@ -109,13 +109,13 @@ class IPWBiasRule(ScoringRule):
 
     name = "ipw_bias"
 
-    def weight(self, q):
+    def weight(self, q: jax.Array) -> jax.Array:
         return 1 / q**2 + 1 / (1 - q) ** 2
 
-    def potential(self, q):
+    def potential(self, q: jax.Array) -> jax.Array:
         return -jnp.log(q) - jnp.log1p(-q)
 
-    def link(self, q):
+    def link(self, q: jax.Array) -> jax.Array:
         return (2 * q - 1) / (q * (1 - q))
 
 
@@ -125,13 +125,13 @@ class LogLossRule(ScoringRule):
 
     name = "log"
 
-    def weight(self, q):
+    def weight(self, q: jax.Array) -> jax.Array:
         return 1 / (q * (1 - q))
 
-    def potential(self, q):
+    def potential(self, q: jax.Array) -> jax.Array:
         return q * jnp.log(q) + (1 - q) * jnp.log1p(-q)
 
-    def link(self, q):
+    def link(self, q: jax.Array) -> jax.Array:
         return jnp.log(q) - jnp.log1p(-q)
 
 
@@ -142,13 +142,13 @@ class BrierRule(ScoringRule):
 
     name = "brier"
 
-    def weight(self, q):
+    def weight(self, q: jax.Array) -> jax.Array:
         return 2 * jnp.ones_like(q)
 
-    def potential(self, q):
+    def potential(self, q: jax.Array) -> jax.Array:
         return q**2 - q
 
-    def link(self, q):
+    def link(self, q: jax.Array) -> jax.Array:
         return 2 * q - 1
 
 
