@@ -13,6 +13,8 @@ from scipy import integrate, stats
 
 from icml26zoo.privacy import accounting, gaussian, mog
 
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 MIXTURE = mog.geometric_weights(1.0, 3)
 
 

@@ -12,6 +12,8 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from icml26zoo.privacy import accounting, gaussian, sgg
 
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 SMALL_GRID = (600, 600)
 
 

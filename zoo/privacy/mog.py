@@ -24,7 +24,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from icml26zoo.privacy._checks import calibrate, check_delta, check_epsilon, check_positive
 
@@ -167,6 +167,8 @@ def mog_delta(eps: float, sigma: float, weights, spacing: float = 1.0, sens: flo
 def _refine_worst_shift(eps, sigma, weights, means, shifts, deltas) -> float:
     """δ at the worst shift between the grid neighbours of the grid's worst one (bounded scalar search, to
     1e-4 of the bracket): δ(ε; s) is smooth in s, and its peak can fall between grid points."""
+    from scipy import optimize  # only here: keeps the registry's import of icml26zoo.privacy light
+
     order = np.argsort(shifts)
     shifts, deltas = shifts[order], deltas[order]
     best = int(np.argmax(deltas))
