@@ -31,7 +31,10 @@ def _script():
     ({"optimizers": ()}, "optimizers must name at least one"),
     ({"ranks": (0, -4)}, "ranks must be a non-empty sequence of integers >= 0"),
     ({"ranks": (4, 4)}, "ranks must not repeat"),
-    ({"ranks": (64,)}, r"ranks: lora_rank must be at most .* 64 > 32"),
+    ({"ranks": (128,)}, r"ranks: lora_rank must be at most .* 128 > 64"),
+    ({"d_model": 60}, "d_model must be a positive multiple of 8"),
+    ({"ablation": "yes"}, "ablation must be a bool"),
+    ({"optimizers": ("adamw",), "learning_rates": {"adamw": 1e-3, "muon": 0.0}}, r"learning_rates\['muon'\]"),
     ({"learning_rates": {"adamw": 1e-3, "muon": -1.0}}, r"learning_rates\['muon'\]"),
     ({"learning_rates": {"adamw": 1e-3, "muon": math.inf}}, r"learning_rates\['muon'\]"),
     ({"learning_rates": {"adam": 1e-3}}, "learning_rates: unknown name 'adam'"),
@@ -48,7 +51,8 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
         muon_lora.run(tmp_path / "absent", budget=muon_lora.QUICK, resume=True)
 
 
-@pytest.mark.parametrize("argv", [["--optimizers", "sgd"], ["--ranks", "0,x"], ["--ranks", "0,128"]])
+@pytest.mark.parametrize("argv", [["--optimizers", "sgd"], ["--ranks", "0,x"], ["--ranks", "0,128"],
+                                  ["--d-model", "60"]])
 def test_script_reports_bad_flags_in_one_line_with_status_2(tmp_path, capsys, argv):
     assert run_main(_script().main, ["--out", str(tmp_path / "run"), "--quick", *argv]) == 2
     error = capsys.readouterr().err.strip()
@@ -56,11 +60,14 @@ def test_script_reports_bad_flags_in_one_line_with_status_2(tmp_path, capsys, ar
 
 
 def test_stable_rank_of_known_matrices():
-    assert parts.stable_rank(np.diag([3.0, 1.0, 1.0])) == pytest.approx(11 / 9, rel=1e-6)
-    assert parts.stable_rank(np.eye(5)) == pytest.approx(5.0, rel=1e-6)
-    rank_one = np.outer(np.arange(1.0, 5.0), np.ones(3))
+    assert parts.stable_rank(np.diag([3.0, 1.0, 1.0, 0.0])[:, [0, 1, 2, 3, 3, 3]]) == pytest.approx(11 / 9, rel=1e-6)
+    assert parts.stable_rank(np.eye(4, 6)) == pytest.approx(4.0, rel=1e-6)
+    rank_one = np.outer(np.arange(1.0, 5.0), np.ones(6))
     assert parts.stable_rank(rank_one) == pytest.approx(1.0, rel=1e-5)
-    assert math.isnan(parts.stable_rank(np.zeros((3, 3))))
+    assert math.isnan(parts.stable_rank(np.zeros((4, 6))))
+    stats = parts.spectral_stats(np.diag([2.0, 2.0, 0.0]))  # two equal singular values out of three
+    assert stats["spectral_entropy"] == pytest.approx(np.log(2) / np.log(3), rel=1e-9)
+    assert (stats["frobenius_norm"], stats["spectral_norm"]) == pytest.approx((np.sqrt(8), 2.0), rel=1e-9)
 
 
 def test_matrix_deltas_take_linear_kernels_per_layer_and_skip_embeddings_and_norms():
@@ -87,3 +94,33 @@ def test_finetune_cell_config_wires_init_from_lora_and_the_task(tmp_path):
     assert dataclasses.replace(config, data=pre.data, optim=pre.optim, init_from=None, lora_rank=0,
                                eval_batches=pre.eval_batches) == pre  # only the fine-tuning fields differ
     assert muon_lora.cell_name("muon", 0, 1) == "muon_full_s1" and muon_lora.cell_name("adamw", 4, 0) == "adamw_r4_s0"
+    assert muon_lora.cell_name("muon", 0, 1, ("polar_express", "bfloat16")) == "muon_full_polar_express_bfloat16_s1"
+
+
+def test_ns_variants_set_the_muon_options_only_when_they_differ_from_the_default(tmp_path):
+    pre = parts.pretrain_config(tmp_path / "data", d_model=128)
+    assert pre.model.d_model == 128 and pre.model.num_kv_heads == 2  # K/V width 64: r = 64 fits
+    data = parts.finetune_data(tmp_path / "data")
+    ablated = parts.finetune_config(pre, tmp_path / "pre", data, optimizer="muon", rank=0, learning_rate=1e-2,
+                                    ns=("polar_express", "bfloat16"))
+    assert dict(ablated.optim.options) == {"ns_coeffs": "polar_express", "ns_dtype": "bfloat16"}
+    default = parts.finetune_config(pre, tmp_path / "pre", data, optimizer="muon", rank=0, learning_rate=1e-2)
+    assert default.optim.options == ()
+    with pytest.raises(ValueError, match="applies to optimizer 'muon' only"):
+        parts.finetune_config(pre, tmp_path / "pre", data, optimizer="adamw", rank=0, learning_rate=1e-3,
+                              ns=("polar_express", "float32"))
+
+
+def test_orthogonality_error_of_the_newton_schulz_variants():
+    matrix = parts.conditioned_matrix((48, 16), condition=100.0)
+    sigma = np.linalg.svd(matrix, compute_uv=False)
+    np.testing.assert_allclose(sigma[[0, -1]], [1.0, 0.01], rtol=1e-6)
+    # Standard quintic on a well-conditioned matrix: the spec's measured band, about [0.68, 1.13].
+    standard = parts.orthogonality_error(("standard", "float32"), shape=(48, 16), condition=10.0)
+    assert 0.6 < standard["sigma_min"] and standard["sigma_max"] < 1.2
+    assert standard["orth_error"] == pytest.approx(max(1 - standard["sigma_min"], standard["sigma_max"] - 1))
+    # Polar Express is built to orthogonalise singular values down to 1e-3 of the largest better.
+    polar = parts.orthogonality_error(("polar_express", "float32"), shape=(48, 16), condition=10.0)
+    assert polar["orth_error"] < standard["orth_error"]
+    with pytest.raises(ValueError, match=r"gradient must be a matrix \[in, out\] with in >= out"):
+        parts.newton_schulz_singular_values(np.zeros((4, 8)), ("standard", "float32"))
