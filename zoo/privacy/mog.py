@@ -7,7 +7,7 @@ Noise Z = K·m·Δ + σ ξ with ξ ~ N(0, 1) and K ~ π on the integer offsets {
 
 π_0 = 1 is the analytic Gaussian mechanism. RECONSTRUCTION: the paper's exact weights and mean placement
 were not available (no code); the means at multiples of the sensitivity and the weight family
-`geometric_weights` (π_k ∝ e^{−λ|k|}, a Gaussian-smoothed discrete Laplace) follow the spec
+`geometric_weights` (π_k ∝ e^{−λ|k|}, a Gaussian-smoothed discrete Laplace) are the zoo's choice
 (docs/papers/dp_mixture_mechanisms.md). Any symmetric π can be passed instead.
 
 Privacy: δ(ε; s) = ∫ (p(z) − e^ε p(z − s))_+ dz for every shift 0 < s ≤ Δ (a mixture's worst shift can be

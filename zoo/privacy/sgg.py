@@ -6,7 +6,7 @@ Noise X ∈ R^T, spherically symmetric, with density f(x) ∝ ‖x‖^{a−T} ex
 radius R = ‖X‖ has the generalized-gamma density ∝ r^{a−1} exp(−(r/σ)^p). Members: a = T, p = 2 is the
 Gaussian N(0, (σ²/2) I_T); a = T, p = 1 is the ℓ2 mechanism (Joseph, Kulesza, Yu, arXiv 2502.15929), density
 ∝ exp(−‖x‖/σ), pure (Δ/σ)-DP. RECONSTRUCTION: the paper's code is not available; this density form is the
-spec's reading of the abstract ("a three-parameter family containing the Gaussian and the ℓ2 mechanism").
+zoo's reading of the abstract ("a three-parameter family containing the Gaussian and the ℓ2 mechanism").
 
 Privacy: by rotation invariance the worst shift of norm Δ is s = Δ e₁; the privacy loss
 L = log f(x) − log f(x − s) depends on (r, u = cos∠(x, e₁)) only, ‖x − s‖² = r² − 2ruΔ + Δ², and
