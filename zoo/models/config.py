@@ -120,7 +120,8 @@ class ModelConfig:
         """The blocks' `zoo.moe.MoEConfig` (validated: ValueError names the moe_* field), or None without MoE.
 
         In the LM, the "mahalanobis" router estimates its co-occurrence statistics from each batch
-        ("statistics": "batch"), since the model carries only parameters; "running" is rejected here.
+        ("statistics": "batch"), since the model carries only parameters; "running" is rejected here. Its
+        routing then depends on the whole batch, so decoding does not reproduce the forward exactly.
         """
         if not self.moe_num_experts:
             return None
