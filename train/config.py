@@ -84,6 +84,11 @@ class DataConfig:
     topics_signal: float = 0.2
     topics_train_examples: int = 4096
     topics_eval_examples: int = 256
+    # Options of a synthetic task dataset ("dyck", "palindromes", "bfvp", "function_composition",
+    # "sparse_boolean") as (name, value) pairs, e.g. (("length", 32), ("num_types", 2)), checked against the
+    # frozen options dataclass the dataset declares (train.data.tasks): an unknown name or an out-of-range
+    # value is a ValueError naming the option. Other datasets take none. () = the task's defaults.
+    task_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Imported here: the dataset modules import this one.
@@ -92,6 +97,7 @@ class DataConfig:
         check_finite_floats("data", self)
 
         check_dataset_name("data.name", self.name)
+        check_task_options(self)
         for name in ("mqar_num_keys", "mqar_num_values", "mqar_num_pairs", "mqar_train_examples",
                      "mqar_eval_examples", "nucleotide_train_examples", "nucleotide_eval_examples",
                      "topics_num_tokens", "topics_train_examples", "topics_eval_examples"):
@@ -105,6 +111,21 @@ class DataConfig:
                 f"data.topics_num_tokens must be a positive multiple of data.topics_num_classes "
                 f"({self.topics_num_classes}), got {self.topics_num_tokens!r}"
             )
+
+
+def check_task_options(data: DataConfig) -> None:
+    """data.task_options must be (name, value) pairs that the dataset's options dataclass accepts; datasets
+    without options take none (ValueError naming data.task_options)."""
+    from icml26zoo.train.data.registry import dataset_for
+
+    check_pairs("data.task_options", data.task_options)
+    dataset = dataset_for(data)
+    parse = getattr(dataset, "options", None)
+    if parse is not None:
+        parse(data)
+    elif data.task_options:
+        raise ValueError(f"data.task_options: dataset {data.name!r} takes no task options, "
+                         f"got {data.task_options!r}")
 
 
 def check_param_groups(field: str, groups: Any) -> None:
