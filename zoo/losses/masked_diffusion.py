@@ -19,8 +19,8 @@ Conventions shared by the objective, the PUMA pool (`losses.progressive_unmaskin
 - The denoiser must be bidirectional: the model's mixer must declare the option causal=False (the zoo's
   convention, e.g. mixer="circulation", mixer_options=(("causal", False),)); anything else raises ValueError.
 - Position signal: the zoo's bidirectional mixer has no positional encoding (no RoPE), so a fixed sinusoidal
-  absolute position embedding (scaled to the token embeddings' init std) is added to the token embeddings
-  before the layers. Without it every [MASK] would get the same prediction.
+  absolute position embedding is added to the token embeddings (scaled by sqrt(d_model), as in Vaswani et al.
+  2017) before the layers. Without it every [MASK] would get the same prediction.
 - Rows of the trainer's batch are the sequences: inputs [B, T] are x0, tokens with segment_ids > 0 are
   maskable, attention stays inside each packed segment, and positions come from the batch.
 """
@@ -36,7 +36,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-from icml26zoo.layers.embed import EMBED_INIT_STD
 from icml26zoo.registry import register_objective
 
 Batch = dict[str, jax.Array]
@@ -86,7 +85,11 @@ def denoiser_logits(model: nnx.Module, tokens: jax.Array, segment_ids: jax.Array
     if positions is None:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     embedded = model.embed(tokens).astype(jnp.float32)
-    embedded = embedded + EMBED_INIT_STD * sinusoidal_positions(positions, embedded.shape[-1])
+    # Vaswani et al.'s recipe: token embeddings times sqrt(d_model), plus unit-amplitude sinusoids. A fixed
+    # position signal at the embeddings' init scale is drowned once training grows the token embeddings, and
+    # the denoiser then predicts the same distribution at every [MASK] (the unigram plateau).
+    width = embedded.shape[-1]
+    embedded = embedded * math.sqrt(width) + sinusoidal_positions(positions, width)
     logits = model.forward_embeddings(embedded, segment_ids=segment_ids, positions=positions)
     is_mask_column = jnp.arange(logits.shape[-1]) == mask_id(model)
     return jnp.where(is_mask_column, -jnp.inf, logits)
