@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = budget_parser(__doc__.splitlines()[0], default_out=DEFAULT_OUT)
     parser.add_argument("--methods", help=f"comma-separated, from {','.join(nc_losses.METHODS)} "
                                           f"(default {','.join(nc_losses.DEFAULT_METHODS)}; --quick: ce,nonl)")
-    parser.add_argument("--eval-points", type=int, help="evaluations after step 0 (default 5; --quick: 2)")
+    parser.add_argument("--eval-points", type=int, help="evaluations after step 0 (default 6; --quick: 2)")
     args, budget = parse_budget(parser, argv, quick=nc_losses.QUICK, full=nc_losses.FULL)
     kwargs = dict(nc_losses.QUICK_ARGS) if args.quick else {}
     if args.eval_points is not None:

@@ -43,7 +43,7 @@ AVERAGED = COLUMNS[2:]
 
 
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = DEFAULT_METHODS,
-        eval_points: int = 5, settings: CellSettings | None = None, resume: bool = False) -> Results:
+        eval_points: int = 6, settings: CellSettings | None = None, resume: bool = False) -> Results:
     """Trains every method per seed on digits and writes the table (final step, seed mean) and NC1-vs-step plot.
 
     Args:
