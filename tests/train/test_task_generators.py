@@ -173,6 +173,7 @@ def test_seeds_reproduce(task, options):
 
 @pytest.mark.parametrize("name, options, message", [
     ("dyck", (("length", 15),), "'length' must be even"),
+    ("dyck", (("eval_length", 13),), "'eval_length' must be even"),
     ("dyck", (("num_types", 0),), "'num_types' must be an integer in \\[1, 16\\]"),
     ("dyck", (("lenght", 8),), "unknown dyck dataset option 'lenght'; valid options: \\['eval_examples'"),
     ("palindromes", (("length", 10),), "'length' must be odd"),
@@ -196,15 +197,28 @@ def test_options_from_the_command_line():
     assert data_lib.vocab_size(data) == fl.FIRST_SYMBOL + 6
 
 
+def _dyck_rows_match_labels(batch: dict[str, np.ndarray], length: int) -> None:
+    inputs = batch["inputs"]
+    assert (inputs[:, length : length + 2] == fl.PAD).all() and (inputs[:, length + 2] == fl.CLS).all()
+    strings = (inputs[:, :length] - fl.FIRST_SYMBOL).tolist()
+    assert [int(_dyck_by_reduction(s, 2)) for s in strings] == batch["labels"].tolist()
+
+
 def test_registered_tasks_build_offline_and_feed_the_pipeline(tmp_path):
     small = (("train_examples", 16), ("eval_examples", 6))
-    dyck = DataConfig(name="dyck", data_dir=str(tmp_path), task_options=(("length", 8), ("padding", 2), *small))
-    batch = next(data_lib.make_train_iterator(dyck, batch_size=4, seq_len=11, seed=0, process_count=1))
-    assert batch["labels"].shape == (4,) and set(batch["labels"].tolist()) <= {0, 1}
-    assert (batch["inputs"][:, 10] == fl.CLS).all() and (batch["inputs"][:, 8:10] == fl.PAD).all()
-    assert batch["inputs"].min() >= 2 and data_lib.vocab_size(dyck) == 9
-    with pytest.raises(ValueError, match="seq_len must be >= 11"):
-        data_lib.make_train_iterator(dyck, batch_size=4, seq_len=10, seed=0, process_count=1)
+    dyck = DataConfig(name="dyck", data_dir=str(tmp_path),
+                      task_options=(("length", 8), ("eval_length", 12), ("padding", 2), *small))
+    batch = next(data_lib.make_train_iterator(dyck, batch_size=4, seq_len=15, seed=0, process_count=1))
+    assert batch["labels"].shape == (4,) and (batch["segment_ids"][:, 11:] == 0).all()
+    _dyck_rows_match_labels(batch, 8)
+    # Length generalization: the validation split holds longer strings.
+    evaluation = list(data_lib.make_eval_iterator(dyck, batch_size=3, seq_len=15, process_count=1))
+    assert sum(len(b["labels"]) for b in evaluation) == 6 and (evaluation[0]["segment_ids"] == 1).all()
+    for batch in evaluation:
+        _dyck_rows_match_labels(batch, 12)
+    assert data_lib.vocab_size(dyck) == 9
+    with pytest.raises(ValueError, match="seq_len must be >= 15"):
+        data_lib.make_train_iterator(dyck, batch_size=4, seq_len=14, seed=0, process_count=1)
     chain = DataConfig(name="sparse_boolean", data_dir=str(tmp_path), task_options=(("num_bits", 6), *small))
     batch = next(data_lib.make_train_iterator(chain, batch_size=2, seq_len=18, seed=0, process_count=1))
     # Packed whole: two examples of 9 tokens (8 pairs) per row, loss on the 3 chain targets of each.

@@ -16,6 +16,9 @@ evaluator for BFVP. Classes are exactly balanced (half of each split is positive
 The walk, formula shapes and swaps are this zoo's reconstruction: spec 09 gives the languages, not the
 papers' samplers.
 
+Length generalization (spec 09: train on short strings, test on longer ones): option `eval_length` gives the
+validation split its own string length (each split has one length; a split mixing lengths is not offered).
+
 Row layout (spec 09's padded encoder): the n symbols, P `<pad>` tokens (compute space, not masked), `<cls>`,
 `<end>`. The pipeline feeds tokens[:-1], so a model sees the string, the padding and `<cls>`.
 
@@ -47,15 +50,22 @@ SWAP_TRIES = 64
 
 @dataclasses.dataclass(frozen=True)
 class LanguageOptions(TaskOptions):
-    """A formal-language recognition task: string length n and padding tokens P."""
+    """A formal-language recognition task: string length n, padding tokens P, validation length (0 = n)."""
 
     length: int = 32
     padding: int = 0
+    eval_length: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_option("length", self.length, 3, MAX_LENGTH)
         check_option("padding", self.padding, 0, 16 * MAX_LENGTH)
+        if self.eval_length:
+            check_option("eval_length", self.eval_length, 3, MAX_LENGTH)
+
+    def lengths(self) -> dict[str, int]:
+        """The option name and value of each string length in use (for parity checks)."""
+        return {"length": self.length, **({"eval_length": self.eval_length} if self.eval_length else {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +77,9 @@ class DyckOptions(LanguageOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_option("num_types", self.num_types, 1, 16)
-        if self.length % 2:
-            raise ValueError(f"{FIELD} option 'length' must be even for Dyck-k, got {self.length}")
+        for name, length in self.lengths().items():
+            if length % 2:
+                raise ValueError(f"{FIELD} option {name!r} must be even for Dyck-k, got {length}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +91,10 @@ class PalindromeOptions(LanguageOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.length % 2 != int(self.marked):
-            parity = "odd (w # wᴿ)" if self.marked else "even (w wᴿ)"
-            raise ValueError(f"{FIELD} option 'length' must be {parity} with marked={self.marked}, "
-                             f"got {self.length}")
+        for name, length in self.lengths().items():
+            if length % 2 != int(self.marked):
+                parity = "odd (w # wᴿ)" if self.marked else "even (w wᴿ)"
+                raise ValueError(f"{FIELD} option {name!r} must be {parity} with marked={self.marked}, got {length}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +222,12 @@ def _rows(strings: list[list[int]], options: LanguageOptions) -> np.ndarray:
 
 
 class _Language(Task):
+    @staticmethod
+    def split_options(options: LanguageOptions, split: str) -> LanguageOptions:
+        if split == "train" or not options.eval_length:
+            return options
+        return dataclasses.replace(options, length=options.eval_length, eval_length=0)
+
     @staticmethod
     def length(options: LanguageOptions) -> int:
         return options.length + options.padding + 2

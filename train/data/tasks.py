@@ -4,8 +4,9 @@ A task (Dyck-k, palindromes, BFVP, function composition, k-sparse Boolean chains
 dataclass (a subclass of `TaskOptions`) and reads it from `DataConfig.task_options`, a tuple of (name, value)
 pairs: an unknown name raises ValueError listing the valid ones, an ill-typed or out-of-range value raises
 ValueError naming `data.task_options` and the option. Every task's examples have one fixed length per
-options, so a split is an int32 array [N, L] of tokens plus one int32 label per example (the class for the
-formal languages, the answer for the language-model tasks).
+options and split, so a split is an int32 array [N, L] of tokens plus one int32 label per example (the class for
+the formal languages, the answer for the language-model tasks). A task may give the validation split other
+options than training (`Task.split_options`: the formal languages' `eval_length`, for length generalization).
 
 Generation is a pure function of the options: split "train" uses SeedSequence([seed, 0]) and "validation"
 SeedSequence([seed, 1]) (`generated.split_seed`). The builder config name spells out every option, so
@@ -23,7 +24,14 @@ import tensorflow_datasets as tfds
 from icml26zoo.layers.options import option_values
 from icml26zoo.train.config import DataConfig
 from icml26zoo.train.data.documents import ArrayDocuments, read_arrays
-from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.train.data.generated import (
+    SPLITS,
+    Examples,
+    GeneratedBuilder,
+    GeneratedConfig,
+    split_seed,
+    split_size,
+)
 from icml26zoo.train.data.registry import Dataset
 
 FIELD = "data.task_options"
@@ -93,6 +101,11 @@ class Task:
     options_class: ClassVar[type[TaskOptions]]
 
     @staticmethod
+    def split_options(options: Any, split: str) -> Any:
+        """The options that generate `split` (the same for every split unless a task overrides this)."""
+        return options
+
+    @staticmethod
     def length(options: Any) -> int:
         """Tokens per example L."""
         raise NotImplementedError
@@ -119,13 +132,14 @@ class TaskBuilder(GeneratedBuilder, skip_registration=True):
     task: ClassVar[type[Task]]
 
     def _features(self) -> dict[str, tfds.features.FeatureConnector]:
-        length = self.task.length(self.builder_config.options)
-        return {"tokens": tfds.features.Tensor(shape=(length,), dtype=np.int32),
+        # Splits may differ in length (length generalization); each split's rows share one length.
+        return {"tokens": tfds.features.Tensor(shape=(None,), dtype=np.int32),
                 "label": tfds.features.Tensor(shape=(), dtype=np.int32)}
 
     def _generate_examples(self, split: str) -> Examples:
         config = self.builder_config
-        tokens, labels = self.task.generate(config.options, split_size(config, split), split_seed(config, split))
+        options = self.task.split_options(config.options, split)
+        tokens, labels = self.task.generate(options, split_size(config, split), split_seed(config, split))
         for index, (row, label) in enumerate(zip(tokens, labels, strict=True)):
             yield f"{index:08d}", {"tokens": row, "label": label}
 
@@ -154,14 +168,16 @@ class TaskDataset(Dataset):
 
     def documents(self, builder: tfds.core.DatasetBuilder, split: str, data: DataConfig) -> ArrayDocuments:
         arrays = read_arrays(builder.as_data_source(split=split), (builder.data_dir, split), ("tokens", "label"))
-        weights = self.builder_class.task.loss_weights(self.options(data)).astype(np.float32)
+        task = self.builder_class.task
+        weights = task.loss_weights(task.split_options(self.options(data), split)).astype(np.float32)
         return ArrayDocuments(arrays["tokens"], weights, labels=arrays["label"] if self.labelled else None)
 
     def layout(self, data: DataConfig) -> str:
         return "whole" if data.pack and not self.labelled else "single"
 
     def check_seq_len(self, data: DataConfig, seq_len: int) -> None:
-        needed = self.builder_class.task.length(self.options(data)) - 1
+        task, options = self.builder_class.task, self.options(data)
+        needed = max(task.length(task.split_options(options, split)) for split in SPLITS) - 1
         if seq_len < needed:
             raise ValueError(f"seq_len must be >= {needed} (a {self.name} example of {needed + 1} tokens, "
                              f"from data.task_options) so that a whole example fits in a row, got {seq_len}")
