@@ -53,8 +53,10 @@ class DataConfig:
 
     # A registered dataset (train.data.registry.DATASETS): "pystdlib" (the built-in byte corpus), "mqar"
     # (associative recall), "nucleotide" (synthetic DNA from a known hidden-Markov generator, one byte per
-    # base), "topics" (synthetic sequence classification, labelled rows) or "tfds:<name>" for any TFDS
-    # dataset the user has prepared under data_dir, read as bytes from `text_feature`.
+    # base), "topics" (synthetic sequence classification, labelled rows), the controlled tasks set by
+    # `task_options` ("dyck", "palindromes", "bfvp": labelled language-membership rows; "function_composition",
+    # "sparse_boolean": next-token rows) or "tfds:<name>" for any TFDS dataset the user has prepared under
+    # data_dir, read as bytes from `text_feature`.
     name: str = "pystdlib"
     # TFDS data directory; None means $ZOO_DATA_DIR or ~/.cache/zoo/tensorflow_datasets.
     data_dir: str | None = None
