@@ -49,10 +49,15 @@ def mog_row(eps: float, delta: float, decay_factors: Sequence[float], spacings: 
 
 
 def sgg_member(eps: float, delta: float, dim: int, p: float, a_ratio: float, grid: tuple[int, int]) -> dict:
-    """One SGG member (a = a_ratio·T, p) calibrated at (ε, δ), Δ = 1, with its per-coordinate MSE E‖X‖²/T."""
-    sigma = sgg.sgg_sigma(eps, delta, a_ratio * dim, p, dim, grid=grid)
+    """One SGG member (a = a_ratio·T, p) calibrated at (ε, δ), Δ = 1, with its per-coordinate MSE E‖X‖²/T;
+    sigma and mse None (and the reason) when no σ ≤ 1e4 meets (ε, δ): for a < T the density is unbounded at 0,
+    so the privacy loss is unbounded near the origin and its tail mass shrinks only like σ^{−a}."""
+    try:
+        sigma = sgg.sgg_sigma(eps, delta, a_ratio * dim, p, dim, grid=grid)
+    except ValueError as error:
+        return {"dim": dim, "p": p, "a_ratio": a_ratio, "sigma": None, "mse": None, "infeasible": str(error)}
     return {"dim": dim, "p": p, "a_ratio": a_ratio, "sigma": sigma,
-            "mse": sgg.sgg_expected_l2(sigma, a_ratio * dim, p) / dim}
+            "mse": sgg.sgg_expected_l2(sigma, a_ratio * dim, p) / dim, "infeasible": None}
 
 
 def sgg_summary(eps: float, delta: float, dim: int, members: list[dict], grid: tuple[int, int],
@@ -61,8 +66,9 @@ def sgg_summary(eps: float, delta: float, dim: int, members: list[dict], grid: t
     the best one re-checked on the default (finer) quadrature grid, and the ε after k releases (δ fixed) of
     each, all at the noise calibrated for one release."""
     by_shape = {(m["p"], m["a_ratio"]): m for m in members}
-    gauss, l2mech, best = by_shape[(2.0, 1.0)], by_shape[(1.0, 1.0)], min(members, key=lambda m: m["mse"])
-    row = {"dim": dim, "gauss_mse": gauss["mse"], "l2mech_mse": l2mech["mse"], "best_mse": best["mse"],
+    feasible = [m for m in members if m["mse"] is not None]
+    gauss, l2mech, best = by_shape[(2.0, 1.0)], by_shape[(1.0, 1.0)], min(feasible, key=lambda m: m["mse"])
+    row = {"dim": dim, "infeasible_members": len(members) - len(feasible), "gauss_mse": gauss["mse"], "l2mech_mse": l2mech["mse"], "best_mse": best["mse"],
            "best_p": best["p"], "best_a_ratio": best["a_ratio"], "best_vs_gauss": best["mse"] / gauss["mse"],
            "l2mech_vs_gauss": l2mech["mse"] / gauss["mse"],
            "best_delta_fine_grid": sgg.sgg_delta(eps, best["sigma"], best["a_ratio"] * dim, best["p"], dim)}
