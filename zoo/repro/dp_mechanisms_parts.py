@@ -68,7 +68,8 @@ def sgg_summary(eps: float, delta: float, dim: int, members: list[dict], grid: t
     by_shape = {(m["p"], m["a_ratio"]): m for m in members}
     feasible = [m for m in members if m["mse"] is not None]
     gauss, l2mech, best = by_shape[(2.0, 1.0)], by_shape[(1.0, 1.0)], min(feasible, key=lambda m: m["mse"])
-    row = {"dim": dim, "infeasible_members": len(members) - len(feasible), "gauss_mse": gauss["mse"], "l2mech_mse": l2mech["mse"], "best_mse": best["mse"],
+    row = {"dim": dim, "infeasible_members": len(members) - len(feasible), "gauss_mse": gauss["mse"],
+           "l2mech_mse": l2mech["mse"], "best_mse": best["mse"],
            "best_p": best["p"], "best_a_ratio": best["a_ratio"], "best_vs_gauss": best["mse"] / gauss["mse"],
            "l2mech_vs_gauss": l2mech["mse"] / gauss["mse"],
            "best_delta_fine_grid": sgg.sgg_delta(eps, best["sigma"], best["a_ratio"] * dim, best["p"], dim)}
