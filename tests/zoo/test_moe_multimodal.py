@@ -1,0 +1,183 @@
+"""ConfSMoE's multimodal classifier: two-stage imputation invariants (spec train-01), stage-1 pool, bad
+masks, the synthetic task's missingness settings, and a short training run at 50% missingness."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from icml26zoo.moe.layer import MoEConfig
+from icml26zoo.moe.multimodal import (
+    ConfSMoEClassifier,
+    ConfSMoEConfig,
+    expert_imputation,
+    fill_missing,
+    moe_with_slot_outputs,
+    training_pool,
+)
+from icml26zoo.moe.multimodal_data import (
+    MultimodalData,
+    MultimodalSplit,
+    MultimodalTaskConfig,
+    make_multimodal_data,
+    random_missing_mask,
+)
+from icml26zoo.moe.multimodal_train import PRESETS, TrainConfig, evaluate_classifier, train_classifier
+
+# Compile time dominates these tiny models; the cheap pipeline also runs no fusion, so the plain and the
+# imputing program do the same float operations on complete samples and compare exactly.
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
+FEATURES = (3, 5, 4)
+CONFIG = ConfSMoEConfig(feature_dims=FEATURES, tokens=8, dim=16, num_classes=3, num_layers=2, num_heads=2,
+                        moe=MoEConfig(num_experts=4, top_k=2, router="confidence", load_balance_weight=0.0,
+                                      z_loss_weight=0.0, implementation="dense"))
+# Rows: complete; modality 0 missing; modalities 0 and 1 missing; modality 2 missing.
+PRESENT = jnp.array([[1, 1, 1], [0, 1, 1], [0, 0, 1], [1, 1, 0]], bool)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return ConfSMoEClassifier(CONFIG, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    keys = jax.random.split(jax.random.key(1), len(FEATURES))
+    return tuple(jax.random.normal(k, (PRESENT.shape[0], 8, f)) for k, f in zip(keys, FEATURES, strict=True))
+
+
+@pytest.fixture(scope="module")
+def outputs(model, inputs):
+    run = nnx.jit(lambda m, x, p, impute: m(x, p, impute=impute), static_argnums=3)
+    return {(name, impute): run(model, inputs, present, impute)
+            for name, present in (("all", jnp.ones_like(PRESENT)), ("mixed", PRESENT)) for impute in (True, False)}
+
+
+def test_all_modalities_present_imputation_changes_nothing(outputs):
+    imputed, _ = outputs[("all", True)]
+    plain, _ = outputs[("all", False)]
+    np.testing.assert_array_equal(np.asarray(imputed), np.asarray(plain))
+    # In a mixed batch the complete sample (row 0) is untouched; the others are imputed.
+    mixed, _ = outputs[("mixed", True)]
+    mixed_plain, _ = outputs[("mixed", False)]
+    np.testing.assert_array_equal(np.asarray(mixed[0]), np.asarray(mixed_plain[0]))
+    assert np.all(np.abs(np.asarray(mixed[1:] - mixed_plain[1:])).max(axis=-1) > 1e-6)
+
+
+def test_imputation_keeps_k_prime_weights_and_none_on_missing_modalities(outputs):
+    weights = np.asarray(outputs[("mixed", True)][1][0]["imputation_weights"])  # [B, M, S, (M-1)S, k]
+    kept = (len(FEATURES) - 1) * 8 // 4
+    for b, m in zip(*np.nonzero(~np.asarray(PRESENT)), strict=True):
+        others = [i for i in range(len(FEATURES)) if i != m]
+        w = weights[b, m].reshape(8, len(others), 8, -1)  # [S, other modality, S, k]
+        assert np.all(np.count_nonzero(w.reshape(8, -1, w.shape[-1]), axis=1) == kept)
+        for position, other in enumerate(others):
+            if not PRESENT[b, other]:
+                assert np.all(w[:, position] == 0.0), (b, m, other)
+        assert np.all((w > 0).sum(axis=(1, 2)) == kept) and np.all(w <= 1.0)
+
+
+def reference_imputation(q, k, v, present, kept):
+    """Readable numpy loop: for each missing (b, m), token s, slot j: softmax over present other tokens."""
+    batch, modalities, tokens, slots, width = v.shape
+    out = np.zeros(q.shape)
+    for b in range(batch):
+        for m in range(modalities):
+            others = [i for i in range(modalities) if i != m and present[b, i]]
+            if not others:
+                continue
+            keys = np.concatenate([k[b, i] for i in others])  # [T, k, d]
+            values = np.concatenate([v[b, i] for i in others])
+            for s in range(tokens):
+                for j in range(slots):
+                    logits = keys[:, j] @ q[b, m, s] / math.sqrt(width)
+                    p = np.exp(logits - logits.max())
+                    p /= p.sum()
+                    p[np.argsort(-p)[kept:]] = 0.0
+                    out[b, m, s] += p @ values[:, j]
+    return out
+
+
+def test_expert_imputation_matches_reference():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(4, 3, 8, 6))
+    k, v = rng.normal(size=(2, 4, 3, 8, 2, 6))
+    imputed, _ = expert_imputation(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), PRESENT, 4)
+    np.testing.assert_allclose(np.asarray(imputed), reference_imputation(q, k, v, np.asarray(PRESENT), 4),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_slot_outputs_path_matches_the_layer(model):
+    moe = model.layers[0].moe
+    x = jax.random.normal(jax.random.key(3), (12, CONFIG.dim))
+    mask = jnp.arange(12) % 5 != 0
+    y, slots, aux = nnx.jit(lambda layer, x, mask: moe_with_slot_outputs(layer, x, mask, None))(moe, x, mask)
+    expected, expected_aux = nnx.jit(lambda layer, x, mask: layer(x, mask=mask))(moe, x, mask)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(expected), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(aux["confidence"]), np.asarray(expected_aux["confidence"]), rtol=1e-6)
+    assert slots.shape == (12, 2, CONFIG.dim) and np.all(np.asarray(slots)[~np.asarray(mask)] == 0.0)
+
+
+def test_bad_mask_shapes_raise(model, inputs):
+    for present in (PRESENT[:, :2], PRESENT[:3], PRESENT[None]):
+        with pytest.raises(ValueError, match="present .*shape \\[B, M\\]"):
+            model(inputs, present)
+    with pytest.raises(ValueError, match="inputs must hold 3"):
+        model(inputs[:2], PRESENT)
+
+
+def _split(inputs, present):
+    return MultimodalSplit(tuple(np.asarray(x, np.float32) for x in inputs), np.asarray(present, bool),
+                           np.zeros(len(present), np.int32))
+
+
+def test_stage_one_pool_uses_only_present_training_examples():
+    train_present = np.array([[1, 1], [0, 1], [1, 0], [1, 1]], bool)
+    # Present training rows are 1, absent training rows -50, every test row 100: a fill of exactly 1
+    # proves the pool draws only present training inputs.
+    train = [np.where(train_present[:, m, None, None], 1.0, -50.0) * np.ones((4, 8, f)) for m, f in
+             enumerate((3, 2))]
+    test = [100.0 * np.ones((5, 8, f)) for f in (3, 2)]
+    test_present = np.array([[0, 1], [1, 0], [0, 1], [1, 1], [1, 0]], bool)
+    data = MultimodalData(_split(train, train_present), _split(test, test_present), MultimodalTaskConfig())
+    pool = training_pool(data)
+    assert [r.shape[0] for r in pool.rows] == [3, 3] and all(np.all(np.asarray(r) == 1.0) for r in pool.rows)
+    filled = fill_missing(tuple(map(jnp.asarray, test)), jnp.asarray(test_present), pool, jax.random.key(0), 10)
+    for m, x in enumerate(filled):
+        expected = np.where(test_present[:, m, None, None], 100.0, 1.0)
+        np.testing.assert_array_equal(np.asarray(x), np.broadcast_to(expected, x.shape))
+
+
+def test_missingness_settings():
+    mask = random_missing_mask(200, 3, 0.5, np.random.default_rng(0))
+    assert mask.any(axis=1).all() and (~mask).sum() == 300
+    for name, (task, _, _) in PRESETS.items():
+        data = make_multimodal_data(dataclasses.replace(task, train_size=64, test_size=32))
+        assert data.train.present.any(axis=1).all() and data.test.present.any(axis=1).all(), name
+        assert all(np.all(x[~data.test.present[:, m]] == 0.0) for m, x in enumerate(data.test.inputs))
+    test_present = make_multimodal_data(dataclasses.replace(PRESETS["setting_III"][0], test_size=32)).test.present
+    assert not test_present[:, 0].any() and test_present[:, 1:].all()
+    with pytest.raises(ValueError, match="missing_ratio"):
+        MultimodalTaskConfig(missing_ratio=1.5)
+    with pytest.raises(ValueError, match="dropped_modality"):
+        MultimodalTaskConfig(setting="III", dropped_modality=2)
+
+
+def test_short_training_beats_chance_with_half_missing():
+    task = MultimodalTaskConfig(num_classes=4, feature_dims=(4, 6), tokens=4, train_size=512, test_size=256,
+                                setting="II", missing_ratio=0.5, seed=3)
+    data = make_multimodal_data(task)
+    assert 0.45 < 1 - data.train.present.mean() < 0.55
+    config = dataclasses.replace(CONFIG, feature_dims=(4, 6), tokens=4, num_classes=4, num_layers=1)
+    trained = train_classifier(data, config, TrainConfig(steps=120, batch_size=32, learning_rate=3e-3),
+                               log_every=60)
+    result = evaluate_classifier(trained, data.test)
+    assert trained.curve[-1][1] < trained.curve[0][1]
+    assert result["accuracy"] > 0.5, result
