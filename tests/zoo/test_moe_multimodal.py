@@ -153,6 +153,8 @@ def test_stage_one_pool_uses_only_present_training_examples():
     for m, x in enumerate(filled):
         expected = np.where(test_present[:, m, None, None], 100.0, 1.0)
         np.testing.assert_array_equal(np.asarray(x), np.broadcast_to(expected, x.shape))
+    with pytest.raises(ValueError, match="present .*shape \\[B, M\\] = \\(5, 2\\), got \\(5, 3\\)"):
+        fill_missing(tuple(map(jnp.asarray, test)), jnp.ones((5, 3), bool), pool, jax.random.key(0), 10)
 
 
 def test_missingness_settings():

@@ -114,6 +114,12 @@ def training_pool(data: MultimodalData) -> TrainingPool:
 def fill_missing(inputs: Inputs, present: jax.Array, pool: TrainingPool, key: jax.Array, pool_size: int) -> Inputs:
     """Stage 1: each missing inputs[m][b] [S, F_m] becomes the mean of `pool_size` pool rows drawn at random
     (with replacement, independently per sample); present entries are returned unchanged."""
+    if len(inputs) != len(pool.rows):
+        raise ValueError(f"inputs must hold {len(pool.rows)} modality arrays (the pool's), got {len(inputs)}")
+    expected = (inputs[0].shape[0], len(pool.rows))
+    if present.shape != expected:
+        raise ValueError(f"present (the missing-modality mask) must have shape [B, M] = {expected}, "
+                         f"got {present.shape}")
     filled = []
     for m, (x, rows) in enumerate(zip(inputs, pool.rows, strict=True)):
         picks = jax.random.randint(jax.random.fold_in(key, m), (x.shape[0], pool_size), 0, rows.shape[0])
