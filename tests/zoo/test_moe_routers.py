@@ -30,6 +30,7 @@ DIM, HIDDEN, EXPERTS, TOP_K, CLASSES, TOKENS = 6, 10, 5, 2, 7, 24
 # One compiled program per layer structure (a permuted layer reuses its original's) and per k.
 apply_layer = nnx.jit(lambda layer, x: layer(x))
 greedy_batch = jax.jit(jax.vmap(greedy_select, in_axes=(0, None, None)), static_argnums=2)
+route = nnx.jit(lambda router, x: router(x, jnp.ones(x.shape[:1], jnp.bool_)))
 
 
 def _layer(router: str, **overrides) -> MoEFeedForward:
@@ -102,13 +103,13 @@ def test_mahalanobis_router_reduces_to_top_k_with_uncorrelated_statistics():
     """At its initial (independent) statistics, and with normalized co-occurrence C = I, MP-MoE routes
     exactly as top-k softmax with the same weights."""
     x = _inputs(4)
-    top_k = _layer("topk_softmax").router(x, jnp.ones(TOKENS, jnp.bool_))
+    top_k = route(_layer("topk_softmax").router, x)
     for options in ((), (("covariance", "normalized"),)):
         config = MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router="mahalanobis", router_options=options)
         router = MoEFeedForward(DIM, HIDDEN, config, rngs=nnx.Rngs(0)).router
         if options:
             router.frequency[...], router.cooccurrence[...] = jnp.ones(EXPERTS), jnp.eye(EXPERTS)
-        routing = router(x, jnp.ones(TOKENS, jnp.bool_))
+        routing = route(router, x)
         np.testing.assert_array_equal(routing.indices, top_k.indices)
         np.testing.assert_allclose(routing.gates, top_k.gates, atol=1e-6)
     frequency, cooccurrence = independent_statistics(EXPERTS, TOP_K)
@@ -159,10 +160,10 @@ def test_running_statistics_update_in_training_only_and_carry_no_gradient():
     x, mask = _inputs(6), jnp.ones(TOKENS, jnp.bool_)
     before = jnp.asarray(router.cooccurrence[...])
     router.use_running_average = True
-    router(x, mask)
+    route(router, x)
     np.testing.assert_array_equal(router.cooccurrence[...], before)
     router.use_running_average = False
-    routing = router(x, mask)
+    routing = route(router, x)
     picked_f, picked_c = selection_statistics(routing.indices, mask, EXPERTS)
     np.testing.assert_allclose(router.cooccurrence[...], 0.99 * before + 0.01 * picked_c, atol=1e-6)
     assert isinstance(nnx.state(router, CoOccurrence)["frequency"], CoOccurrence)
