@@ -1,6 +1,6 @@
 """Reproduce ProtoT (arXiv 2602.11852, a reconstruction): parameter-matched byte LMs, prototype read-out and edits.
 
-    python scripts/repro/protot.py --out runs/repro/protot            # the FULL budget (~12 min on 2 cores)
+    python scripts/repro/protot.py --out runs/repro/protot            # FULL: 1000 steps per cell (~15 CPU-minutes)
     python scripts/repro/protot.py --quick --mixers protot            # what the notebook runs
 
 Prints the results table and the paths written (results.md, results.json, loss_curves.png,
@@ -21,7 +21,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mixers", default=",".join(protot.MIXERS),
                         help=f"comma-separated mixers to train, including protot (default {','.join(protot.MIXERS)})")
     parser.add_argument("--edit-layer", type=int, help="ProtoT layer to edit (default: the last)")
-    parser.add_argument("--edit-prototype", type=int, help="base prototype to edit (default: the most used)")
+    parser.add_argument("--edit-prototype", type=int,
+                        help="base prototype to edit (default: two chosen by rule: the one the prompt writes to "
+                        "most, and the one whose strongest writers are most often whitespace)")
     parser.add_argument("--amplify", type=float, default=4.0, help="amplify edit: read weights x (1 + this)")
     parser.add_argument("--prompt", default="    def __init__(self", help="prompt of the edited generations")
     parser.add_argument("--new-tokens", type=int, default=48, help="bytes generated per variant")
