@@ -12,7 +12,9 @@ Gaussian case; this one takes any mechanism.
 
 Training with the shared trainer: `optim.name="dp_sgd"` is registered with its own update
 (`dp_update`), which vmaps the trainer's objective over the examples of the batch (each example as a batch of
-one), so the trainer's step is not edited. Options (`optim.options`): clip_norm, noise, scale, p, a_ratio,
+one) and privatises them, so the trainer's step is not edited; the registered transformation itself is the
+noise-key stage plus SGD on the private mean (alone, i.e. without the update, it is plain SGD).
+Options (`optim.options`): clip_norm, noise, scale, p, a_ratio,
 decay, radius, spacing, seed. The trainer's global clipping must be off (`optim.grad_clip_norm=0`: a global
 clip of the stacked per-example gradients would be wrong) and so must accumulation. What the trainer logs
 (loss, the mean *unclipped* gradient's norm) is not private. Accounting is not done by the trainer: see
@@ -35,7 +37,8 @@ from icml26zoo.privacy._checks import check_positive
 from icml26zoo.privacy.mechanisms import noise_sampler
 from icml26zoo.registry import register_optimizer
 
-__all__ = ["DpSgdOptions", "clip_per_example", "dp_sgd", "dp_update", "per_example_grads", "private_aggregate"]
+__all__ = ["DpSgdOptions", "clip_per_example", "dp_sgd", "dp_update", "noise_key_state", "per_example_grads",
+           "private_aggregate", "privatize"]
 
 
 class PrivateAggregateState(NamedTuple):
@@ -54,26 +57,48 @@ def clip_per_example(grads: Any, clip_norm: float) -> tuple[Any, jax.Array]:
     return jax.tree.map(lambda g: g * factor.reshape((-1,) + (1,) * (g.ndim - 1)).astype(g.dtype), grads), norms
 
 
-def private_aggregate(clip_norm: float, noise: str = "gaussian", noise_params: Mapping[str, Any] | None = None,
-                      seed: int = 0) -> optax.GradientTransformation:
-    """Per-example gradients (leaves [B, ...]) -> (Σ clip(g_i) + clip_norm · noise) / B (leaves [...])."""
-    clip_norm = check_positive(clip_norm, "clip_norm")
-    sample = noise_sampler(noise, **dict(noise_params or {}))
+def privatize(grads: Any, key: jax.Array, clip_norm: float, sample: Callable[[jax.Array, int], jax.Array]) -> Any:
+    """(Σ_i clip(g_i) + clip_norm · sample(key, dim)) / B for per-example gradients (leaves [B, ...])."""
+    batch = jax.tree.leaves(grads)[0].shape[0]
+    clipped, _ = clip_per_example(grads, clip_norm)
+    flat, unravel = ravel_pytree(jax.tree.map(lambda g: jnp.sum(g, axis=0), clipped))
+    noisy = flat + clip_norm * sample(key, flat.size).astype(flat.dtype)
+    return unravel(noisy / batch)
+
+
+def noise_key_state(seed: int = 0) -> optax.GradientTransformation:
+    """Identity on the updates; its state is the noise PRNG key, split once per step (the trainer's DP update
+    reads the key from it: the trainer passes no key to an optimizer)."""
 
     def init_fn(params: Any) -> PrivateAggregateState:
         del params
         return PrivateAggregateState(jax.random.key_data(jax.random.key(seed)))
 
-    def update_fn(grads: Any, state: PrivateAggregateState, params: Any = None) -> tuple[Any, Any]:
+    def update_fn(updates: Any, state: PrivateAggregateState, params: Any = None) -> tuple[Any, Any]:
         del params
-        batch = jax.tree.leaves(grads)[0].shape[0]
-        clipped, _ = clip_per_example(grads, clip_norm)
-        flat, unravel = ravel_pytree(jax.tree.map(lambda g: jnp.sum(g, axis=0), clipped))
-        key, next_key = jax.random.split(jax.random.wrap_key_data(state.key))
-        noisy = flat + clip_norm * sample(key, flat.size).astype(flat.dtype)
-        return unravel(noisy / batch), PrivateAggregateState(jax.random.key_data(next_key))
+        next_key = jax.random.split(jax.random.wrap_key_data(state.key))[1]
+        return updates, PrivateAggregateState(jax.random.key_data(next_key))
 
     return optax.GradientTransformation(init_fn, update_fn)
+
+
+def step_noise_key(state: PrivateAggregateState) -> jax.Array:
+    """The key this step's noise is drawn with (the state's key is then advanced to the other half)."""
+    return jax.random.split(jax.random.wrap_key_data(state.key))[0]
+
+
+def private_aggregate(clip_norm: float, noise: str = "gaussian", noise_params: Mapping[str, Any] | None = None,
+                      seed: int = 0) -> optax.GradientTransformation:
+    """Per-example gradients (leaves [B, ...]) -> (Σ clip(g_i) + clip_norm · noise) / B (leaves [...])."""
+    clip_norm = check_positive(clip_norm, "clip_norm")
+    sample = noise_sampler(noise, **dict(noise_params or {}))
+    keys = noise_key_state(seed)
+
+    def update_fn(grads: Any, state: PrivateAggregateState, params: Any = None) -> tuple[Any, Any]:
+        private = privatize(grads, step_noise_key(state), clip_norm, sample)
+        return keys.update(private, state, params)
+
+    return optax.GradientTransformation(keys.init, update_fn)
 
 
 def dp_sgd(learning_rate: optax.ScalarOrSchedule, *, clip_norm: float, noise: str = "gaussian",
@@ -92,15 +117,6 @@ def per_example_grads(loss_fn: Callable[[Any, dict], jax.Array], params: Any, ba
         return jax.grad(loss_fn)(params, {name: value[None] for name, value in example.items()})
 
     return jax.vmap(one)(dict(batch))
-
-
-def dp_update(loss_fn: Callable, params: Any, batch: Mapping[str, jax.Array], opt_state: Any,
-              optimizer: optax.GradientTransformation) -> tuple[jax.Array, Any, Any, Any]:
-    """The trainer's update for `optim.name="dp_sgd"`: (loss, mean unclipped gradient, updates, state)."""
-    loss = loss_fn(params, batch)
-    grads = per_example_grads(loss_fn, params, batch)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return loss, jax.tree.map(lambda g: jnp.mean(g, axis=0), grads), updates, opt_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,17 +142,38 @@ class DpSgdOptions:
         return {name: getattr(self, name) for name in by_mechanism[self.noise]}
 
 
+def dp_update(options: DpSgdOptions) -> Callable:
+    """The trainer's update for `optim.name="dp_sgd"`: `update(loss_fn, params, batch, opt_state, optimizer) ->
+    (loss, mean unclipped gradient, updates, opt_state)`. It vmaps the objective over the examples, privatises
+    with the noise key held in the optimizer's first stage (`noise_key_state`), then applies the optimizer
+    (key stage, then SGD) to the private mean gradient."""
+    clip_norm = check_positive(options.clip_norm, "clip_norm")
+    sample = noise_sampler(options.noise, **options.noise_params())
+
+    def update(loss_fn: Callable, params: Any, batch: Mapping[str, jax.Array], opt_state: Any,
+               optimizer: optax.GradientTransformation) -> tuple[jax.Array, Any, Any, Any]:
+        loss = loss_fn(params, batch)
+        grads = per_example_grads(loss_fn, params, batch)
+        private = privatize(grads, step_noise_key(opt_state[0]), clip_norm, sample)
+        updates, opt_state = optimizer.update(private, opt_state, params)
+        return loss, jax.tree.map(lambda g: jnp.mean(g, axis=0), grads), updates, opt_state
+
+    return update
+
+
 def _make_dp_update(cfg: Any) -> Callable:
     if cfg.grad_clip_norm > 0:
         raise ValueError(f"optim.grad_clip_norm must be 0 for optim.name='dp_sgd' (it clips per example with "
                          f"its clip_norm option; a global clip of the stacked per-example gradients is wrong), "
                          f"got {cfg.grad_clip_norm}")
-    return dp_update
+    return dp_update(optimizer_options(cfg, "dp_sgd", DpSgdOptions))
 
 
 @register_optimizer("dp_sgd", update=_make_dp_update)
 def _dp_sgd_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.GradientTransformation:
-    """DP-SGD on per-example gradients (see the module docstring); weight decay is not applied."""
+    """The part of DP-SGD that sees the private mean gradient: the noise-key stage, then SGD (no weight decay).
+    The privatisation itself is the declared update (`dp_update`): without it this is plain SGD."""
     options = optimizer_options(cfg, "dp_sgd", DpSgdOptions)
-    return dp_sgd(learning_rate, clip_norm=options.clip_norm, noise=options.noise,
-                  noise_params=options.noise_params(), seed=options.seed, momentum=options.momentum or None)
+    check_positive(options.clip_norm, "clip_norm")
+    noise_sampler(options.noise, **options.noise_params())
+    return optax.chain(noise_key_state(options.seed), optax.sgd(learning_rate, options.momentum or None))
