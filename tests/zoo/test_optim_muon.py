@@ -178,6 +178,28 @@ def test_bfloat16_newton_schulz_matches_a_bfloat16_reference():
     assert updates["w"].dtype == jnp.float32 and updates["scale"].dtype == jnp.float32
 
 
+@pytest.mark.parametrize("ns_dtype", ["float32", "bfloat16"])
+def test_newton_schulz_matmuls_run_in_the_chosen_dtype(ns_dtype):
+    """The option must reach Newton–Schulz itself, not only round the gradient: optax's momentum buffer (which NS
+    orthogonalises) would otherwise take the float32 params' dtype again."""
+    params = {"w": jnp.zeros((8, 12), jnp.float32)}
+    tx = mf.muon_finetune(0.1, ns_dtype=ns_dtype)
+    jaxpr = jax.make_jaxpr(tx.update)({"w": jnp.ones((8, 12))}, tx.init(params), params)
+    dots = [eqn.outvars[0].aval.dtype for eqn in _equations(jaxpr.jaxpr) if eqn.primitive.name == "dot_general"]
+    assert dots and set(dots) == {jnp.dtype(ns_dtype)}
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr, descending into sub-jaxprs (loops, conditionals, pjit)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
 @pytest.mark.parametrize(("kwargs", "name"), [({"ns_coeffs": "dion"}, "ns_coeffs"),
                                               ({"ns_dtype": "float16"}, "ns_dtype")])
 def test_bad_orthogonalisation_options_name_the_argument(kwargs, name):

@@ -204,6 +204,9 @@ def muon_finetune(
         weight_decay=weight_decay, nesterov=True, adam_b1=adam_b1, adam_b2=adam_b2,
         adam_weight_decay=weight_decay, consistent_rms=consistent_rms,
         muon_weight_dimension_numbers=routing,
+        # The momentum buffer would otherwise take the float32 params' dtype again, and Newton–Schulz (which
+        # runs on it) would stay in float32 whatever the gradients' dtype.
+        mu_dtype=None if ns_dtype == "float32" else NS_DTYPES[ns_dtype],
     )
     if ns_dtype != "float32":
         muon = optax.chain(_cast_muon_leaves(NS_DTYPES[ns_dtype], routing, back=False), muon,
