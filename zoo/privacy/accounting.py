@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from icml26zoo.privacy import mog, sgg
 from icml26zoo.privacy._checks import check_delta, check_epsilon, check_positive
@@ -44,7 +45,7 @@ def sgg_pld(sigma: float, a: float, p: float, dim: int, sens: float = 1.0, discr
         pmf, infinity_mass, discretization, pessimistic_estimate=True)
 
 
-def mog_pld(sigma: float, weights, spacing: float = 1.0, sens: float = 1.0, shift: float | None = None, *,
+def mog_pld(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0, shift: float | None = None, *,
             bin_width: float | None = None, discretization: float = 1e-4) -> Any:
     """A PLD of MoG noise at one shift (default Δ), built by dp-accounting from the two noise laws binned on a
     z-grid of width `bin_width` (default σ/200) with exact bin masses.

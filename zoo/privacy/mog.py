@@ -24,6 +24,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from icml26zoo.privacy._checks import calibrate, check_delta, check_epsilon, check_positive
@@ -46,7 +47,7 @@ def geometric_weights(decay: float, radius: int) -> np.ndarray:
     return weights / weights.sum()
 
 
-def check_weights(weights) -> np.ndarray:
+def check_weights(weights: ArrayLike) -> np.ndarray:
     """`weights` as float64 [2R + 1]: finite, ≥ 0, summing to 1 (within 1e-9) and symmetric (π_k = π_{−k})."""
     array = np.asarray(weights, dtype=np.float64)
     if array.ndim != 1 or array.size % 2 != 1:
@@ -144,8 +145,8 @@ def _delta_per_shift(eps: float, sigma: float, weights: np.ndarray, means: np.nd
     return np.maximum(deltas, 0.0)
 
 
-def mog_delta(eps: float, sigma: float, weights, spacing: float = 1.0, sens: float = 1.0,
-              s_grid=None) -> float:
+def mog_delta(eps: float, sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0,
+              s_grid: ArrayLike | None = None) -> float:
     """max over shifts s in `s_grid` (default `default_shift_grid(sens)`) of δ(ε; s) for MoG noise, the worst
     grid shift refined between its grid neighbours.
 
@@ -181,7 +182,8 @@ def _refine_worst_shift(eps, sigma, weights, means, shifts, deltas) -> float:
     return float(-result.fun)
 
 
-def mog_sigma(eps: float, delta: float, weights, spacing: float = 1.0, sens: float = 1.0, s_grid=None, *,
+def mog_sigma(eps: float, delta: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0,
+              s_grid: ArrayLike | None = None, *,
               max_sigma: float | None = None) -> float:
     """The smallest σ (relative tolerance 1e-4, on a factor-2 bracketing scan: δ need not be monotone in σ for
     a mixture) with `mog_delta(...) ≤ delta`. ValueError when no σ ≤ `max_sigma` (default 1e4·Δ) does."""
@@ -194,7 +196,7 @@ def mog_sigma(eps: float, delta: float, weights, spacing: float = 1.0, sens: flo
                      max_sigma=max_sigma, what="the mixture-of-Gaussians mechanism", tol=1e-4)
 
 
-def mog_expected_l1(sigma: float, weights, spacing: float = 1.0, sens: float = 1.0) -> float:
+def mog_expected_l1(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0) -> float:
     """E|Z| = Σ_k π_k [σ √(2/π) e^{−μ_k²/(2σ²)} + μ_k (1 − 2Φ(−μ_k/σ))]."""
     sigma, weights = check_positive(sigma, "sigma"), check_weights(weights)
     mu = _means(weights, check_positive(spacing, "spacing"), check_positive(sens, "sens"))
@@ -202,14 +204,14 @@ def mog_expected_l1(sigma: float, weights, spacing: float = 1.0, sens: float = 1
     return float(np.sum(weights * folded))
 
 
-def mog_expected_l2(sigma: float, weights, spacing: float = 1.0, sens: float = 1.0) -> float:
+def mog_expected_l2(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0) -> float:
     """E Z² = σ² + Σ_k π_k μ_k²."""
     sigma, weights = check_positive(sigma, "sigma"), check_weights(weights)
     mu = _means(weights, check_positive(spacing, "spacing"), check_positive(sens, "sens"))
     return float(sigma**2 + np.sum(weights * mu**2))
 
 
-def mog_sample(key: jax.Array, sigma: float, weights, spacing: float = 1.0, sens: float = 1.0,
+def mog_sample(key: jax.Array, sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0,
                shape: tuple[int, ...] = ()) -> jax.Array:
     """Draws of Z: k ~ Categorical(π) over −R…R, z = k·m·Δ + σ·N(0, 1); float32 `shape`.
 

@@ -40,7 +40,7 @@ _TAIL_MASS = 1e-30
 _SHORTER_SHIFTS = (0.25, 0.5, 0.75)
 
 
-def check_shape(a, p, dim) -> tuple[float, float, int]:
+def check_shape(a: float, p: float, dim: int) -> tuple[float, float, int]:
     return check_positive(a, "a"), check_positive(p, "p"), check_dimension(dim, "dim")
 
 

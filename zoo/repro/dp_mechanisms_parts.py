@@ -81,7 +81,8 @@ def sgg_summary(eps: float, delta: float, dim: int, members: list[dict], grid: t
     return row
 
 
-def blobs(key: jax.Array, count: int, *, features: int = 8, classes: int = 4, spread: float = 0.7):
+def blobs(key: jax.Array, count: int, *, features: int = 8, classes: int = 4,
+          spread: float = 0.7) -> tuple[jax.Array, jax.Array]:
     """A synthetic classification set: fixed random class means (the same task for every key), unit Gaussian
     noise around them. Returns (x [N, features] float32, labels [N] int32)."""
     label_key, noise_key = jax.random.split(key)
