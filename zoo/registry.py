@@ -26,7 +26,7 @@ UpdateFactory = Callable[[Any], UpdateFn]
 
 # Modules whose import registers the built-in entries. Imported lazily on first lookup so that
 # `import zoo.registry` stays cheap and free of import cycles.
-_BUILTIN_MODULES = ("icml26zoo.mixers", "icml26zoo.models", "icml26zoo.optim")
+_BUILTIN_MODULES = ("icml26zoo.mixers", "icml26zoo.models", "icml26zoo.optim", "icml26zoo.privacy")
 
 
 class Registry(Generic[T]):
@@ -127,7 +127,9 @@ MODELS: Registry[Callable[..., Any]] = Registry("model")
 MIXERS: Registry[type] = Registry("mixer")
 OPTIMIZERS = OptimizerRegistry("optimizer")
 # Objectives `objective(model, batch, rng) -> (loss, metrics)` (see zoo.losses.objectives).
-OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective", modules=("icml26zoo.losses",))
+OBJECTIVES: Registry[Callable[..., Any]] = Registry(
+    "objective", modules=("icml26zoo.losses", "icml26zoo.moe.objective")
+)
 
 register_model = MODELS.register
 register_mixer = MIXERS.register

@@ -41,9 +41,9 @@ BAD_INPUTS = [
     ("unknown_optimizer", ["optim.name=adamx"], "optim.name must be one of ['adam', 'adamw',"),
     ("unknown_optimizer_option", ["optim.options=(('rho', 0.1),)"],
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),
-    ("unknown_objective", ["objective=ranking"], "objective must be one of ['classification', 'lm'], got 'ranking'"),
-    ("unknown_dataset", ["data.name=imagenet"], "data.name must be one of ['mqar', 'nucleotide', 'pystdlib', "
-                                                "'tfds:<name>', 'topics'], got 'imagenet'"),
+    ("unknown_objective", ["objective=ranking"], "objective must be one of ['classification', "),
+    ("unknown_dataset", ["data.name=imagenet"], "'pystdlib', 'sparse_boolean', 'tfds:<name>', "
+                                                "'tfds_image:<name>', 'topics'], got 'imagenet'"),
     ("infinite_learning_rate", ["optim.learning_rate=inf"], "'optim.learning_rate' expects a finite float, got 'inf'"),
     ("nan_learning_rate", ["optim.learning_rate=nan"], "'optim.learning_rate' expects a finite float, got 'nan'"),
     ("vocab_too_small", [*MQAR, "model.vocab_size=16"],

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from icml26zoo.train.config import DataConfig
 
 # Modules whose import registers the built-in datasets, imported on the first lookup.
-BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics")
+BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics", "icml26zoo.train.data.digits",
+                   "icml26zoo.train.data.image_rows", "icml26zoo.train.data.formal_languages",
+                   "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean")
 LAYOUTS = ("concat", "whole", "single")
 
 
