@@ -1,6 +1,7 @@
-"""The synthetic task generators (spec mixers-09: Dyck-k, palindromes, BFVP, function composition; spec train-16:
-k-sparse Boolean chains): each generator's statistics against its definition, checked by references written
-here independently of the modules' recognizers; seeds; option validation; one pass through the pipeline."""
+"""The synthetic task generators (Dyck-k, palindromes, BFVP and function composition for the looped and
+hybrid transformer papers; k-sparse Boolean chains for RL vs SFT): each generator's statistics against its
+definition, checked by references written here independently of the modules' recognizers; seeds; option
+validation; one pass through the pipeline."""
 
 from __future__ import annotations
 

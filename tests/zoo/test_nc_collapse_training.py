@@ -1,4 +1,4 @@
-"""Spec train-09's experiment at test size: on a separable Gaussian mixture (K = 4), NC1 of a 2-layer MLP's
+"""The NC-by-design paper's experiment at test size: on a separable Gaussian mixture (K = 4), NC1 of a 2-layer MLP's
 features falls during training with NONL and NTCE and ends below cross-entropy's at equal steps."""
 
 from __future__ import annotations

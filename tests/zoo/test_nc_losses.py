@@ -1,4 +1,5 @@
-"""NormFace / NTCE / NONL / SupCon against readable per-sample formulas, and the spec's invariants (train-09)."""
+"""NormFace / NTCE / NONL / SupCon against readable per-sample formulas, and the invariants of the
+NC-by-design paper (arXiv 2605.20302)."""
 
 from __future__ import annotations
 

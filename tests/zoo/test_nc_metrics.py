@@ -1,4 +1,5 @@
-"""NC1–NC4 and the geometry metrics: closed forms at a simplex ETF, readable formulas, random features (train-09)."""
+"""NC1–NC4 and the geometry metrics (arXiv 2605.20302): closed forms at a simplex ETF, readable formulas,
+random features."""
 
 from __future__ import annotations
 

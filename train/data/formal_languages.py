@@ -1,5 +1,6 @@
-"""Formal-language recognition tasks (spec mixers-09, part (a)): Dyck-k, palindromes and the Boolean formula
-value problem, as labelled rows (member = 1, non-member = 0) for `objective="classification"`.
+"""Formal-language recognition tasks (Jerad et al., "Context-free Recognition with Transformers",
+arXiv 2601.01754): Dyck-k, palindromes and the Boolean formula value problem, as labelled rows (member = 1,
+non-member = 0) for `objective="classification"`.
 
 The languages (all strings of one dataset have the same length n):
   * Dyck-k ("dyck"): balanced strings over k bracket types; n even.
@@ -13,13 +14,13 @@ the same length with two positions holding different symbols swapped, which keep
 symbol count (redrawn until the swap leaves the language). Labels come from exact recognizers written
 independently of the generators: a stack for Dyck-k, reversal for palindromes, a recursive-descent
 evaluator for BFVP. Classes are exactly balanced (half of each split is positive, in random order).
-The walk, formula shapes and swaps are this zoo's reconstruction: spec 09 gives the languages, not the
+The walk, formula shapes and swaps are this zoo's reconstruction: the paper names the languages, not the
 papers' samplers.
 
-Length generalization (spec 09: train on short strings, test on longer ones): option `eval_length` gives the
+Length generalization (train on short strings, test on longer ones): option `eval_length` gives the
 validation split its own string length (each split has one length; a split mixing lengths is not offered).
 
-Row layout (spec 09's padded encoder): the n symbols, P `<pad>` tokens (compute space, not masked), `<cls>`,
+Row layout (the looped, padded encoder's input): the n symbols, P `<pad>` tokens (compute space, not masked), `<cls>`,
 `<end>`. The pipeline feeds tokens[:-1], so a model sees the string, the padding and `<cls>`.
 
 Vocabulary layout (size 5 + number of symbols):

@@ -1,4 +1,4 @@
-"""L-sequential function composition (spec mixers-09, part (b); the task of Chen, Peng & Wu, arXiv 2412.02975)
+"""L-sequential function composition (Liao et al., arXiv 2602.01763; the task of Chen, Peng & Wu, arXiv 2412.02975)
 as next-token rows: the loss is on the answer token only.
 
 Each example draws L functions f_1 .. f_L : [n] -> [n] (uniform maps, or random permutations) and a start
@@ -8,7 +8,7 @@ value x, and writes
 
 With encoding "table", table_ℓ is the n values f_ℓ(0), ..., f_ℓ(n - 1): the position inside the segment is
 the argument. With encoding "pairs", table_ℓ is the n pairs (i, f_ℓ(i)) in a random order, so a model must
-look arguments up by content. The exact token format is this zoo's reconstruction (spec 09 marks it so).
+look arguments up by content. The exact token format is this zoo's reconstruction.
 
 Vocabulary layout (size 2 + n + L):
     0                      padding (never inside an example)

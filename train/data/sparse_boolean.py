@@ -1,6 +1,6 @@
-"""k-sparse Boolean functions with chain-of-thought tokens (spec train-16): k-PARITY, k-AND and k-OR, each
-computed along a binary tree of one fixed 2-sparse function g (XOR, AND, OR), as next-token rows whose loss
-is on the chain tokens only.
+"""k-sparse Boolean functions with chain-of-thought tokens (Lyu, Jia, Cai, Zhu, arXiv 2511.17852):
+k-PARITY, k-AND and k-OR, each computed along a binary tree of one fixed 2-sparse function g (XOR, AND, OR),
+as next-token rows whose loss is on the chain tokens only.
 
 An example is x ∈ {0, 1}^d (i.i.d. Bernoulli(ρ) bits) followed by the k - 1 chain tokens z_{d+1..d+k-1}:
 
@@ -12,7 +12,7 @@ leaves in pairs (x_{i_1}, x_{i_2}), (x_{i_3}, x_{i_4}), ...; each next level com
 nodes in pairs, and a node left without a partner (k not a power of 2) moves up unchanged, so there are
 always k - 1 chain tokens and the last is f(x) = g over all of S. Parent positions a(j), b(j) are
 `chain_parents`. By default ρ makes f(x) balanced: 1/2 for parity, 2^(-1/k) for AND, 1 - 2^(-1/k) for OR
-(spec 16's pitfall). The exact token format of the paper is a reconstruction (spec 16).
+(a constant f would teach nothing). The exact token format of the paper is a reconstruction.
 
 Vocabulary layout (size 3):
     0                      padding (never inside an example)

@@ -1,4 +1,4 @@
-"""Flow matching for inverse design: Diag-CFM's zero-anchored pairing and standard CFM (spec train-11).
+"""Flow matching for inverse design: Diag-CFM's zero-anchored pairing and standard CFM (arXiv 2603.15925).
 
 - `pairs`: the two pairings' endpoints and the conditional flow-matching loss.
 - `velocity`: the velocity network (a Flax NNX MLP with a sinusoidal time embedding).

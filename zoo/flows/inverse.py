@@ -1,5 +1,5 @@
 """Inverse design with a trained flow: sampling designs for target labels, the model's own forward prediction,
-and the uncertainty scores Zero-Deviation and Self-Consistency (spec train-11; the metric definitions are the
+and the uncertainty scores Zero-Deviation and Self-Consistency (arXiv 2603.15925; the metric definitions are the
 zoo's RECONSTRUCTION from the paper's abstract).
 
 All scores are root-mean-square over the L labels, per row, so they read in standardised label units:

@@ -2,7 +2,7 @@
 
 Paper: de Campos, Krebs, Gottschalk, "Generative Inverse Design with Abstention via Diagonal Flow Matching"
 (ICML 2026, arXiv 2603.15925). No code was published; the state layout and time convention below are the
-zoo's RECONSTRUCTION from the abstract (spec train-11), kept in these few functions so they can be swapped.
+zoo's RECONSTRUCTION from the abstract (arXiv 2603.15925), kept in these few functions so they can be swapped.
 
 Data: designs x [B, P], labels y [B, L] (both standardised), noise eps [B, P].
 

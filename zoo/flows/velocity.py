@@ -1,4 +1,4 @@
-"""The velocity network: a SiLU MLP on the state and a sinusoidal embedding of the time (spec train-11)."""
+"""The velocity network: a SiLU MLP on the state and a sinusoidal embedding of the time."""
 
 from __future__ import annotations
 

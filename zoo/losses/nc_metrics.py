@@ -1,4 +1,5 @@
-"""Neural-collapse metrics: Papyan et al.'s NC1–NC4 and the geometry metrics of spec train-09.
+"""Neural-collapse metrics: Papyan et al.'s NC1–NC4 and the geometry metrics of the NC-by-design paper
+(arXiv 2605.20302).
 
 All functions take numpy-convertible arrays and compute in float64 (covariance pseudo-inverses need it):
 features h [N, D] with labels y [N] int in [0, K) (every class present), classifier / prototypes W [K, D].

@@ -1,8 +1,8 @@
 """Prototype losses on the unit hypersphere: NormFace, NTCE, NONL and SupCon, plus fixed prototypes.
 
 Paper: Koromilas, Giannakopoulos, Nicolaou, Panagakis, "Neural Collapse by Design: Learning Class Prototypes
-on the Hypersphere" (ICML 2026, arXiv 2605.20302); spec `train-09-nc-normalized-losses.md`. Written from the
-spec's formulas (the paper's code was read for the maths, not copied).
+on the Hypersphere" (ICML 2026, arXiv 2605.20302). Written from the
+paper's formulas (the paper's code was read for the maths, not copied).
 
 Shapes: features z [M, D] (one row per batch sample), prototypes w [K, D] (one row per class), labels y [M]
 int in [0, K), temperature τ > 0. Every loss L2-normalises z and w first, so it is invariant to positive

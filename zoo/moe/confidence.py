@@ -4,7 +4,7 @@ weighted by its own confidence c_e(o) = sigmoid(w_eᵀ LN_e(o) + b_e) ∈ (0, 1)
 (weights are not normalized). The confidence is regressed on the probability that a shared class head
 gives the true class, P(o)[y] (`confidence_loss`), and no load-balancing loss is added.
 
-Written from the official code's maths (docs/papers, spec train-01). Deviations: the per-token confidence
+Written from the official code's maths (docs/papers.md). Deviations: the per-token confidence
 (the code's TokenLevelConf=True) is the only mode; the batch-mean mode is not implemented.
 """
 

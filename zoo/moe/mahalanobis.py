@@ -3,7 +3,7 @@ of k experts per token under a Mahalanobis objective whose covariance comes from
 
 RECONSTRUCTION: no code was published. From the paper's abstract and public summaries we know the
 objective is Mahalanobis-distance based, the covariance is the expert co-occurrence matrix, and the greedy
-uses incremental Cholesky updates; the rest (spec train-02) is ours and kept swappable:
+uses incremental Cholesky updates; the rest is ours and kept swappable:
 
   p = softmax(h W_r) [E];   value of a set S:  M(S) = p_Sᵀ Σ_SS⁻¹ p_S
   greedy: add j* = argmax_j Δ_j,  Δ_j = (p_j − Σ_jS Σ_SS⁻¹ p_S)² / (Σ_jj − Σ_jS Σ_SS⁻¹ Σ_Sj) = M(S∪j) − M(S)
