@@ -19,6 +19,7 @@ from flax import nnx
 
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.models.block import run_layers
+from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import _check_tokens, positions_from_segments
 from icml26zoo.moe.confidence import confidence_loss
 from icml26zoo.moe.registry import router_options
@@ -46,7 +47,7 @@ def forward_with_aux(
     return model._logits(x), aux
 
 
-def moe_aux_loss(cfg, aux: dict[str, jax.Array], targets: jax.Array, weights: jax.Array) -> jax.Array:
+def moe_aux_loss(cfg: ModelConfig, aux: dict[str, jax.Array], targets: jax.Array, weights: jax.Array) -> jax.Array:
     """The auxiliary part of the loss from stacked aux ([L, ...] leaves); 0 for a model without MoE.
 
     targets [B, T] int (the confidence router's true classes: the next tokens), weights [B, T] float.

@@ -9,6 +9,7 @@ the NC metrics on the train features and the test accuracy of the cell's classif
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,8 @@ class Readout:
     labels: np.ndarray
 
 
-def read_features(feature_fn, params: dict, batches: list[dict[str, jax.Array]]) -> Readout:
+def read_features(feature_fn: Callable[..., tuple[jax.Array, jax.Array]], params: dict,
+                  batches: list[dict[str, jax.Array]]) -> Readout:
     features, labels = [], []
     for batch in batches:
         z, valid = feature_fn(params, batch)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +69,8 @@ def _loss(graphdef, params, x0, xt, maskable):
     return sums.loss_sum / jnp.maximum(sums.weight, 1.0), jax.nn.log_softmax(logits, axis=-1)
 
 
-def make_steps(graphdef, tx: optax.GradientTransformation, setup: Setup):
+def make_steps(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, setup: Setup
+               ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(random_step, puma_step), both jitted.
 
     random_step(params, opt, x0, maskable, key) -> (params, opt, loss);
@@ -103,7 +106,7 @@ def eval_rows(rows: int, seq_len: int) -> np.ndarray:
     return np.asarray(next(iterator)["inputs"], np.int32)
 
 
-def make_evaluator(graphdef, setup: Setup, x0: np.ndarray):
+def make_evaluator(graphdef: nnx.GraphDef, setup: Setup, x0: np.ndarray) -> Callable[[Any], dict[str, float]]:
     """evaluate(params) -> {"bpb": negative ELBO in bits per byte under random masking (mean over fixed mask
     draws), "infill_accuracy": greedy sampler's byte accuracy on the second half given the first}."""
     x0 = jnp.asarray(x0)
