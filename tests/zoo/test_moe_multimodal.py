@@ -1,4 +1,4 @@
-"""ConfSMoE's multimodal classifier: two-stage imputation invariants (spec train-01), stage-1 pool, bad
+"""ConfSMoE's multimodal classifier: two-stage imputation invariants (ConfSMoE, ICML 2026), stage-1 pool, bad
 masks, the synthetic task's missingness settings, and a short training run at 50% missingness."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ConfSMoE's multimodal classifier with two-stage missing-modality imputation (ICML 2026, spec train-01).
+"""ConfSMoE's multimodal classifier with two-stage missing-modality imputation (ICML 2026).
 
 Per-modality linear encoders map raw inputs [B, S, F_m] to S tokens of width d; each fusion layer runs
 pre-LN self-attention over all M·S tokens of a sample, then the MoE feed-forward (`MoEFeedForward`, any

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from sklearn.metrics import f1_score, roc_auc_score
 
 from icml26zoo.moe.confidence import confidence_loss
 from icml26zoo.moe.diagnostics import routing_diagnostics
@@ -113,7 +112,14 @@ def train_classifier(data: MultimodalData, model_config: ConfSMoEConfig, config:
 
 def evaluate_classifier(trained: TrainedClassifier, split: MultimodalSplit, *, impute: bool = True,
                         seed: int = 0) -> dict[str, Any]:
-    """Accuracy, macro F1, (one-vs-rest macro) AUC and layer 0's routing diagnostics on a split (no noise)."""
+    """Accuracy, macro F1, (one-vs-rest macro) AUC and layer 0's routing diagnostics on a split (no noise).
+
+    The F1 and AUC come from scikit-learn (the `[sklearn]` extra), imported here so the module imports without it.
+    """
+    try:
+        from sklearn.metrics import f1_score, roc_auc_score
+    except ImportError as err:
+        raise ImportError('evaluate_classifier needs scikit-learn: pip install "icml26-zoo[sklearn]"') from err
     model = trained.model
     inputs = fill_missing(tuple(map(jnp.asarray, split.inputs)), jnp.asarray(split.present), trained.pool,
                           jax.random.key(seed), model.config.pool_size)
