@@ -30,3 +30,16 @@ def fast_compile():
     jax.config.update("jax_disable_most_optimizations", True)
     yield
     jax.config.update("jax_disable_most_optimizations", previous)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_compilation_cache():
+    """A test must not leave JAX's persistent compilation cache switched on (e.g. a script's `main` pointing it
+    at a temporary directory): later compilations in the same worker would write there, and serializing some
+    executables has crashed the worker. Fails the leaking test and switches the cache back off."""
+    before = jax.config.jax_compilation_cache_dir
+    yield
+    after = jax.config.jax_compilation_cache_dir
+    if after != before:
+        jax.config.update("jax_compilation_cache_dir", before)
+        pytest.fail(f"the test left jax_compilation_cache_dir set to {after!r} (was {before!r})")

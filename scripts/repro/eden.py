@@ -12,14 +12,11 @@ persistent compilation cache in <out>/jax_cache (the seeds after the first reuse
 
 from __future__ import annotations
 
-import pathlib
 import sys
 from collections.abc import Sequence
 
-import jax
-
 from icml26zoo.repro import eden
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
+from icml26zoo.repro.cli import budget_parser, parse_budget, run_main, use_compilation_cache
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,8 +30,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("archs", "sizes"):
         if getattr(args, name) is not None:
             grid[name] = tuple(getattr(args, name).split(","))
-    if not args.no_compile_cache:
-        jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(args.out).resolve() / "jax_cache"))
     results = eden.run(args.out, budget=budget, motif_prefix=args.motif_prefix, resume=args.resume, **grid)
     print(results.markdown)
     for path in results.paths.values():
@@ -42,4 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # A process-wide JAX setting, so only the command line turns it on, never `main` (which tests call).
+    if "--no-compile-cache" not in sys.argv[1:]:
+        use_compilation_cache(sys.argv[1:], "runs/repro/eden")
     sys.exit(run_main(main))
