@@ -4,29 +4,20 @@ scored, stored, reused)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import diag_cfm
 from icml26zoo.repro import diag_cfm_parts as parts
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "diag_cfm.py"
 TINY = Budget(steps=20, batch_size=16, seq_len=1, seeds=(0,))
 TINY_ARGS = {"pairings": ("diag",), "dims": (2,), "orders": ("aligned",), "n_labels": 1, "train_pairs": 64,
              "targets": 4, "candidates": 3, "ode_steps": 4, "width": 8, "depth": 1}
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("diag_cfm_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -60,7 +51,7 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     ],
 )
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("diag_cfm").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

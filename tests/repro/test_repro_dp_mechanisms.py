@@ -4,25 +4,15 @@ experiment itself runs in the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.privacy import accounting, gaussian
 from icml26zoo.repro import dp_mechanisms
 from icml26zoo.repro import dp_mechanisms_parts as parts
 from icml26zoo.repro.cli import run_main
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "dp_mechanisms.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("dp_mechanisms_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -57,7 +47,7 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     ],
 )
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("dp_mechanisms").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

@@ -3,29 +3,20 @@ hand-computed values, the synthetic data's propensity model, and a tiny end-to-e
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import ipw_scoring
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "ipw_scoring.py"
 TINY = Budget(steps=3, batch_size=40, seq_len=2, seeds=(0, 1))
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("ipw_scoring_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -62,7 +53,7 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     ],
 )
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("ipw_scoring").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 

@@ -5,25 +5,15 @@ experiment itself runs in the notebook test (tests/test_notebooks.py)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import muon_lora
 from icml26zoo.repro import muon_lora_parts as parts
 from icml26zoo.repro.cli import run_main
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "muon_lora.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("muon_lora_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
@@ -54,7 +44,7 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
 @pytest.mark.parametrize("argv", [["--optimizers", "sgd"], ["--ranks", "0,x"], ["--ranks", "0,128"],
                                   ["--d-model", "60"]])
 def test_script_reports_bad_flags_in_one_line_with_status_2(tmp_path, capsys, argv):
-    assert run_main(_script().main, ["--out", str(tmp_path / "run"), "--quick", *argv]) == 2
+    assert run_main(load_repro_script("muon_lora").main, ["--out", str(tmp_path / "run"), "--quick", *argv]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "\n" not in error
 

@@ -3,14 +3,12 @@ and edits on a tiny random model. The QUICK run itself runs in tests/test_notebo
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from repro_scripts import load_repro_script
 
 from icml26zoo.mixers import protot_hooks as hooks
 from icml26zoo.models import build_model
@@ -33,7 +31,6 @@ from icml26zoo.repro.protot_parts import (
 from icml26zoo.train.config import load_preset
 
 TINY = Budget(steps=2, batch_size=2, seq_len=16)
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "protot.py"
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +72,7 @@ def test_resuming_a_missing_run_is_an_error(tmp_path):
 
 
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("protot_script", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_repro_script("protot")
     from icml26zoo.repro.cli import run_main
 
     status = run_main(script.main, ["--out", str(tmp_path / "run"), "--quick", "--mixers", "protot,foxx"])

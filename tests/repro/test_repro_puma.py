@@ -4,26 +4,17 @@ curves, figure, the pool's data consumption) and the reuse of finished cells."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import pytest
+from repro_scripts import load_repro_script
 
 from icml26zoo.repro import puma
 from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "repro" / "puma.py"
 TINY = Budget(steps=4, batch_size=4, seq_len=16, seeds=(0,))
 TINY_SETUP = puma.Setup(d_model=16, num_layers=1, num_phases=2, eval_every=2, eval_rows=4, eval_mask_draws=1,
                         sampler_steps=2)
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("puma_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -57,7 +48,7 @@ def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
      (["--mode", "fast"], "mode must be one of"), (["--resume"], "does not exist")],
 )
 def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(_script().main, ["--quick", "--out", str(tmp_path / "run"), *argv])
+    status = run_main(load_repro_script("puma").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
     error = capsys.readouterr().err
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
