@@ -57,6 +57,21 @@ class MqarDataset(Dataset):
                              f"so that an MQAR example fits in a row, got {seq_len}")
 
 
+def prepared_tfds_builder(data: DataConfig, directory: str, family: str) -> tfds.core.DatasetBuilder:
+    """The builder of the TFDS dataset named after `family` in data.name ("tfds:lm1b" -> "lm1b"), which the
+    user must have prepared under `directory`: ValueError naming data.name otherwise (nothing is downloaded)."""
+    name = data.name.removeprefix(family)
+    try:
+        builder = tfds.builder(name, data_dir=directory)
+    except tfds.core.registered.DatasetNotFoundError as error:
+        raise ValueError(f"data.name {data.name!r}: no TFDS dataset {name!r} is registered or prepared "
+                         f"under data_dir {directory!r} ({error})") from None
+    if not builder.is_prepared():
+        raise ValueError(f"data.name {data.name!r}: dataset {name!r} is not prepared under "
+                         f"data_dir {directory!r}; prepare it first (e.g. `tfds build`): "
+                         "this loader never downloads")
+    return builder
+
 @register_dataset("tfds:")
 class TfdsDataset(Dataset):
     """Any TFDS dataset the user has prepared under data_dir, read as bytes from data.text_feature."""
@@ -64,17 +79,7 @@ class TfdsDataset(Dataset):
     buildable = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
-        name = data.name.removeprefix("tfds:")
-        try:
-            builder = tfds.builder(name, data_dir=directory)
-        except tfds.core.registered.DatasetNotFoundError as error:
-            raise ValueError(f"data.name {data.name!r}: no TFDS dataset {name!r} is registered or prepared "
-                             f"under data_dir {directory!r} ({error})") from None
-        if not builder.is_prepared():
-            raise ValueError(f"data.name {data.name!r}: dataset {name!r} is not prepared under "
-                             f"data_dir {directory!r}; prepare it first (e.g. `tfds build`): "
-                             "this loader never downloads")
-        return builder
+        return prepared_tfds_builder(data, directory, "tfds:")
 
     def documents(self, builder: tfds.core.DatasetBuilder, split: str, data: DataConfig) -> Documents:
         return text_documents(builder, split, data.text_feature, field="data.text_feature")

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data.catalog import prepared_tfds_builder
 from icml26zoo.train.data.documents import ArrayDocuments, read_arrays
 from icml26zoo.train.data.registry import Dataset, register_dataset
 
@@ -56,16 +57,7 @@ class TfdsImageDataset(Dataset):
     buildable = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
-        name = data.name.removeprefix("tfds_image:")
-        try:
-            builder = tfds.builder(name, data_dir=directory)
-        except tfds.core.registered.DatasetNotFoundError as error:
-            raise ValueError(f"data.name {data.name!r}: no TFDS dataset {name!r} is registered or prepared "
-                             f"under data_dir {directory!r} ({error})") from None
-        if not builder.is_prepared():
-            raise ValueError(f"data.name {data.name!r}: dataset {name!r} is not prepared under data_dir "
-                             f"{directory!r}; prepare it first (e.g. `tfds build`): this loader never downloads")
-        return builder
+        return prepared_tfds_builder(data, directory, "tfds_image:")
 
     def _info(self, data: DataConfig) -> tuple[int, int]:
         from icml26zoo.train.data.sources import data_dir
