@@ -13,14 +13,11 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import cubic_damping
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main
 
 FLOAT_FLAGS = ("condition", "noise", "damping_multiple", "momentum", "gpt_sgd_lr", "gpt_adam_lr")
 INT_FLAGS = ("problem_steps", "dim", "d_model")
 
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -39,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     kwargs = dict(cubic_damping.QUICK_ARGS) if args.quick else {}
     for flag in ("methods", "gpt_methods", "problems"):
         if getattr(args, flag) is not None:
-            kwargs[flag] = _names(getattr(args, flag))
+            kwargs[flag] = comma_list("--" + flag.replace("_", "-"), getattr(args, flag))
     for flag in INT_FLAGS + FLOAT_FLAGS:
         if getattr(args, flag) is not None:
             kwargs[flag] = getattr(args, flag)

@@ -13,21 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import diag_cfm
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main, use_compilation_cache
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main, use_compilation_cache
 
 DEFAULT_OUT = "runs/repro/diag_cfm"
 INT_FLAGS = ("train_pairs", "targets", "candidates", "ode_steps", "width", "depth", "n_labels")
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
-def _ints(flag: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -40,11 +31,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, budget = parse_budget(parser, argv, quick=diag_cfm.QUICK, full=diag_cfm.FULL)
     kwargs = dict(diag_cfm.QUICK_ARGS) if args.quick else {}
     if args.pairings is not None:
-        kwargs["pairings"] = _names(args.pairings)
+        kwargs["pairings"] = comma_list("--pairings", args.pairings)
     if args.orders is not None:
-        kwargs["orders"] = _names(args.orders)
+        kwargs["orders"] = comma_list("--orders", args.orders)
     if args.dims is not None:
-        kwargs["dims"] = _ints("--dims", args.dims)
+        kwargs["dims"] = comma_list("--dims", args.dims, int)
     kwargs.update({name: getattr(args, name) for name in INT_FLAGS if getattr(args, name) is not None})
     print_results(diag_cfm.run(args.out, budget=budget, resume=args.resume, **kwargs))
 

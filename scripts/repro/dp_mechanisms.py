@@ -14,17 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import dp_mechanisms
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main
 
 DEFAULT_OUT = "runs/repro/dp_mechanisms"
 
-
-def _numbers(flag: str, text: str, kind: type = float) -> tuple:
-    try:
-        return tuple(kind(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated {'integers' if kind is int else 'numbers'}, "
-                         f"got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -41,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                               ("--dims", "dims", int), ("--powers", "powers", float)):
         text = getattr(args, field if field != "eps_values" else "eps")
         if text is not None:
-            kwargs[field] = _numbers(flag, text, kind)
+            kwargs[field] = comma_list(flag, text, kind)
     if args.dp_eps is not None:
         kwargs["dp_eps"] = args.dp_eps
     print_results(dp_mechanisms.run(args.out, budget=budget, resume=args.resume, workers=args.workers, **kwargs))

@@ -13,18 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import fox_fix
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
-def _ints(flag: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -40,11 +29,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, budget = parse_budget(parser, argv, quick=fox_fix.QUICK, full=fox_fix.FULL)
     kwargs = dict(fox_fix.QUICK_ARGS) if args.quick else {}
     if args.variants is not None:
-        kwargs["variants"] = _names(args.variants)
+        kwargs["variants"] = comma_list("--variants", args.variants)
     if args.tasks is not None:
-        kwargs["tasks"] = _names(args.tasks)
+        kwargs["tasks"] = comma_list("--tasks", args.tasks)
     if args.extrapolation is not None:
-        kwargs["extrapolation"] = _ints("--extrapolation", args.extrapolation)
+        kwargs["extrapolation"] = comma_list("--extrapolation", args.extrapolation, int)
     if args.eval_rows is not None:
         kwargs["eval_rows"] = args.eval_rows
     results = fox_fix.run(args.out, budget=budget, d_model=args.d_model, mqar_pairs=args.mqar_pairs,

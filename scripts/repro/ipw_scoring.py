@@ -14,16 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import ipw_scoring
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main
 
 DEFAULT_OUT = "runs/repro/ipw_scoring"
 
-
-def _floats(flag: str, text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -35,9 +29,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--q-min", type=float, default=ipw_scoring.Q_MIN,
                         help=f"propensity floor for the estimators and the rule's loss (default {ipw_scoring.Q_MIN:g})")
     args, budget = parse_budget(parser, argv, quick=ipw_scoring.QUICK, full=ipw_scoring.FULL)
-    methods = tuple(name.strip() for name in args.methods.split(",") if name.strip())
+    methods = comma_list("--methods", args.methods)
     results = ipw_scoring.run(args.out, budget=budget, methods=methods,
-                              strengths=_floats("--strengths", args.strengths), q_min=args.q_min,
+                              strengths=comma_list("--strengths", args.strengths, float), q_min=args.q_min,
                               resume=args.resume)
     print_results(results)
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import nc_losses
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main, use_compilation_cache
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main, use_compilation_cache
 
 DEFAULT_OUT = "runs/repro/nc_losses"
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.eval_points is not None:
         kwargs["eval_points"] = args.eval_points
     if args.methods is not None:
-        kwargs["methods"] = tuple(name.strip() for name in args.methods.split(",") if name.strip())
+        kwargs["methods"] = comma_list("--methods", args.methods)
     results = nc_losses.run(args.out, budget=budget, resume=args.resume, **kwargs)
     print_results(results)
 

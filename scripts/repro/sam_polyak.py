@@ -15,20 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from icml26zoo.repro import sam_polyak
-from icml26zoo.repro.cli import budget_parser, parse_budget, print_results, run_main, use_compilation_cache
+from icml26zoo.repro.cli import budget_parser, comma_list, parse_budget, print_results, run_main, use_compilation_cache
 
 DEFAULT_OUT = "runs/repro/sam_polyak"
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
-def _floats(flag: str, text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -44,9 +35,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, budget = parse_budget(parser, argv, quick=sam_polyak.QUICK, full=sam_polyak.FULL)
     kwargs = dict(sam_polyak.QUICK_ARGS) if args.quick else {}
     if args.optimizers is not None:
-        kwargs["optimizers"] = _names(args.optimizers)
+        kwargs["optimizers"] = comma_list("--optimizers", args.optimizers)
     if args.sam_lrs is not None:
-        kwargs["sam_learning_rates"] = _floats("--sam-lrs", args.sam_lrs)
+        kwargs["sam_learning_rates"] = comma_list("--sam-lrs", args.sam_lrs, float)
     if args.probe_batches is not None:
         kwargs["probe_batches"] = args.probe_batches
     results = sam_polyak.run(args.out, budget=budget, polyak_cap=args.polyak_cap, rho=args.rho, resume=args.resume,

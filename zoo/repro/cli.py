@@ -18,7 +18,7 @@ import jax
 
 from icml26zoo.repro.common import Budget, Results
 
-__all__ = ["budget_parser", "parse_budget", "print_results", "run_main", "use_compilation_cache"]
+__all__ = ["budget_parser", "comma_list", "parse_budget", "print_results", "run_main", "use_compilation_cache"]
 
 
 def budget_parser(description: str, *, default_out: str) -> argparse.ArgumentParser:
@@ -77,6 +77,16 @@ def print_results(results: Results) -> None:
     for name, path in results.paths.items():
         print(f"{name}: {path}")
 
+
+def comma_list(flag: str, text: str, kind: type = str) -> tuple:
+    """A command-line list "a,b,c" as a tuple of `kind` (str, int or float), blanks dropped; ValueError naming
+    `flag` when an entry is not a `kind`."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        return tuple(kind(part) for part in parts)
+    except ValueError:
+        what = "integers" if kind is int else "numbers"
+        raise ValueError(f"{flag} must be comma-separated {what}, got {text!r}") from None
 
 def use_compilation_cache(argv: Sequence[str], default_out: str) -> None:
     """Caches compiled programs under `<--out>/jax_cache` unless a JAX compilation cache is configured already,
