@@ -5,7 +5,8 @@ opens on a headless machine, and importing the trainer does not switch a noteboo
 inline plots.
 
 Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel, and
-``eval/bits_per_byte`` on a second panel when any record has them. When a resumed
+``eval/bits_per_byte`` on a second panel when any record has them, and the metrics an objective reported
+and asked to plot (`train.metrics.report_train_metrics(plot=)`) on a last panel. When a resumed
 run logged a step twice, the later record wins, which is the resumed run's value.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from icml26zoo.train.metrics import read_metrics
+from icml26zoo.train.metrics import plotted_reported_names, read_metrics
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
@@ -74,13 +75,15 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     if not any(_series(records, key)[0] for key in LOSS_KEYS):
         raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} has no finite {' or '.join(LOSS_KEYS)}")
 
-    has_bpb = any(_series(records, key)[0] for key in BPB_KEYS)
-    fig = Figure(figsize=(8, 6.5 if has_bpb else 4.5))
-    axes = fig.subplots(2 if has_bpb else 1, 1, sharex=True, squeeze=False)
-    panels = [(axes[0, 0], LOSS_KEYS, "loss")]
-    if has_bpb:
-        panels.append((axes[1, 0], BPB_KEYS, "bits per byte"))
-    for ax, keys, label in panels:
+    panels: list[tuple[Sequence[str], str]] = [(LOSS_KEYS, "loss")]
+    if any(_series(records, key)[0] for key in BPB_KEYS):
+        panels.append((BPB_KEYS, "bits per byte"))
+    reported = tuple(key for key in plotted_reported_names() if _series(records, key)[0])
+    if reported:
+        panels.append((reported, "reported by the objective"))
+    fig = Figure(figsize=(8, 4.5 if len(panels) == 1 else 2.0 + 2.25 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
+    for ax, (keys, label) in zip(axes[:, 0], panels, strict=True):
         _draw(ax, records, keys, label)
         for i, step in enumerate(markers):
             # One legend entry for all markers, not one per line.

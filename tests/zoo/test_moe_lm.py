@@ -113,5 +113,15 @@ def test_moe_lm_trains_on_the_byte_corpus(tmp_path):
     assert config.objective == "lm_moe" and config.model.moe_num_experts == 4
     train(config, tmp_path, devices=jax.devices()[:1])
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["train/loss"] for r in records if "train/loss" in r]
+    train_records = [r for r in records if "train/loss" in r]
+    losses = [r["train/loss"] for r in train_records]
     assert losses[-1] < losses[0] - 0.5, losses
+    # The routing diagnostics of every train step reach the run's metrics (train.metrics hook).
+    for record in train_records:
+        for layer in range(config.model.num_layers):
+            loads = [record[f"moe/layer{layer}/load/{e}"] for e in range(4)]
+            np.testing.assert_allclose(sum(loads), 1.0, atol=1e-5)
+            assert 0.0 <= record[f"moe/layer{layer}/collapse"] <= 1.0
+        assert record["moe/dropped"] == 0.0  # dropless preset
+    assert not any(key.startswith("moe/") for r in records if "eval/loss" in r for key in r)
+    assert (tmp_path / "loss_curve.png").stat().st_size > 0

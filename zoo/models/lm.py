@@ -119,16 +119,23 @@ class DecoderLM(nnx.Module):
             )
         x = x.astype(jnp.dtype(self.cfg.compute_dtype))
         x, _ = run_layers(self.layers, x, cfg=self.cfg, segment_ids=segment_ids, positions=positions)
-        return self._logits(x)
+        return self.logits_from_hidden(x)
 
-    def _logits(self, x: jax.Array) -> jax.Array:
-        """x [B, T, D] -> logits [B, T, vocab] float32 (matmul in the compute dtype, f32 accumulation)."""
+    def logits_from_hidden(self, x: jax.Array) -> jax.Array:
+        """The final norm and the head: the last block's output x [B, T, D] -> logits [B, T, vocab] float32.
+
+        Public for code that runs the blocks itself (e.g. to read their auxiliary outputs) and needs the
+        model's own head; the matmul runs in the compute dtype with float32 accumulation.
+        """
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.head is None:
             return self.embed.attend(x)
         kernel = self.head[...].astype(x.dtype)
         return jnp.einsum("btd,dv->btv", x, kernel, preferred_element_type=jnp.float32)
+
+    # The former private name, still used by zoo.diagnostics.capture.
+    _logits = logits_from_hidden
 
     def init_cache(self, batch_size: int, max_len: int | None = None) -> DecodeCache:
         """An empty decode cache for batch_size rows and at most max_len (default cfg.max_seq_len) tokens."""
@@ -168,4 +175,4 @@ class DecoderLM(nnx.Module):
             self.layers, x, cfg=self.cfg, segment_ids=None, positions=positions, caches=cache.layers
         )
         new_cache = cache.replace(index=cache.index + jnp.asarray(length, jnp.int32), layers=layer_caches)
-        return self._logits(x), new_cache
+        return self.logits_from_hidden(x), new_cache

@@ -53,21 +53,26 @@ def routing_diagnostics(aux: dict[str, jax.Array]) -> dict[str, jax.Array]:
     }
 
 
-def diagnostics_metrics(diagnostics: dict[str, jax.Array], prefix: str = "moe/") -> dict[str, float]:
-    """Named floats: each scalar diagnostic averaged over layers ("moe/collapse") and per layer
-    ("moe/layer0/collapse"), and every expert's load per layer ("moe/layer0/load/3")."""
-    out: dict[str, float] = {}
-    for name, value in jax.device_get(diagnostics).items():
-        value = np.asarray(value, np.float64)
+def diagnostics_scalars(diagnostics: dict[str, jax.Array], prefix: str = "moe/") -> dict[str, jax.Array]:
+    """Named scalar arrays (traceable): each scalar diagnostic averaged over layers ("moe/collapse") and per
+    layer ("moe/layer0/collapse"), and every expert's load per layer ("moe/layer0/load/3")."""
+    out: dict[str, jax.Array] = {}
+    for name, value in diagnostics.items():
+        value = jnp.asarray(value, jnp.float32)
         if name == "load":
             value = value.reshape(-1, value.shape[-1])
-            for layer, shares in enumerate(value):
-                out.update({f"{prefix}layer{layer}/load/{e}": float(s) for e, s in enumerate(shares)})
+            for layer in range(value.shape[0]):
+                out.update({f"{prefix}layer{layer}/load/{e}": value[layer, e] for e in range(value.shape[1])})
             continue
         value = value.reshape(-1)
-        out[f"{prefix}{name}"] = float(value.mean())
-        out.update({f"{prefix}layer{layer}/{name}": float(v) for layer, v in enumerate(value)})
+        out[f"{prefix}{name}"] = jnp.mean(value)
+        out.update({f"{prefix}layer{layer}/{name}": value[layer] for layer in range(value.shape[0])})
     return out
+
+
+def diagnostics_metrics(diagnostics: dict[str, jax.Array], prefix: str = "moe/") -> dict[str, float]:
+    """`diagnostics_scalars` as Python floats, for a metrics writer."""
+    return {name: float(value) for name, value in jax.device_get(diagnostics_scalars(diagnostics, prefix)).items()}
 
 
 def plot_routing(steps: Sequence[int], history: Sequence[dict[str, float]], *, title: str = "") -> object:

@@ -8,7 +8,10 @@ training loss without the trainer's step knowing about them:
               + confidence_weight · MSE(confidence, P(o)[next token])        (ConfSMoE router only)
 
 The summed metrics (loss_sum, weight, correct) are the plain cross-entropy's, so evaluations compare with
-dense models.
+dense models. The routing diagnostics (`zoo.moe.diagnostics`: expert load per layer, load and router
+entropy, co-selection, collapse indicator, dropped share) of every training step reach the run's
+metrics.jsonl through `train.metrics.report_train_metrics` (their mean over the steps between two train
+records), and collapse, co-selection and router entropy are drawn on the end-of-run loss plot.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from icml26zoo.models.block import run_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import _check_tokens, positions_from_segments
 from icml26zoo.moe.confidence import confidence_loss
+from icml26zoo.moe.diagnostics import diagnostics_scalars, routing_diagnostics
 from icml26zoo.moe.registry import router_options
 from icml26zoo.registry import register_objective
 
@@ -43,8 +47,7 @@ def forward_with_aux(
                      if segment_ids is None else positions_from_segments(segment_ids))
     x, _, aux = run_layers(model.layers, x, cfg=model.cfg, segment_ids=segment_ids, positions=positions,
                            return_aux=True)
-    # The model's own final norm and head (the same method its __call__ ends with).
-    return model._logits(x), aux
+    return model.logits_from_hidden(x), aux
 
 
 def moe_aux_loss(cfg: ModelConfig, aux: dict[str, jax.Array], targets: jax.Array, weights: jax.Array) -> jax.Array:
@@ -76,4 +79,21 @@ def lm_moe_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[j
     sums = weighted_cross_entropy(logits, batch["targets"], batch["weights"])
     extra = moe_aux_loss(model.cfg, aux, batch["targets"], batch["weights"])
     metrics = {"loss_sum": sums.loss_sum, "weight": sums.weight, "correct": sums.correct}
-    return weighted_mean(sums) + extra, metrics
+    return with_routing_report(weighted_mean(sums) + extra, aux), metrics
+
+
+PLOTTED_DIAGNOSTICS = ("moe/collapse", "moe/coselection", "moe/router_entropy")
+
+
+def with_routing_report(loss: jax.Array, aux: dict[str, jax.Array]) -> jax.Array:
+    """`loss` unchanged; when the trainer differentiates it, the routing diagnostics of `aux` go to the
+    run's metrics (`train.metrics.report_train_metrics`). Without MoE aux, or without the train extra
+    installed (a core install only calls the objective directly), `loss` is returned as is."""
+    if not aux:
+        return loss
+    try:
+        from icml26zoo.train.metrics import report_train_metrics
+    except ImportError:
+        return loss
+    scalars = diagnostics_scalars(routing_diagnostics(jax.lax.stop_gradient(aux)))
+    return report_train_metrics(loss, scalars, plot=PLOTTED_DIAGNOSTICS)
