@@ -24,7 +24,13 @@ from typing import Any
 
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config_checks import check_config, check_finite_floats, check_lora, check_names
+from icml26zoo.train.config_checks import (
+    check_config,
+    check_finite_floats,
+    check_lora,
+    check_names,
+    objective_options,
+)
 from icml26zoo.train.errors import RunError
 from icml26zoo.validation import (
     check_int,
@@ -210,6 +216,11 @@ class TrainConfig:
     # The registered objective the trainer minimizes (zoo.registry.OBJECTIVES): "lm" (next-token
     # cross-entropy) or "classification" (one label per row; needs a labelled dataset such as "topics").
     objective: str = "lm"
+    # Options of the objective as (name, value) pairs, e.g. (("mode", "rl"),), checked against the frozen
+    # options dataclass the objective declares (`options_class`, train.config_checks.objective_options): an
+    # unknown name or a bad value is a ValueError naming objective_options. Objectives without options take
+    # none. () = the objective's defaults.
+    objective_options: tuple[tuple[str, Any], ...] = ()
     # Global batch size in rows (sequences) per optimizer micro-step, across all processes.
     batch_size: int = 16
     # Tokens per row.
@@ -259,6 +270,7 @@ class TrainConfig:
         check_finite_floats("", self)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}")
+        objective_options(self.objective, self.objective_options)
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
             check_int(name, getattr(self, name))
         for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed", "spike_monitor_every"):

@@ -1,13 +1,16 @@
 """Checks of a TrainConfig that look beyond single fields: registered names, options, finite numbers,
 the dataset's vocabulary and row length. `load_preset` and `apply_overrides` (train.config) run
 `check_config`, so a bad name fails when the config is loaded, before any data or device is touched;
-the CLI adds `check_fits_data` before it trains.
+the CLI adds `check_fits_data` before it trains. `objective_options` validates `TrainConfig.objective_options`
+against the options an objective declares, and `configured_objective` is the objective the trainer calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from icml26zoo.train.errors import RunError
@@ -118,3 +121,37 @@ def _naming(field: str, error: ValueError) -> str:
     # holding it; messages that already start with a config path keep it.
     message = str(error)
     return message if message.startswith(("model.", "optim.")) else f"{field}: {message}"
+
+
+def objective_options(objective: str, pairs: Any) -> Any:
+    """The typed options of registered objective `objective` from (name, value) pairs, or None.
+
+    An objective that takes options declares a frozen dataclass as its attribute `options_class`; its
+    options are that class built from `pairs` (defaults for what is not given). ValueError naming
+    objective_options for: pairs that are not (name, value) pairs, an unknown name (listing the valid ones),
+    an ill-typed or out-of-range value, or any pair given to an objective that declares no options.
+    """
+    from icml26zoo.layers.options import build_options
+    from icml26zoo.registry import OBJECTIVES
+    from icml26zoo.validation import check_pairs
+
+    check_pairs("objective_options", pairs)
+    options_class = getattr(OBJECTIVES.get(objective), "options_class", None)
+    if options_class is None:
+        if pairs:
+            raise ValueError(f"objective_options: objective {objective!r} takes no options, got {pairs!r}")
+        return None
+    try:
+        return build_options(options_class, pairs, owner=f"{objective} objective")
+    except ValueError as error:
+        raise ValueError(f"objective_options: {error}") from None
+
+
+def configured_objective(config: TrainConfig) -> Callable[..., Any]:
+    """`objective(model, batch, rng) -> (loss, metrics)`: the run's objective with its options bound
+    (`options=` keyword) when it declares any."""
+    from icml26zoo.registry import OBJECTIVES
+
+    objective = OBJECTIVES.get(config.objective)
+    options = objective_options(config.objective, config.objective_options)
+    return objective if options is None else functools.partial(objective, options=options)

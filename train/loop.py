@@ -19,7 +19,6 @@ from flax import nnx
 
 from icml26zoo.lora import add_lora
 from icml26zoo.models import build_model
-from icml26zoo.registry import OBJECTIVES
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.batch_source import (
     GRAIN_KEY,
@@ -32,7 +31,7 @@ from icml26zoo.train.batch_source import (
 )
 from icml26zoo.train.checkpoint import Checkpointer, NonFiniteStateError
 from icml26zoo.train.config import TrainConfig
-from icml26zoo.train.config_checks import check_fits_data
+from icml26zoo.train.config_checks import check_fits_data, configured_objective
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
 from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, read_metrics
@@ -105,7 +104,7 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
         source = initial_params(config.init_from, abstract_params)
     schedule = learning_rate_schedule(config.optim, config.num_steps)
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
-    objective = OBJECTIVES.get(config.objective)
+    objective = configured_objective(config)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     shardings = TrainState(
         step=replicated,

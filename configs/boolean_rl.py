@@ -1,0 +1,17 @@
+"""Spec train-16: the one-layer transformer learns 3-PARITY of 16 bits along its chain of thought by
+policy-gradient RL with process rewards (objective `boolean_chain`, mode "rl": chains sampled from the model,
+r_j = 1[step j is the correct bit], batch-mean baseline per step).
+
+    python -m icml26zoo.train --config boolean_rl --workdir /tmp/bool_rl
+
+eval/accuracy is the greedy free-running step accuracy of the chain (chance 1/2 per step).
+"""
+
+from __future__ import annotations
+
+from icml26zoo.configs.boolean_sft import boolean_chain
+from icml26zoo.train.config import TrainConfig
+
+
+def get_config() -> TrainConfig:
+    return boolean_chain("rl", learning_rate=3e-3, num_steps=600)
