@@ -8,7 +8,9 @@ masks do not fit it, so this is a plain optax (Adam) loop over one jitted step, 
                                                           reach the layer; the sample label on every token)
 
 `PRESETS` holds the paper's three experiment settings (task, model and training configs; see
-`zoo.moe.multimodal_data` for what each setting drops).
+`zoo.moe.multimodal_data` for what each setting drops). From the command line they run through
+`python -m icml26zoo.moe.multimodal_cli --preset setting_II --data-dir DIR`, which reads the task from its
+offline TFDS dataset (`train.data.multimodal`, builder "zoo_multimodal").
 """
 
 from __future__ import annotations
