@@ -15,6 +15,7 @@ from icml26zoo.layers import projections
 from icml26zoo.layers.alibi import alibi_bias
 from icml26zoo.layers.norms import RMSNorm
 from icml26zoo.layers.options import check_choice
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer
@@ -28,11 +29,26 @@ class AttentionOptions:
     position: str = "rope"
     output_gate: str = "none"
     sink: str = "none"
+    fp8_logits: str = "off"
+    fp8_scale: float = 1.0
+    fp8_headroom: float = 0.8
 
 
 POSITIONS = ("rope", "alibi", "none")
 OUTPUT_GATES = ("none", "head", "channel")
 SINKS = ("none", "learnable", "plus_one")
+FP8_LOGITS = ("off", "rank_aware", "static")
+# Power-iteration steps of the rank-aware scale in each forward (the spec's cold-start count).
+FP8_POWER_ITERATIONS = 20
+
+
+def check_fp8_options(options: AttentionOptions) -> None:
+    """ValueError naming the option unless fp8_logits is a choice, fp8_scale > 0 finite, fp8_headroom in (0, 1]."""
+    check_choice("attention mixer", "fp8_logits", options.fp8_logits, FP8_LOGITS)
+    if not 0 < options.fp8_scale < float("inf"):
+        raise ValueError(f"attention mixer option 'fp8_scale' must be a finite number > 0, got {options.fp8_scale!r}")
+    if not 0 < options.fp8_headroom <= 1:
+        raise ValueError(f"attention mixer option 'fp8_headroom' must be in (0, 1], got {options.fp8_headroom!r}")
 
 
 def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
@@ -125,6 +141,17 @@ class Attention(nnx.Module):
         and logit s_h, so the real keys' weights may sum to less than 1. "learnable": s_h is a learned
         per-head scalar (init 0); "plus_one": s_h = 0 fixed (softmax-plus-one, softmax₁).
         `attention_logits` / `attention_weights` then have S + 1 columns, the sink last.
+      fp8_logits (str, default "off"): hold the logits S = q·k/√Dh in FP8 E4M3 in the training / scoring
+        forward (`zoo.mixers.fp8_scaling.fp8_attention`: cast s_h·S to float8_e4m3fn, divide by s_h, softmax
+        in float32; an overflow past ±448 gives NaN, as JAX's cast does). "rank_aware": s_h = u·448/B̂_h from
+        the weights (Emadi, ICML 2026; reconstruction): B̂_h = ρ² c_h/√Dh with ρ the largest token norm of
+        the mixer input in this call and c_h = σ_max(W_Q,h W_K,hᵀ) (power iteration), or ‖W_Q,h‖₂‖W_K,h‖₂
+        with RoPE (the rotation between q and k voids the product's bound); with qk_norm, B̂ = √Dh
+        max|γ_q| max|γ_k| from the norm gains alone. No overflow is possible with it. "static": s_h =
+        fp8_scale for every head (e.g. an amax-calibrated scale). Cached decoding keeps float32 logits
+        (the cache does not keep the inputs' norms), so it matches the forward only up to the FP8 rounding.
+      fp8_scale (float, default 1.0): the "static" scale (> 0).
+      fp8_headroom (float, default 0.8): u ∈ (0, 1] of the "rank_aware" scale.
     """
 
     # One variant carries ALiBi, the output gate and the learnable sink together: the harness checks what
@@ -159,6 +186,8 @@ class Attention(nnx.Module):
         gate_width = {"none": 0, "head": cfg.num_heads, "channel": cfg.num_heads * self.head_dim}[self.output_gate]
         self.gate_proj = linear(cfg.d_model, gate_width) if gate_width else None
         self.sink_logit = nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if self.sink == "learnable" else None
+        check_fp8_options(options)
+        self.fp8_logits, self.fp8_scale, self.fp8_headroom = options.fp8_logits, options.fp8_scale, options.fp8_headroom
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -168,7 +197,11 @@ class Attention(nnx.Module):
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             bias = alibi_bias(positions, positions, self.num_heads) if self.position == "alibi" else None
-            if self.sink == "none":
+            if self.fp8_logits != "off":
+                sink = None if self.sink == "none" else self.sink_logits()
+                mask = causal_mask(segment_ids, x.shape[1])
+                out = fp8_scaling.fp8_attention(q, k, v, mask, self.fp8_scales(x), bias, sink)
+            elif self.sink == "none":
                 out = causal_attention(q, k, v, segment_ids, bias=bias)
             else:
                 out = sink_attention(q, k, v, causal_mask(segment_ids, x.shape[1]), bias, self.sink_logits())
@@ -184,6 +217,21 @@ class Attention(nnx.Module):
         if self.sink_logit is not None:
             return self.sink_logit[...]
         return jnp.zeros((self.num_heads,), jnp.float32)
+
+    def fp8_scales(self, x: jax.Array) -> jax.Array:
+        """The per-head FP8 logit scales s [H] float32 for mixer input x [B, T, D] (option fp8_logits)."""
+        if self.fp8_logits == "static":
+            return jnp.full((self.num_heads,), self.fp8_scale, jnp.float32)
+        if self.q_norm is not None:
+            gains = jnp.max(jnp.abs(self.q_norm.scale[...])) * jnp.max(jnp.abs(self.k_norm.scale[...]))
+            bound = jnp.full((self.num_heads,), self.head_dim**0.5 * gains, jnp.float32)
+        else:
+            spectral = fp8_scaling.head_norm_products if self.position == "rope" else fp8_scaling.head_sigmas
+            factor = spectral(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads, self.num_kv_heads,
+                              FP8_POWER_ITERATIONS)
+            rho = jnp.max(jnp.linalg.norm(x.astype(jnp.float32), axis=-1))
+            bound = fp8_scaling.deterministic_bound(factor, rho, rho, self.head_dim)
+        return jax.lax.stop_gradient(fp8_scaling.scale_from_bound(bound, self.fp8_headroom))
 
     def gate_heads(self, x: jax.Array, heads: jax.Array) -> jax.Array:
         """Applies the output gate: heads [B, T, H, Dh] ⊙ σ(x W_g) with x [B, T, D]; identity without a gate."""

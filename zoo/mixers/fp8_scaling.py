@@ -1,0 +1,167 @@
+"""Rank-aware FP8 (E4M3) scaling of attention logits from the geometry of W_Q W_Kᵀ, and FP8-logit attention.
+
+Paper: Emadi, "Rank-Aware Spectral Bounds on Attention Logits for Stable Low-Precision Training" (ICML 2026,
+arXiv 2602.18851); docs/papers/fp8_rank_aware.md. The logits S_ij = q_iᵀ k_j / √d_h, scaled by s before an
+E4M3 cast, overflow iff s · max|S| > R = 448 (JAX's cast then gives NaN: E4M3FN has no infinity). The paper
+chooses s from the weights: |S_ij| ≤ ‖x_i‖ ‖x_j‖ σ_max(W_Q,h W_K,hᵀ) / √d_h. The bound formulas, the power
+iteration on Gram matrices and the GQA forms below are reconstructions (the paper's code was not available):
+
+- `head_sigmas` (GQA mode (a)): σ_h = σ_max(W_Q,h W_K,g(h)ᵀ) for every query head, by power iteration on
+  the d_h × d_h product G_Q,h G_K,g (λ_max = σ²; O(d·d_h²) once, then O(d_h²) per step), K never repeated;
+- `group_sigmas` (mode (b)): one σ_g per KV group, σ_g² = λ_max((Σ_{h∈g} G_Q,h) G_K,g), the top singular value
+  of the stacked [M_h]_{h∈g}, with max_h σ_h ≤ σ_g ≤ √|g| max_h σ_h;
+- `head_norm_products`: ‖W_Q,h‖₂ ‖W_K,g‖₂ ≥ σ_h, the factor that stays valid under RoPE, whose relative
+  rotation R_{j−i} sits between W_Q and W_Kᵀ (σ_max(W_Q R W_Kᵀ) can exceed σ_max(W_Q W_Kᵀ));
+- `deterministic_bound` / `probabilistic_bound`: B̂ = ρ_q ρ_k σ / √d_h, or the rank-aware sub-Gaussian
+  (Hanson-Wright) tail (ρ² σ / √d_h)(√r √(2 log(2T²/δ)) + 2 log(2T²/δ)) for isotropic tokens;
+- `scale_from_bound` s = u R / B̂ (headroom u ∈ (0, 1]) and, for comparison, the naive `amax_scale`
+  s = u R / max|S| of logits observed earlier (delayed scaling: right for those logits, blind to later ones).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["E4M3_MAX", "amax_scale", "cast_e4m3", "deterministic_bound", "fp8_attention", "group_sigmas",
+           "head_norm_products", "head_sigmas", "overflow_count", "power_iteration_top_eigenvalue",
+           "probabilistic_bound", "scale_from_bound", "split_heads"]
+
+E4M3_MAX = 448.0
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def cast_e4m3(x: jax.Array) -> jax.Array:
+    """x (any float) -> float32 values of x rounded to float8_e4m3fn (NaN where |x| overflows past 448)."""
+    return x.astype(jnp.float8_e4m3fn).astype(jnp.float32)
+
+
+def overflow_count(x: jax.Array, scale: jax.Array | float) -> jax.Array:
+    """Entries of x · scale that an E4M3 cast loses: |x · scale| > 448 or a non-finite cast. int32 scalar.
+
+    `scale` broadcasts against x (e.g. per-head scales [H, 1, 1] on logits [B, H, T, S]). Masked (−inf) logits
+    should be excluded by the caller (passed as 0).
+    """
+    scaled = jnp.asarray(x, jnp.float32) * jnp.asarray(scale, jnp.float32)
+    lost = (jnp.abs(scaled) > E4M3_MAX) | ~jnp.isfinite(cast_e4m3(scaled))
+    return jnp.sum(lost, dtype=jnp.int32)
+
+
+def power_iteration_top_eigenvalue(a: jax.Array, iterations: int = 50) -> jax.Array:
+    """λ_max of a batch of matrices a [..., n, n] similar to PSD ones (e.g. G_Q G_K) by `iterations` power steps.
+
+    Starts from the all-ones vector (deterministic); returns ‖a v‖ for the final unit v, [...]."""
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    v = jnp.ones(a.shape[:-1], jnp.float32) / math.sqrt(a.shape[-1])
+
+    def step(_, vec):
+        nxt = jnp.einsum("...ij,...j->...i", a, vec, precision=HIGHEST)
+        return nxt / jnp.maximum(jnp.linalg.norm(nxt, axis=-1, keepdims=True), 1e-30)
+
+    v = jax.lax.fori_loop(0, iterations, step, v)
+    return jnp.linalg.norm(jnp.einsum("...ij,...j->...i", a, v, precision=HIGHEST), axis=-1)
+
+
+def split_heads(kernel: jax.Array, heads: int) -> jax.Array:
+    """A projection kernel [D, heads·d_h] -> per-head matrices [heads, D, d_h]."""
+    if kernel.ndim != 2 or kernel.shape[1] % heads:
+        raise ValueError(f"kernel must have shape [D, {heads}·d_h], got {kernel.shape}")
+    return jnp.transpose(kernel.reshape(kernel.shape[0], heads, -1), (1, 0, 2)).astype(jnp.float32)
+
+
+def _grams(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int) -> tuple[jax.Array, jax.Array]:
+    """G_Q per query head grouped [Hkv, G, d_h, d_h] and G_K per KV head [Hkv, d_h, d_h]."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    wq, wk = split_heads(q_kernel, num_heads), split_heads(k_kernel, num_kv_heads)
+    if wq.shape[1:] != wk.shape[1:]:
+        raise ValueError(f"q and k heads must have the same [D, d_h], got {wq.shape[1:]} and {wk.shape[1:]}")
+    gq = jnp.einsum("hdi,hdj->hij", wq, wq, precision=HIGHEST)
+    gk = jnp.einsum("hdi,hdj->hij", wk, wk, precision=HIGHEST)
+    return gq.reshape(num_kv_heads, num_heads // num_kv_heads, *gq.shape[1:]), gk
+
+
+def head_sigmas(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int,
+                iterations: int = 50) -> jax.Array:
+    """σ_max(W_Q,h W_K,g(h)ᵀ) for every query head h -> [H] (GQA: head h reads KV head h // (H // Hkv)).
+
+    q_kernel [D, H·d_h], k_kernel [D, Hkv·d_h] (flax orientation, x @ kernel)."""
+    gq, gk = _grams(q_kernel, k_kernel, num_heads, num_kv_heads)
+    product = jnp.einsum("kgij,kjl->kgil", gq, gk, precision=HIGHEST)
+    return jnp.sqrt(power_iteration_top_eigenvalue(product, iterations)).reshape(num_heads)
+
+
+def group_sigmas(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int,
+                 iterations: int = 50) -> jax.Array:
+    """One σ_g per KV group -> [Hkv]: the top singular value of the group's stacked [W_Q,h W_K,gᵀ]_{h∈g}."""
+    gq, gk = _grams(q_kernel, k_kernel, num_heads, num_kv_heads)
+    product = jnp.einsum("kij,kjl->kil", jnp.sum(gq, axis=1), gk, precision=HIGHEST)
+    return jnp.sqrt(power_iteration_top_eigenvalue(product, iterations))
+
+
+def head_norm_products(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int,
+                       iterations: int = 50) -> jax.Array:
+    """‖W_Q,h‖₂ ‖W_K,g(h)‖₂ for every query head -> [H]: the spectral factor that also bounds RoPE'd logits."""
+    gq, gk = _grams(q_kernel, k_kernel, num_heads, num_kv_heads)
+    norm_q = jnp.sqrt(power_iteration_top_eigenvalue(gq, iterations))  # [Hkv, G]
+    norm_k = jnp.sqrt(power_iteration_top_eigenvalue(gk, iterations))  # [Hkv]
+    return (norm_q * norm_k[:, None]).reshape(num_heads)
+
+
+def deterministic_bound(sigma: jax.Array, rho_q: jax.Array | float, rho_k: jax.Array | float,
+                        head_dim: int) -> jax.Array:
+    """max|S| ≤ ρ_q ρ_k σ / √d_h for tokens with ‖x‖ ≤ ρ (always safe)."""
+    return jnp.asarray(rho_q, jnp.float32) * jnp.asarray(rho_k, jnp.float32) * sigma / math.sqrt(head_dim)
+
+
+def probabilistic_bound(sigma: jax.Array, rho: float, head_dim: int, rank: int, length: int,
+                        delta: float = 1e-6) -> jax.Array:
+    """The rank-aware tail bound (ρ² σ / √d_h)(√r √(2 log(2T²/δ)) + 2 log(2T²/δ)) on max|S| over T² pairs of
+    isotropic sub-Gaussian tokens (covariance ρ² I); holds with probability ≥ 1 − δ under that model only."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    log_term = math.log(2 * length**2 / delta)
+    return rho**2 * sigma / math.sqrt(head_dim) * (math.sqrt(rank) * math.sqrt(2 * log_term) + 2 * log_term)
+
+
+def scale_from_bound(bound: jax.Array, headroom: float = 0.8) -> jax.Array:
+    """s = u · 448 / B̂: scaled logits then stay within u of the E4M3 range wherever |S| ≤ B̂."""
+    if not 0 < headroom <= 1:
+        raise ValueError(f"headroom must be in (0, 1], got {headroom!r}")
+    return headroom * E4M3_MAX / jnp.maximum(bound, 1e-30)
+
+
+def amax_scale(logits: jax.Array, headroom: float = 0.8) -> jax.Array:
+    """The naive max-based (delayed) scale u · 448 / max|S| of logits observed beforehand (finite entries)."""
+    finite = jnp.where(jnp.isfinite(logits), jnp.abs(logits), 0.0)
+    return scale_from_bound(jnp.max(finite), headroom)
+
+
+def fp8_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: jax.Array,
+                  bias: jax.Array | None = None, sink_logit: jax.Array | None = None) -> jax.Array:
+    """Softmax attention whose logits pass through E4M3: S = q·k/√d_h, Ŝ = e4m3(s_h S) / s_h, softmax(Ŝ + bias).
+
+    q [B, T, H, Dh], k/v [B, S, Hkv, Dh] (GQA, K never repeated), mask bool [B or 1, 1, T, S], scale [H] > 0,
+    bias float32 broadcastable to [B, H, T, S] or None, sink_logit [H] or None (an extra key slot of value 0
+    whose logit, not cast, is sink_logit_h) -> [B, T, H, Dh] in q's dtype. An overflowing s_h S gives NaN.
+    """
+    batch, length, heads, head_dim = q.shape
+    groups = heads // k.shape[2]
+    qg = q.astype(jnp.float32).reshape(batch, length, k.shape[2], groups, head_dim)
+    logits = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(jnp.float32), precision=HIGHEST)
+    logits = logits.reshape(batch, heads, length, k.shape[1]) / math.sqrt(head_dim)
+    s = jnp.asarray(scale, jnp.float32).reshape(1, heads, 1, 1)
+    logits = cast_e4m3(logits * s) / s
+    if bias is not None:
+        logits = logits + bias
+    logits = jnp.where(mask, logits, -jnp.inf)
+    if sink_logit is not None:
+        sink = jnp.broadcast_to(sink_logit.astype(jnp.float32)[None, :, None, None], (*logits.shape[:3], 1))
+        logits = jnp.concatenate([logits, sink], axis=-1)
+    probs = jax.nn.softmax(logits, axis=-1)[..., : k.shape[1]]
+    probs = probs.reshape(batch, k.shape[2], groups, length, k.shape[1])
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(jnp.float32), precision=HIGHEST)
+    return out.reshape(batch, length, heads, head_dim).astype(q.dtype)
