@@ -76,9 +76,10 @@ def top_k_suppression(
 ) -> jax.Array:
     """The paper code's top-k variant: z_big set to −inf on the k tokens with the most negative z_ret − z_fgt.
 
-    `vocabulary_mask` [V] bool (optional) limits the candidates to those tokens (e.g. the forget set's); the
-    difference is zeroed elsewhere, as in the reference. k = 0 returns z_big unchanged. Ties at the k-th
-    difference follow `jax.lax.top_k`'s order (lower index first).
+    `vocabulary_mask` [V] bool (optional) limits the candidates to those tokens (e.g. the forget set's): no
+    other token is ever suppressed, even when fewer than k tokens are candidates (the reference zeroes the
+    difference outside, which could suppress an outside token with difference 0). k = 0 returns z_big
+    unchanged. Ties at the k-th difference follow `jax.lax.top_k`'s order (lower index first).
     """
     _check_same_shape(base, retain, forget)
     check_int("k", k, minimum=0)
@@ -88,9 +89,11 @@ def top_k_suppression(
         return base
     difference = retain - forget
     if vocabulary_mask is not None:
-        difference = jnp.where(vocabulary_mask, difference, 0.0)
+        difference = jnp.where(vocabulary_mask, difference, jnp.inf)
     _, suppressed = jax.lax.top_k(-difference, k)  # [..., k]
     hit = jnp.any(jax.nn.one_hot(suppressed, base.shape[-1], dtype=jnp.bool_), axis=-2)  # [..., V]
+    if vocabulary_mask is not None:
+        hit = hit & vocabulary_mask
     return jnp.where(hit, -jnp.inf, base)
 
 
@@ -133,14 +136,16 @@ class DivergenceDecoding(nnx.Module):
         check_choice("variant", variant, VARIANTS)
         check_int("k", k, minimum=0)
         self.retain, self.forget = retain, forget
-        self.alpha, self.variant, self.k = float(alpha), variant, k
+        # A variable, not a static attribute: decoding at another alpha reuses the compiled loop.
+        self.alpha = nnx.Variable(jnp.asarray(alpha, jnp.float32))
+        self.variant, self.k = variant, k
 
     def combine(self, base: jax.Array, retain: jax.Array, forget: jax.Array) -> jax.Array:
         """The steered logits [..., V] from the three models' logits [..., V]."""
         if self.variant == "linear":
-            return divergence_logits(base, retain, forget, alpha=self.alpha)
+            return divergence_logits(base, retain, forget, alpha=self.alpha[...])
         if self.variant == "signed_log":
-            return signed_log_divergence_logits(base, retain, forget, alpha=self.alpha)
+            return signed_log_divergence_logits(base, retain, forget, alpha=self.alpha[...])
         return top_k_suppression(base, retain, forget, k=self.k)
 
     def init_state(self, batch_size: int, max_len: int) -> tuple[Any, Any]:
