@@ -7,6 +7,8 @@ the router may reweight once the expert outputs are known (ConfSMoE). Experts ar
 with stacked weights [E, ...], run by one grouped matmul per projection (`zoo.moe.grouped_matmul`). With a
 capacity factor, an expert keeps at most ceil(factor · N · k / E) assignments (first choices first, then
 token order) and a dropped assignment contributes nothing (the residual stream carries the token on).
+With an "expert" axis in the context mesh the experts are sharded over it and tokens reach them by
+all-to-all (`zoo.moe.expert_parallel`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.moe.expert_parallel import expert_axis_size, expert_parallel_experts
 from icml26zoo.moe.grouped_matmul import IMPLEMENTATIONS, capacity_keep, expert_capacity, grouped_matmul
 from icml26zoo.moe.registry import ROUTERS, router_options
 from icml26zoo.moe.routers import balance_losses, masked_mean
@@ -106,14 +109,24 @@ class MoEFeedForward(nnx.Module):
         self.w_down = nnx.Param(lecun(rngs.params(), (experts, hidden_dim, dim), jnp.float32))
 
     def experts(self, rows: jax.Array, group_ids: jax.Array) -> jax.Array:
-        """Expert group_ids[m]'s MLP on rows [M, D] -> [M, D]; id E (dropped) gives zeros."""
-        gmm = lambda x, w: grouped_matmul(x, w[...], group_ids, implementation=self.config.implementation)  # noqa: E731
-        up = gmm(rows, self.w_up)
+        """Expert group_ids[m]'s MLP on rows [M, D] -> [M, D]; id E (dropped) gives zeros. With an "expert"
+        mesh axis in context, experts run sharded over it (`zoo.moe.expert_parallel`)."""
+        weights = (self.w_up[...], None if self.w_gate is None else self.w_gate[...], self.w_down[...])
+        if expert_axis_size() > 1:
+            return expert_parallel_experts(self._expert_mlp, rows, group_ids, weights, self.config.num_experts,
+                                           self.config.top_k)
+        return self._expert_mlp(rows, group_ids, *weights)
+
+    def _expert_mlp(self, rows: jax.Array, group_ids: jax.Array, w_up: jax.Array, w_gate: jax.Array | None,
+                    w_down: jax.Array) -> jax.Array:
+        """rows [M, D], group_ids [M] in [0, G], weights with leading axis G (G = dropped) -> [M, D]."""
+        gmm = lambda x, w: grouped_matmul(x, w, group_ids, implementation=self.config.implementation)  # noqa: E731
+        up = gmm(rows, w_up)
         if self.activation == "swiglu":
-            hidden = jax.nn.silu(gmm(rows, self.w_gate)) * up
+            hidden = jax.nn.silu(gmm(rows, w_gate)) * up
         else:
             hidden = jax.nn.gelu(up, approximate=False)
-        return gmm(hidden, self.w_down)
+        return gmm(hidden, w_down)
 
     def __call__(
         self, x: jax.Array, *, mask: jax.Array | None = None, rng: jax.Array | None = None
