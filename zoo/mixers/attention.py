@@ -38,7 +38,7 @@ POSITIONS = ("rope", "alibi", "none")
 OUTPUT_GATES = ("none", "head", "channel")
 SINKS = ("none", "learnable", "plus_one")
 FP8_LOGITS = ("off", "rank_aware", "static")
-# Power-iteration steps of the rank-aware scale in each forward (the spec's cold-start count).
+# Power-iteration steps of the rank-aware scale in each forward (a cold start: no vector is kept between calls).
 FP8_POWER_ITERATIONS = 20
 
 

@@ -30,8 +30,8 @@ from icml26zoo.quant.grid import check_bits, round_to_grid
 __all__ = ["DAMPING", "gptq_round", "kron_proxy_loss", "ldl_lower", "ldlq_round", "prepare_hessian",
            "proxy_loss", "rtn_round", "yaqa_round"]
 
-# Relative damping σ added to a mean-diagonal-normalised Hessian (the spec's 1e-2), grown tenfold until the
-# Cholesky factorisation succeeds.
+# Relative damping σ added to a mean-diagonal-normalised Hessian, grown tenfold until the Cholesky
+# factorisation succeeds.
 DAMPING = 1e-2
 
 

@@ -2,7 +2,7 @@
 
 A site names one layer's kernel: the path of the kernel in the model's pure parameter dict and, for scanned
 layers (kernels stacked [L, n_in, n_out]), the layer index along the leading axis. Embeddings and the head are
-not sites (the spec quantises the linear layers only).
+not sites (YAQA and GPTQ quantise the linear layers only).
 """
 
 from __future__ import annotations
