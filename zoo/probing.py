@@ -11,13 +11,13 @@ Hidden states come from `zoo.diagnostics.capture.capture_forward` (any registere
 residual stream before block l, layer 0 the embeddings, layer L the last block's output before the final
 norm. Probes train on frozen features, standardized with the training tokens' mean and deviation.
 
-  linear   closed-form ridge regression, on the targets (regression) or on one-hot classes with the
-           argmax as the prediction (a least-squares linear classifier)
-  mlp      one hidden ReLU layer trained full-batch with optax.adam on squared error (regression) or
+  linear   closed-form ridge regression (regression), or multinomial logistic regression trained
+           full-batch with optax.adamw (classification)
+  mlp      one hidden ReLU layer trained full-batch with optax.adamw on squared error (regression) or
            softmax cross-entropy (classification)
 
 Tokens are split once into training and held-out sets (`holdout` fraction, from `seed`), the same for
-every layer. R² is averaged uniformly over target columns, 1 - SSE/SST against the held-out mean.
+every layer. R² of a multi-column target pools the columns: 1 - Σ SSE / Σ SST.
 """
 
 from __future__ import annotations
@@ -50,8 +50,15 @@ class ProbeScore:
 def layer_features(model: nnx.Module, tokens: jax.Array, *, segment_ids: jax.Array | None = None,
                    mask: np.ndarray | None = None) -> np.ndarray:
     """float32 [L+1, N, D]: every layer's hidden state at the N positions where mask [B, T] is true (all if None)."""
-    hidden = np.asarray(capture_forward(model, tokens, segment_ids=segment_ids, materialize_attention=False)["hidden"],
-                        np.float32)
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def hidden_states(state, tokens, segment_ids):
+        captured = capture_forward(nnx.merge(graphdef, state), tokens, segment_ids=segment_ids,
+                                   materialize_attention=False)
+        return captured["hidden"]
+
+    hidden = np.asarray(hidden_states(state, tokens, segment_ids), np.float32)
     if mask is None:
         mask = np.ones(hidden.shape[1:3], bool)
     mask = np.asarray(mask, bool)
@@ -70,14 +77,13 @@ def split_indices(count: int, holdout: float, seed: int) -> tuple[np.ndarray, np
 
 
 def r2_score(truth: np.ndarray, predicted: np.ndarray) -> float:
-    """1 - SSE/SST per target column [N, K], averaged over columns (constant columns are skipped)."""
+    """1 - Σ SSE / Σ SST over all target columns [N, K] (variance-weighted: a nearly constant column, e.g. a
+    word the grammar rarely allows, cannot dominate); SST against each column's held-out mean."""
     truth, predicted = truth.reshape(truth.shape[0], -1), predicted.reshape(predicted.shape[0], -1)
-    total = np.sum((truth - truth.mean(axis=0)) ** 2, axis=0)
-    varying = total > 1e-12 * max(float(total.max()), 1e-30)
-    if not np.any(varying):
+    total = float(np.sum((truth - truth.mean(axis=0)) ** 2))
+    if total <= 0.0:
         raise ValueError("the held-out targets are constant: R² is undefined")
-    errors = np.sum((truth - predicted) ** 2, axis=0)
-    return float(np.mean(1.0 - errors[varying] / total[varying]))
+    return 1.0 - float(np.sum((truth - predicted) ** 2)) / total
 
 
 def fit_ridge(x: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
@@ -97,16 +103,22 @@ def _one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames=("classification", "width", "steps"))
-def _train_mlp(x: jax.Array, y: jax.Array, key: jax.Array, *, classification: bool, width: int, steps: int,
-               learning_rate: float) -> dict[str, jax.Array]:
-    """Full-batch Adam on a ReLU MLP x [N, D] -> [N, K]; y is one-hot (classification) or the targets."""
+def _train_probe(x: jax.Array, y: jax.Array, key: jax.Array, *, classification: bool, width: int, steps: int,
+                 learning_rate: float, weight_decay: float) -> dict[str, jax.Array]:
+    """Full-batch AdamW on x [N, D] -> [N, K]: a ReLU MLP of `width` hidden units, or linear when width = 0.
+
+    y is one-hot (classification: softmax cross-entropy) or the targets (squared error).
+    """
     first, second = jax.random.split(key)
-    params = {"w1": jax.random.normal(first, (x.shape[1], width)) / jnp.sqrt(x.shape[1]), "b1": jnp.zeros(width),
-              "w2": jax.random.normal(second, (width, y.shape[1])) / jnp.sqrt(width), "b2": jnp.zeros(y.shape[1])}
-    optimizer = optax.adam(learning_rate)
+    params = {"w2": jnp.zeros((x.shape[1], y.shape[1])), "b2": jnp.zeros(y.shape[1])}
+    if width:
+        params = {"w1": jax.random.normal(first, (x.shape[1], width)) / np.sqrt(x.shape[1]),
+                  "b1": jnp.zeros(width), "w2": jax.random.normal(second, (width, y.shape[1])) / np.sqrt(width),
+                  "b2": jnp.zeros(y.shape[1])}
+    optimizer = optax.adamw(learning_rate, weight_decay=weight_decay)
 
     def loss(params):
-        out = _mlp(params, x)
+        out = _forward(params, x)
         if classification:
             return jnp.mean(optax.losses.softmax_cross_entropy(out, y))
         return jnp.mean(optax.losses.squared_error(out, y))
@@ -116,21 +128,35 @@ def _train_mlp(x: jax.Array, y: jax.Array, key: jax.Array, *, classification: bo
         updates, state = optimizer.update(jax.grad(loss)(params), state, params)
         return optax.apply_updates(params, updates), state
 
-    return jax.lax.fori_loop(0, steps, step, (params, optimizer.init(params)))[0]
+    # optax mixes Python floats with int32 step counts, which strict dtype promotion rejects.
+    with jax.numpy_dtype_promotion("standard"):
+        return jax.lax.fori_loop(0, steps, step, (params, optimizer.init(params)))[0]
 
 
-def _mlp(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-    return jax.nn.relu(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+def _forward(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    if "w1" in params:
+        x = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return x @ params["w2"] + params["b2"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ProbeSettings:
-    """ridge: the linear probe's L2 penalty; width, steps, learning_rate: the MLP probe's training."""
+    """ridge: the linear probe's L2 penalty; width, steps, learning_rate, weight_decay: the MLP probe's training."""
 
     ridge: float = 1e-3
     width: int = 64
     steps: int = 300
     learning_rate: float = 1e-2
+    weight_decay: float = 1e-2
+
+
+def _fitted_outputs(train_x: np.ndarray, train_y: np.ndarray, held_x: np.ndarray, *, classification: bool,
+                    width: int, seed: int, settings: ProbeSettings) -> np.ndarray:
+    """[N_held, K] outputs on held_x of a probe (`_train_probe`, width 0 = linear) trained on (train_x, train_y)."""
+    params = _train_probe(jnp.asarray(train_x, jnp.float32), jnp.asarray(train_y, jnp.float32), jax.random.key(seed),
+                          classification=classification, width=width, steps=settings.steps,
+                          learning_rate=settings.learning_rate, weight_decay=settings.weight_decay)
+    return np.asarray(_forward(params, jnp.asarray(held_x, jnp.float32)), np.float64)
 
 
 def _check_targets(features: np.ndarray, targets: np.ndarray, task: str) -> np.ndarray:
@@ -169,15 +195,14 @@ def probe_layers(features: np.ndarray, targets: np.ndarray, *, task: Task, holdo
     for layer, x in enumerate(np.asarray(features, np.float64)):
         mean, std = x[train].mean(axis=0), x[train].std(axis=0) + 1e-8
         x = (x - mean) / std
-        linear = predict_ridge(fit_ridge(x[train], fit_to[train], settings.ridge), x[held])
-        params = _train_mlp(jnp.asarray(x[train], jnp.float32), jnp.asarray(fit_to[train], jnp.float32),
-                            jax.random.key(seed), classification=classification, width=settings.width,
-                            steps=settings.steps, learning_rate=settings.learning_rate)
-        mlp = np.asarray(_mlp(params, jnp.asarray(x[held], jnp.float32)), np.float64)
+        fitted = functools.partial(_fitted_outputs, x[train], fit_to[train], x[held], classification=classification,
+                                   seed=seed, settings=settings)
+        mlp = fitted(width=settings.width)
         if classification:
-            linear_score = float(np.mean(linear.argmax(axis=1) == targets[held]))
+            linear_score = float(np.mean(fitted(width=0).argmax(axis=1) == targets[held]))
             mlp_score = float(np.mean(mlp.argmax(axis=1) == targets[held]))
         else:
+            linear = predict_ridge(fit_ridge(x[train], fit_to[train], settings.ridge), x[held])
             linear_score, mlp_score = r2_score(targets[held], linear), r2_score(targets[held], mlp)
         scores.append(ProbeScore(layer, linear_score, mlp_score, "accuracy" if classification else "R²"))
     return scores

@@ -1,0 +1,46 @@
+"""The PCFG probing reproduction: bad inputs rejected before anything is written, the script's one-line errors,
+and the probe data (targets aligned one-to-one with the probed tokens). The experiment itself is run by
+scripts/repro/pcfg_probing.py (docs/papers/pcfg_probing.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from repro_scripts import load_repro_script
+
+from icml26zoo.repro import pcfg_probing
+from icml26zoo.repro.cli import run_main
+from icml26zoo.repro.common import Budget, Experiment
+
+TINY = Budget(steps=4, batch_size=2, seq_len=25)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"probe_sentences": 4}, "probe_sentences must be an integer >= 8, got 4"),
+    ({"checkpoints": 0}, "checkpoints must be an integer >= 1, got 0"),
+    ({"budget": Budget(steps=4, batch_size=2, seq_len=16)}, "budget.seq_len must be >= 25"),
+])
+def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pcfg_probing.run(tmp_path / "run", **({"budget": TINY} | kwargs))
+    assert not (tmp_path / "run").exists()
+
+
+def test_script_errors_are_one_line(tmp_path, capsys):
+    script = load_repro_script("pcfg_probing")
+    assert run_main(script.main, ["--out", str(tmp_path / "run"), "--probe-sentences", "2"]) == 2
+    assert "error: probe_sentences must be an integer >= 8" in capsys.readouterr().err
+
+
+def test_probe_targets_align_with_the_probed_tokens(tmp_path):
+    config = pcfg_probing.cell_config(Experiment(tmp_path, budget=TINY), checkpoints=2)
+    assert pcfg_probing.checkpoint_steps(config) == [2, 4] and config.keep_checkpoints == 2
+    inputs, targets = pcfg_probing.probe_data(config, 8)
+    tokens, mask = inputs["tokens"], inputs["mask"]
+    assert tokens.shape == (8, 25) and (tokens[:, 0] == 1).all()
+    count = int(mask.sum())
+    assert {name: len(values) for name, values in targets.items()} == dict.fromkeys(targets, count)
+    starts = np.concatenate([[0], np.cumsum(mask.sum(axis=1))[:-1]])
+    # Position 0 of each sentence is <bos>: depth 0, no boundary, no completed constituent.
+    assert not targets["depth"][starts].any() and not targets["constituents_ending"][starts].any()
+    np.testing.assert_allclose(targets["next_token"].sum(axis=1), 1.0, rtol=1e-10)

@@ -1,0 +1,161 @@
+"""PCFG next-token prediction and layer-wise probes of parse quantities (spec train-17; "How Transformers
+Represent Hierarchies: A Local-to-Global Mechanism", ICML 2026), at the zoo's small scale.
+
+One cell trains the `pcfg_tiny` preset (a 2-layer Llama on the default random grammar, objective `pcfg_lm`)
+under the budget, keeping `checkpoints` evenly spaced checkpoints. Then:
+
+  KL curve   mean KL(P_grammar(· | prefix) ‖ P_model(· | prefix)) over the validation split at step 0 and at
+             every checkpoint, from the objective's kl_sum / kl_weight (the trainer's summary reports only
+             eval/loss and eval/accuracy), next to the grammar's mean next-token entropy
+  probes     every layer's hidden states of the trained model and of its untrained initialization (the
+             random-feature baseline) on `probe_sentences` validation sentences, probed (zoo/probing.py:
+             ridge and MLP, 25% of the tokens held out) for the parse-tree facts stored with the rows
+             (depth of the word, constituent boundary: accuracy) and the exact quantities of zoo/pcfg
+             (next-token distribution, open-constituent state, expected completed constituents: R²)
+
+The table has one row per (model, target, probe) and one column per layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from icml26zoo import probing
+from icml26zoo.pcfg.exact import probe_targets
+from icml26zoo.registry import OBJECTIVES
+from icml26zoo.repro.common import Budget, Experiment, Results, line_figure
+from icml26zoo.train import data as data_lib
+from icml26zoo.train.config import TrainConfig, load_preset
+from icml26zoo.train.data import pcfg
+from icml26zoo.train.data.generated import split_seed
+from icml26zoo.train.data.tasks import make_config
+from icml26zoo.train.loop import build_train_model
+from icml26zoo.train.runs import load_run
+from icml26zoo.validation import check_int
+
+CELL = "pcfg_tiny"
+SEQ_LEN = pcfg.PCFGOptions().max_length + 1
+QUICK = Budget(steps=60, batch_size=16, seq_len=SEQ_LEN)
+FULL = Budget(steps=400, batch_size=32, seq_len=SEQ_LEN)
+QUICK_ARGS = {"probe_sentences": 96, "checkpoints": 3}
+CLASSIFICATION_TARGETS = ("depth", "boundary")
+REGRESSION_TARGETS = ("next_token", "open_state", "constituents_ending")
+# Deeper words share the last depth class (a handful of tokens).
+MAX_DEPTH_CLASS = 8
+
+
+def cell_config(experiment: Experiment, checkpoints: int) -> TrainConfig:
+    """The pcfg_tiny preset under the budget, its data under the run directory, every checkpoint kept."""
+    preset = load_preset("pcfg_tiny")
+    data = dataclasses.replace(preset.data, data_dir=str(experiment.run_dir / "tfds"))
+    config = experiment.cell_config(dataclasses.replace(preset, data=data), checkpoints=checkpoints)
+    return dataclasses.replace(config, keep_checkpoints=len(checkpoint_steps(config)), eval_every=0)
+
+
+def checkpoint_steps(config: TrainConfig) -> list[int]:
+    """The steps the trainer saves: every checkpoint_every steps and the last one."""
+    return sorted(set(range(config.checkpoint_every, config.num_steps + 1, config.checkpoint_every))
+                  | {config.num_steps})
+
+
+def mean_kl(config: TrainConfig, model: nnx.Module) -> tuple[float, float]:
+    """(mean KL(grammar ‖ model), mean grammar entropy) per predicted token of the whole validation split."""
+    objective = OBJECTIVES.get(config.objective)
+    graphdef, state = nnx.split(model)
+    metrics_of = jax.jit(lambda state, batch: objective(nnx.merge(graphdef, state), batch, jax.random.key(0))[1])
+    totals = {"kl_sum": 0.0, "kl_weight": 0.0, "entropy_sum": 0.0}
+    for batch in data_lib.make_eval_iterator(config.data, batch_size=config.batch_size, seq_len=config.seq_len,
+                                             process_count=1, process_index=0):
+        metrics = jax.device_get(metrics_of(state, batch))
+        for name in totals:
+            totals[name] += float(metrics[name])
+    return totals["kl_sum"] / totals["kl_weight"], totals["entropy_sum"] / totals["kl_weight"]
+
+
+def probe_data(config: TrainConfig, sentences: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(model inputs: tokens [S, T], segment_ids [S, T], mask [S, T]; targets per probed token, in mask order).
+
+    The first `sentences` validation sentences (the builder's own generator and seed); a sentence of n
+    words is probed at its n + 1 input positions (<bos> and every word).
+    """
+    options = pcfg.PCFGDataset().options(config.data)
+    rows = pcfg.sample_rows(options, sentences, split_seed(make_config(options), "validation"))
+    grammar = pcfg.grammar_of(options)
+    length = config.seq_len
+    mask = np.arange(length)[None, :] <= rows["lengths"][:, None]
+    targets: dict[str, list[np.ndarray]] = {name: [] for name in CLASSIFICATION_TARGETS + REGRESSION_TARGETS}
+    for index, n in enumerate(rows["lengths"]):
+        targets["depth"].append(np.minimum(rows["depth"][index, : n + 1], MAX_DEPTH_CLASS))
+        targets["boundary"].append(rows["boundary"][index, : n + 1])
+        exact = probe_targets(grammar, rows["tokens"][index, 1 : n + 1] - pcfg.FIRST_TERMINAL)
+        for name in REGRESSION_TARGETS:
+            targets[name].append(exact[name])
+    inputs = {"tokens": rows["tokens"][:, :length], "segment_ids": mask.astype(np.int32), "mask": mask}
+    return inputs, {name: np.concatenate(values) for name, values in targets.items()}
+
+
+def probe_rows(model: nnx.Module, label: str, inputs: dict[str, np.ndarray], targets: dict[str, np.ndarray],
+               seed: int) -> list[dict]:
+    """One table row per (target, probe) with the held-out score of every layer of `model`."""
+    features = probing.layer_features(model, jnp.asarray(inputs["tokens"]),
+                                      segment_ids=jnp.asarray(inputs["segment_ids"]), mask=inputs["mask"])
+    rows = []
+    for name, values in targets.items():
+        task = "classification" if name in CLASSIFICATION_TARGETS else "regression"
+        scores = probing.probe_layers(features, values, task=task, seed=seed)
+        for probe in ("linear", "mlp"):
+            row = {"model": label, "target": name, "metric": scores[0].metric, "probe": probe}
+            row.update({f"layer {s.layer}": round(getattr(s, probe), 4) for s in scores})
+            rows.append(row)
+    return rows
+
+
+def run(out, *, budget: Budget = FULL, resume: bool = False, probe_sentences: int = 512,
+        checkpoints: int = 8) -> Results:
+    """Trains the cell, measures the KL curve and probes every layer; writes results.md/json and two PNGs."""
+    check_int("probe_sentences", probe_sentences, minimum=8)
+    check_int("checkpoints", checkpoints)
+    if budget.seq_len < SEQ_LEN:
+        raise ValueError(f"budget.seq_len must be >= {SEQ_LEN} (<bos> and a sentence of up to {SEQ_LEN - 1} words "
+                         f"per row), got {budget.seq_len}")
+    experiment = Experiment(out, budget=budget, resume=resume)
+    config = cell_config(experiment, checkpoints)
+    summary = experiment.train_cell(CELL, config)
+    initial = build_train_model(config)
+    curve = [(0, *mean_kl(config, initial))]
+    for step in checkpoint_steps(config):
+        _, model, _ = load_run(experiment.cell_dir(CELL), step)
+        curve.append((step, *mean_kl(config, model)))
+    inputs, targets = probe_data(config, probe_sentences)
+    rows = probe_rows(model, "trained", inputs, targets, config.seed)
+    rows += probe_rows(initial, "untrained", inputs, targets, config.seed)
+    layers = [key for key in rows[0] if key.startswith("layer ")]
+    figures = {"kl_curve": kl_figure(curve), "probes": probe_figure(rows, layers)}
+    notes = ["Mean KL(grammar ‖ model) per predicted token on the validation split: "
+             + ", ".join(f"step {s}: {kl:.4f}" for s, kl, _ in curve)
+             + f" (grammar entropy {curve[-1][2]:.4f} nats; final eval/loss {summary.get('eval/loss', math.nan):.4f}).",
+             f"Probes: {probe_sentences} validation sentences, 25% of their tokens held out; accuracy for depth "
+             "(classes 0..8) and boundary, R² for the exact quantities; layer 0 = embeddings."]
+    extra = {"kl_curve": [{"step": s, "kl": kl, "entropy": h} for s, kl, h in curve]}
+    return experiment.write(rows, columns=("model", "target", "metric", "probe", *layers),
+                            title="PCFG next-token KL and layer-wise parse probes (pcfg_tiny)", notes=notes,
+                            figures=figures, extra=extra)
+
+
+def kl_figure(curve: list[tuple[int, float, float]]):
+    steps = [s for s, _, _ in curve]
+    return line_figure({"KL(grammar ‖ model)": (steps, [kl for _, kl, _ in curve])}, xlabel="training step",
+                       ylabel="mean KL per token (nats)", title="pcfg_tiny: KL to the exact next-token distribution")
+
+
+def probe_figure(rows: list[dict], layers: list[str]):
+    series = {f"{row['target']} ({row['metric']})": (range(len(layers)), [row[layer] for layer in layers])
+              for row in rows if row["model"] == "trained" and row["probe"] == "linear"}
+    return line_figure(series, xlabel="layer (0 = embeddings)", ylabel="held-out accuracy / R²",
+                       title="pcfg_tiny: linear probes per layer")
