@@ -55,11 +55,11 @@ def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, ar
     assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
-def test_problems_spell_the_sum_backwards_and_the_verifier_checks_it():
+def test_problems_spell_every_number_backwards_and_the_verifier_checks_the_sum():
     rows, sums = task.problems(np.random.default_rng(0), 50, 3)
     assert rows.shape == (50, 13) and rows.dtype == np.int32
-    a = rows[:, 0] * 100 + rows[:, 1] * 10 + rows[:, 2]
-    b = rows[:, 4] * 100 + rows[:, 5] * 10 + rows[:, 6]
+    a = rows[:, 0:3] @ np.asarray([1, 10, 100])
+    b = rows[:, 4:7] @ np.asarray([1, 10, 100])
     answer = rows[:, 8:12] @ np.asarray([1, 10, 100, 1000])
     np.testing.assert_array_equal(a + b, sums)
     np.testing.assert_array_equal(answer, sums)

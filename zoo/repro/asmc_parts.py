@@ -1,7 +1,8 @@
 """The ASMC reproduction's pieces: a synthetic addition task with an exact verifier, and the ancestry/ESS figure.
 
-Task rows (digits D): the D digits of a (most significant first), "+", the D digits of b, "=", then the D + 1
-digits of a + b least significant first (the order in which carries are computed), then ";" (end). Every row has
+Task rows (digits D): the D digits of a, "+", the D digits of b, "=", then the D + 1 digits of a + b, then ";"
+(end); every number is written least significant digit first, the order in which carries are computed, so that
+answer digit j sits at a fixed distance from the operand digits it depends on (what RoPE attention finds easily). Every row has
 3D + 4 tokens; the prompt is the first 2D + 2 and the answer the last D + 2. Operands are uniform in [0, 10^D).
 
 Vocabulary (16): 0-9 digits, 10 "+", 11 "=", 12 ";" (end of answer), 13-15 unused.
@@ -40,7 +41,7 @@ def problems(rng: np.random.Generator, count: int, digits: int) -> tuple[np.ndar
     total = a + b
     column = np.full((count, 1), 0)
     rows = np.concatenate([
-        _digits(a, digits), column + PLUS, _digits(b, digits), column + EQUALS,
+        _digits(a, digits)[:, ::-1], column + PLUS, _digits(b, digits)[:, ::-1], column + EQUALS,
         _digits(total, digits + 1)[:, ::-1], column + END,
     ], axis=1)
     return rows.astype(np.int32), total
