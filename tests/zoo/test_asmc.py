@@ -1,4 +1,4 @@
-"""ASMC particle decoding (spec train-15): cache-coherent resampling equals recomputing the prefixes (attention and
+"""ASMC particle decoding: cache-coherent resampling equals recomputing the prefixes (attention and
 a recurrent LM), the weights target p^α exactly (enumerable case), α-annealing bookkeeping, frozen finished
 particles, the adaptive population, and bad input. One compiled sampler serves every run (numeric settings are
 traced), on a tiny LM whose head is scaled up so that its next-token distributions are peaked (entropy ~1.4 nats)."""

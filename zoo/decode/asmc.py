@@ -1,6 +1,6 @@
 """ASMC: sequential Monte Carlo decoding toward the power-shaped target p(y | x)^α, with cache-coherent resampling.
 
-ASMC (ICML 2026; spec train-15) runs N particles in parallel. The paper's code was not available; the target,
+ASMC (ICML 2026; docs/papers/asmc.md) runs N particles in parallel. The paper's code was not available; the target,
 weights, annealing and block resampling follow the closest public implementation of the same method
 (Power-SMC, Azizi et al., arXiv 2602.10273), and the adaptive population is a reconstruction (`ASMCConfig`).
 

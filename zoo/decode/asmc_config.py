@@ -1,4 +1,4 @@
-"""The settings of ASMC particle decoding (spec train-15), checked on construction, and its α-annealing schedule."""
+"""The settings of ASMC particle decoding (docs/papers/asmc.md), checked on construction, and its α-annealing schedule."""
 
 from __future__ import annotations
 
