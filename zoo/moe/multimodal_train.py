@@ -75,12 +75,34 @@ class TrainedClassifier:
     model: ConfSMoEClassifier
     pool: TrainingPool
     curve: list[tuple[int, float]]
+    # (step, layer 0's routing diagnostics on the probe split) at each log step; empty without a probe.
+    routing: list[tuple[int, dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+
+def _probe_diagnostics(model_config: ConfSMoEConfig, config: TrainConfig, pool: TrainingPool,
+                       probe: MultimodalSplit) -> Any:
+    """`diagnose(model) -> {name: value}`: layer 0's routing diagnostics on the stage-1-filled probe, no noise."""
+    present = jnp.asarray(probe.present)
+    inputs = fill_missing(tuple(map(jnp.asarray, probe.inputs)), present, pool, jax.random.key(config.seed),
+                          model_config.pool_size)
+
+    @nnx.jit
+    def diagnose(model):
+        _, auxes = model(inputs, present, impute=config.impute)
+        return routing_diagnostics(auxes[0])
+
+    def as_floats(model: ConfSMoEClassifier) -> dict[str, Any]:
+        values = jax.device_get(diagnose(model))
+        return {name: np.asarray(v).tolist() if np.ndim(v) else float(v) for name, v in values.items()}
+
+    return as_floats
 
 
 def train_classifier(data: MultimodalData, model_config: ConfSMoEConfig, config: TrainConfig,
-                     *, log_every: int = 100) -> TrainedClassifier:
+                     *, log_every: int = 100, probe: MultimodalSplit | None = None) -> TrainedClassifier:
     """Trains a fresh classifier on data.train (stage 1 fills from data.train's pool); returns it with its
-    (step, mean loss over the last `log_every` steps) curve."""
+    (step, mean loss over the last `log_every` steps) curve and, given a `probe` split (e.g. part of the
+    training data), layer 0's routing diagnostics on it at the same steps."""
     init_key, step_key = jax.random.split(jax.random.key(config.seed))
     model = ConfSMoEClassifier(model_config, rngs=nnx.Rngs(params=init_key))
     pool = training_pool(data)
@@ -96,9 +118,11 @@ def train_classifier(data: MultimodalData, model_config: ConfSMoEConfig, config:
         optimizer.update(model, grads)
         return loss
 
+    diagnose = None if probe is None else _probe_diagnostics(model_config, config, pool, probe)
     order_rng = np.random.default_rng(config.seed)
     train, batch = data.train, min(config.batch_size, len(data.train))
     curve, losses, order, cursor = [], [], order_rng.permutation(len(train)), 0
+    routing = []
     for index in range(config.steps):
         if cursor + batch > len(train):
             order, cursor = order_rng.permutation(len(train)), 0
@@ -109,7 +133,9 @@ def train_classifier(data: MultimodalData, model_config: ConfSMoEConfig, config:
         if (index + 1) % log_every == 0 or index + 1 == config.steps:
             curve.append((index + 1, float(np.mean(jax.device_get(losses)))))
             losses = []
-    return TrainedClassifier(model, pool, curve)
+            if diagnose is not None:
+                routing.append((index + 1, diagnose(model)))
+    return TrainedClassifier(model, pool, curve, routing)
 
 
 def evaluate_classifier(trained: TrainedClassifier, split: MultimodalSplit, *, impute: bool = True,
@@ -136,8 +162,9 @@ def evaluate_classifier(trained: TrainedClassifier, split: MultimodalSplit, *, i
     diagnostics = jax.device_get(routing_diagnostics(auxes[0]))
     return {"accuracy": float(np.mean(predictions == labels)),
             "f1": float(f1_score(labels, predictions, average="macro")), "auc": float(auc),
-            "load": np.asarray(diagnostics["load"]), "load_entropy": float(diagnostics["load_entropy"]),
-            "collapse": float(diagnostics["collapse"])}
+            "load": np.asarray(diagnostics["load"]),
+            **{name: float(diagnostics[name]) for name in ("load_entropy", "collapse", "max_load_ratio",
+                                                           "coselection", "router_entropy")}}
 
 
 def _preset(setting: str, feature_dims: tuple[int, ...], **task: Any) -> tuple[MultimodalTaskConfig,
