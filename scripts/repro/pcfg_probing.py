@@ -1,6 +1,6 @@
 """PCFG next-token KL and layer-wise parse probes (spec train-17, ICML 2026 "How Transformers Represent Hierarchies").
 
-    python scripts/repro/pcfg_probing.py --out /tmp/repro_pcfg_probing            # the FULL budget (~4 CPU-min)
+    python scripts/repro/pcfg_probing.py --out /tmp/repro_pcfg_probing            # the FULL budget (minutes on 2 cores)
     python scripts/repro/pcfg_probing.py --quick --out /tmp/pcfg_probing_quick
     python scripts/repro/pcfg_probing.py --steps 800 --probe-sentences 1024 --checkpoints 16
 

@@ -7,8 +7,11 @@ objective, which computes the exact grammar-induced next-token distribution of e
 (`icml26zoo.pcfg.exact`), agree on it; `seed` only drives the sampling of the splits
 (SeedSequence([seed, split])). A grammar that does not terminate (binary_probability >= 1/2) is a
 ValueError naming data.task_options option 'binary_probability'. Sentences longer than `max_length` words
-are redrawn (rejection; `icml26zoo.pcfg.exact.length_distribution` gives the rejected mass, under 1% for the
-defaults). Generator and probe targets are reconstructions: the paper's generator is not published.
+are redrawn (rejection, as spec train-17 samples): `icml26zoo.pcfg.exact.length_distribution` gives the
+rejected mass, 3.2% for the defaults (mean sentence length 4.9 words). The rows thus follow the grammar
+conditioned on n <= max_length, while `pcfg_lm`'s exact distribution is the grammar's own (unconditioned,
+as the spec defines it): the two differ only through that mass, mostly at long prefixes. Generator and
+probe targets are reconstructions: the paper's generator is not published.
 
 Row layout: <bos> w_1 .. w_n <eos>, padded with 0 to max_length + 2 tokens in storage; each document is
 cut to its n + 2 tokens, so one sentence fills one row ("single" layout, whatever data.pack says: the exact
