@@ -58,7 +58,7 @@ def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, ar
 
 
 def test_rows_average_seeds_and_report_the_spread():
-    row = yaqa._row("yaqa", 2, [0.1, 0.3], [2.0, 2.2])
+    row = yaqa._row("yaqa_b", 2, [0.1, 0.3], [2.0, 2.2])
     assert row["kl"] == pytest.approx(0.2) and row["kl_spread"] == pytest.approx(0.1)
     assert row["eval_loss"] == pytest.approx(2.1)
     assert yaqa._row("rtn", 3, [0.5], [2.0])["kl_spread"] is None

@@ -110,6 +110,27 @@ def test_bad_rounding_inputs_raise():
         quant.quantize_weight(w, "yaqa", 2, h_in)
 
 
+def _cosine_to_exact(x, g, h_in, h_out):
+    """cos(E[(g gᵀ) ⊗ (x xᵀ)], H_out ⊗ H_in) in the Van Loan rearrangement R = E[vec(g gᵀ) vec(x xᵀ)ᵀ]."""
+    rearranged = np.einsum("ti,tj,tk,tl->ijkl", g, g, x, x).reshape(g.shape[1] ** 2, x.shape[1] ** 2) / len(x)
+    inner = h_out.reshape(-1) @ rearranged @ h_in.reshape(-1)
+    return inner / (np.linalg.norm(rearranged) * np.linalg.norm(h_out) * np.linalg.norm(h_in)), rearranged
+
+
+def test_sketch_a_power_steps_approach_the_nearest_kronecker_product():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(200, 5)) * rng.uniform(0.3, 2.0, size=5)
+    g = rng.normal(size=(200, 4)) * (1 + np.abs(x[:, :1]))  # g's scale depends on x: F is not a Kronecker product
+    cosines = [_cosine_to_exact(x, g, *quant.sketch_a_from_tokens(x, g, k))[0] for k in (1, 2, 3)]
+    assert cosines[0] <= cosines[1] + 1e-12 <= cosines[2] + 2e-12
+    cosine, rearranged = _cosine_to_exact(x, g, *quant.sketch_a_from_tokens(x, g, 40))
+    singular = np.linalg.svd(rearranged, compute_uv=False)
+    np.testing.assert_allclose(cosine, singular[0] / np.linalg.norm(singular), rtol=1e-8)
+    assert cosine < 1 - 1e-4  # and it is an approximation
+    with pytest.raises(ValueError, match="iterations"):
+        quant.sketch_a_from_tokens(x, g, 0)
+
+
 CFG = ModelConfig(vocab_size=32, d_model=16, num_layers=2, num_heads=2, num_kv_heads=1, mlp_dim=32, max_seq_len=16)
 
 
@@ -140,6 +161,15 @@ def test_hessians_of_a_tiny_lm(tiny):
             assert np.linalg.eigvalsh(h).min() >= -1e-6 * np.abs(h).max()
         np.testing.assert_allclose(np.trace(h_in), np.trace(h_out), rtol=1e-4)
     assert sketch["layers.0.mlp.down"][0].shape == (32, 32) and sketch["layers.0.mlp.down"][1].shape == (16, 16)
+    # Per-token inputs x and output gradients g with the same sampled targets rebuild Sketch B: the gradient
+    # of sequence b is Σ_t x_t g_tᵀ.
+    _, batch_key = jax.random.split(jax.random.key(2))
+    stats = quant.token_statistics(model, {"inputs": tokens}, batch_key)
+    for name in ("layers.0.mixer.q_proj", "layers.1.mlp.down"):
+        x, g = stats[name]
+        grads = [x[b * 12:(b + 1) * 12].T @ g[b * 12:(b + 1) * 12] for b in range(3)]
+        np.testing.assert_allclose(np.mean([gb @ gb.T for gb in grads], axis=0), sketch[name][0], atol=1e-6)
+        np.testing.assert_allclose(np.mean([gb.T @ gb for gb in grads], axis=0), sketch[name][1], atol=1e-6)
 
 
 def test_quantize_model_rounds_only_the_linear_kernels_and_costs_kl(tiny):

@@ -3,7 +3,7 @@ YAQA (Kronecker-factored Hessian of the full-model KL; Tseng, Sun, De Sa, ICML 2
 uniform 2-4 bit per-row grids. See docs/papers/yaqa.md."""
 
 from icml26zoo.quant.grid import BITS, check_bits, codes, grid_values, round_to_grid, row_steps
-from icml26zoo.quant.hessians import input_moments, kl_sketch_b
+from icml26zoo.quant.hessians import input_moments, kl_sketch_a, kl_sketch_b, sketch_a_from_tokens, token_statistics
 from icml26zoo.quant.model import METHODS, output_kl, quantize_model, quantize_weight
 from icml26zoo.quant.rounding import (
     gptq_round,
@@ -18,6 +18,6 @@ from icml26zoo.quant.rounding import (
 from icml26zoo.quant.sites import LinearSite, linear_sites
 
 __all__ = ["BITS", "METHODS", "LinearSite", "check_bits", "codes", "gptq_round", "grid_values", "input_moments",
-           "kl_sketch_b", "kron_proxy_loss", "ldl_lower", "ldlq_round", "linear_sites", "output_kl",
+           "kl_sketch_a", "kl_sketch_b", "kron_proxy_loss", "ldl_lower", "ldlq_round", "linear_sites", "output_kl",
            "prepare_hessian", "proxy_loss", "quantize_model", "quantize_weight", "round_to_grid", "row_steps",
-           "rtn_round", "yaqa_round"]
+           "rtn_round", "sketch_a_from_tokens", "token_statistics", "yaqa_round"]

@@ -5,10 +5,11 @@ docs/papers/yaqa.md and `icml26zoo.quant`.
 
 A tiny attention LM (the 2-layer tiny llama preset, byte corpus) is trained with the shared trainer, reopened,
 and every mixer / MLP linear layer is rounded to `bits` by each method onto the same per-row uniform grid:
-RTN; GPTQ and LDLQ with H_in = E[x xᵀ] of `calibration_batches` training batches; YAQA with Sketch B of the
-full-model KL Hessian (model-sampled targets, per-sequence gradients) on the same batches. The table reports
-the mean per-token KL(p_orig ‖ p_quantized) and the quantized model's cross-entropy on `eval_batches` held-out
-batches. The paper predicts KL(YAQA) < KL(GPTQ) = KL(LDLQ) < KL(RTN), most clearly at 2-3 bits.
+RTN; GPTQ and LDLQ with H_in = E[x xᵀ] of `calibration_batches` training batches; YAQA's two-sided rounding
+with Sketch A ("yaqa_a": per-token nearest Kronecker product, 6 power steps) or Sketch B ("yaqa_b": per-sequence
+gradients) of the full-model KL Hessian (model-sampled targets) on the same batches. The table reports the mean
+per-token KL(p_orig ‖ p_quantized) and the quantized model's cross-entropy on `eval_batches` held-out batches.
+The paper predicts KL(YAQA) < KL(GPTQ) ≈ KL(LDLQ) < KL(RTN), most clearly at 2-3 bits.
 
 Example::
 
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from icml26zoo.quant import METHODS, check_bits, input_moments, kl_sketch_b, output_kl, quantize_model
+from icml26zoo.quant import check_bits, input_moments, kl_sketch_a, kl_sketch_b, output_kl, quantize_model
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
 from icml26zoo.train import load_run
 from icml26zoo.train.data import make_eval_iterator, make_train_iterator
@@ -44,6 +45,9 @@ QUICK = Budget(steps=20, batch_size=4, seq_len=32, seeds=(0,))
 FULL = Budget(steps=400, batch_size=16, seq_len=64, seeds=(0,))
 QUICK_ARGS = {"bits": (2,), "calibration_batches": 2, "eval_batches": 2}
 BITS = (2, 3, 4)
+# Each compared method: the rounding algorithm of `icml26zoo.quant` it uses.
+ROUNDING = {"rtn": "rtn", "gptq": "gptq", "ldlq": "ldlq", "yaqa_a": "yaqa", "yaqa_b": "yaqa"}
+METHODS = tuple(ROUNDING)
 
 
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS,
@@ -54,7 +58,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     Args:
       run_dir: the experiment's directory (cells, the byte corpus, results.md/json, kl_vs_bits.png).
       budget: steps, batch size, sequence length and seeds of the trained LMs.
-      methods: from METHODS ("rtn", "gptq", "ldlq", "yaqa").
+      methods: from METHODS ("rtn", "gptq", "ldlq", "yaqa_a", "yaqa_b").
       bits: bit widths, each 2, 3 or 4.
       calibration_batches: training batches (budget.batch_size rows) for the Hessians (>= 1).
       eval_batches: held-out batches for the KL (>= 1).
@@ -85,7 +89,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
         hessians = _hessians(model, calibration, methods, seed)
         loss.setdefault("float32", []).append(cross_entropy(model, held_out))
         for method, width in itertools.product(methods, bits):
-            quantized = quantize_model(model, method, width, hessians.get(method))
+            quantized = quantize_model(model, ROUNDING[method], width, hessians.get(method))
             kl.setdefault((method, width), []).append(output_kl(model, quantized, held_out))
             loss.setdefault((method, width), []).append(cross_entropy(quantized, held_out))
     rows = [_row(method, width, kl[(method, width)], loss[(method, width)]) for width in bits for method in methods]
@@ -119,8 +123,10 @@ def _hessians(model: nnx.Module, calibration: list[dict], methods: Sequence[str]
     if {"gptq", "ldlq"} & set(methods):
         moments = input_moments(model, calibration)
         hessians.update({"gptq": moments, "ldlq": moments})
-    if "yaqa" in methods:
-        hessians["yaqa"] = kl_sketch_b(model, calibration, jax.random.key(seed))
+    if "yaqa_a" in methods:
+        hessians["yaqa_a"] = kl_sketch_a(model, calibration, jax.random.key(seed))
+    if "yaqa_b" in methods:
+        hessians["yaqa_b"] = kl_sketch_b(model, calibration, jax.random.key(seed))
     return hessians
 
 
