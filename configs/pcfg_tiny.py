@@ -1,4 +1,4 @@
-"""PCFG next-token prediction (spec train-17): a 2-layer, 64-wide Llama on sentences of the default random
+"""PCFG next-token prediction (docs/papers/pcfg_probing.md): a 2-layer, 64-wide Llama on sentences of the default random
 grammar (8 nonterminals, 16 terminals, at most 24 words), objective `pcfg_lm` (cross-entropy, plus the KL
 to the grammar's exact next-token distribution as summed metrics: zoo/losses/pcfg_lm.py).
 

@@ -1,7 +1,7 @@
 """Probes from every layer's hidden states to a per-token target: a linear probe and a 2-layer MLP probe per
 layer, scored on held-out tokens (accuracy for classification, R² for regression).
 
-Use (spec train-17: which parse quantities each layer encodes, the local-to-global claim):
+Use (the PCFG paper, docs/papers/pcfg_probing.md: which parse quantities each layer encodes, the local-to-global claim):
 
     features = layer_features(model, tokens, segment_ids=segment_ids, mask=mask)   # [L+1, N, D]
     scores = probe_layers(features, targets, task="regression")                    # one ProbeScore per layer

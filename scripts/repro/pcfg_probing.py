@@ -1,4 +1,4 @@
-"""PCFG next-token KL and layer-wise parse probes (spec train-17, ICML 2026 "How Transformers Represent Hierarchies").
+"""PCFG next-token KL and layer-wise parse probes (ICML 2026, "How Transformers Represent Hierarchies").
 
     python scripts/repro/pcfg_probing.py --out /tmp/repro_pcfg_probing            # the FULL budget (minutes on 2 cores)
     python scripts/repro/pcfg_probing.py --quick --out /tmp/pcfg_probing_quick

@@ -1,5 +1,5 @@
 """Exact PCFG quantities (zoo/pcfg) against references written here: explicit enumeration of parse trees and
-of strings, Monte Carlo samples of the grammar, and closed-form identities (spec train-17's tests 1-3)."""
+of strings, Monte Carlo samples of the grammar, and closed-form identities (docs/papers/pcfg_probing.md)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_next_token_rows_sum_to_one_and_follow_the_chain_rule(grammar):
         words = sample.words
         rows = exact.next_token_distributions(grammar, words)
         np.testing.assert_allclose(rows.sum(axis=1), 1.0, rtol=1e-10)
-        # P(prefix · a) = P(prefix) p(a | prefix), with P(prefix) from the spec's ρ recursion.
+        # P(prefix · a) = P(prefix) p(a | prefix), with P(prefix) from the Jelinek-Lafferty ρ recursion.
         prefixes = exact.prefix_probabilities(grammar, words)
         np.testing.assert_allclose(prefixes[1:], prefixes[:-1] * rows[np.arange(words.size), words], rtol=1e-10)
         np.testing.assert_allclose(rows[-1, -1] * prefixes[-1], exact.sentence_probability(grammar, words),

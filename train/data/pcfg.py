@@ -1,4 +1,4 @@
-"""PCFG next-token prediction (spec train-17; "How Transformers Represent Hierarchies: A Local-to-Global
+"""PCFG next-token prediction ("How Transformers Represent Hierarchies: A Local-to-Global
 Mechanism", ICML 2026): sentences sampled from a random binary PCFG in Chomsky normal form, one per row.
 
 The grammar is a pure function of the grammar options (`grammar_of`: nonterminals, terminals, rules per
@@ -7,10 +7,10 @@ objective, which computes the exact grammar-induced next-token distribution of e
 (`icml26zoo.pcfg.exact`), agree on it; `seed` only drives the sampling of the splits
 (SeedSequence([seed, split])). A grammar that does not terminate (binary_probability >= 1/2) is a
 ValueError naming data.task_options option 'binary_probability'. Sentences longer than `max_length` words
-are redrawn (rejection, as spec train-17 samples): `icml26zoo.pcfg.exact.length_distribution` gives the
+are redrawn (rejection sampling): `icml26zoo.pcfg.exact.length_distribution` gives the
 rejected mass, 3.2% for the defaults (mean sentence length 4.9 words). The rows thus follow the grammar
 conditioned on n <= max_length, while `pcfg_lm`'s exact distribution is the grammar's own (unconditioned,
-as the spec defines it): the two differ only through that mass, mostly at long prefixes. Generator and
+the standard definition): the two differ only through that mass, mostly at long prefixes. Generator and
 probe targets are reconstructions: the paper's generator is not published.
 
 Row layout: <bos> w_1 .. w_n <eos>, padded with 0 to max_length + 2 tokens in storage; each document is

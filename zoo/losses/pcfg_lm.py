@@ -1,5 +1,5 @@
 """`pcfg_lm`: next-token cross-entropy on PCFG rows, with the KL from the grammar's exact next-token
-distribution to the model's as summed metrics (spec train-17: mean KL(P_grammar(· | w_1..w_t) ‖ P_model)).
+distribution to the model's as summed metrics (the paper's metric: mean KL(P_grammar(· | w_1..w_t) ‖ P_model)).
 
 The loss is the `lm` objective's (weighted next-token cross-entropy on the sampled targets); what this
 objective adds is the exact distribution. The batch holds only tokens, so the exact distribution

@@ -1,6 +1,6 @@
-"""Binary PCFGs in Chomsky normal form (spec train-17): random grammars and sampling (`grammar`), exact inside,
-outside, prefix probabilities, next-token distributions and probe targets (`exact`), and the token layout
-shared by the `pcfg` dataset and the `pcfg_lm` objective (`rows`).
+"""Binary PCFGs in Chomsky normal form: random grammars and sampling (`grammar`), exact inside, outside,
+prefix probabilities, next-token distributions and probe targets (`exact`), and the token layout shared by
+the `pcfg` dataset and the `pcfg_lm` objective (`rows`); see docs/papers/pcfg_probing.md.
 
 Paper: "How Transformers Represent Hierarchies: A Local-to-Global Mechanism" (ICML 2026); see
 docs/papers/pcfg_probing.md.

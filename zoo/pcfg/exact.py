@@ -1,12 +1,12 @@
 """Exact quantities of a CNF grammar on one sentence: inside, outside, span marginals, prefix probabilities,
-the grammar-induced next-token distribution and the per-token probe targets (spec train-17).
+the grammar-induced next-token distribution and the per-token probe targets (docs/papers/pcfg_probing.md).
 
 Indices are 0-based: a sentence w_0 .. w_{n-1}; span [i, j] includes both ends; "prefix length t" means
 w_0 .. w_{t-1} has been seen. All arrays are float64 numpy.
 
 Inside:  β[i, j, A] = P(A ⇒* w_i .. w_j).
 Outside: α[i, j, A] = P(S ⇒* w_0..w_{i-1} A w_{j+1}..w_{n-1}); span marginal μ = α β / β[0, n-1, S].
-Prefix probability (Jelinek & Lafferty 1991), the spec's recursion with R_L = (I - P_L)^{-1}:
+Prefix probability (Jelinek & Lafferty 1991), by the recursion with R_L = (I - P_L)^{-1}:
     ρ[t, t, A] = Σ_D R_L[A, D] P(D -> w_t)
     ρ[i, t, A] = Σ_D R_L[A, D] Σ_{D->BC} P(D -> B C) Σ_{k=i}^{t-1} β[i, k, B] ρ[k+1, t, C]
 so P(w_0..w_t ·) = ρ[0, t, S], the total probability of the strings starting with that prefix.
@@ -19,7 +19,7 @@ left spine of the tree, given the prefix w_0..w_{i-1} is complete to its left,
 
 and the score of each continuation of prefix length t is g[t] · P(· -> a) for a word a, β[0, t-1, S] for
 the end of the sentence (EOS). The scores sum to the prefix probability (the grammar terminates), so
-P(a | w_0..w_{t-1}) = score_t[a] / ρ[0, t-1, S] (tests check both identities against the spec's recursion).
+P(a | w_0..w_{t-1}) = score_t[a] / ρ[0, t-1, S] (tests check both identities against that recursion).
 
 Numerics: every computation runs on scaled values, each word's probability multiplied by Σ (the number
 of terminals), so a quantity over a span of m words carries the factor Σ^m and stays near 1 instead of
@@ -104,7 +104,7 @@ def span_marginals(grammar: Grammar, sentence) -> np.ndarray:
 
 
 def prefix_inside(grammar: Grammar, sentence) -> np.ndarray:
-    """ρ [n, n, N] by the spec's recursion (unscaled): ρ[i, t, A] = P(A ⇒* w_i .. w_t v for some v)."""
+    """ρ [n, n, N] by the Jelinek-Lafferty recursion (unscaled): ρ[i, t, A] = P(A ⇒* w_i .. w_t v for some v)."""
     words = _words(grammar, sentence)
     n = words.size
     closure = grammar.left_closure()
@@ -180,7 +180,7 @@ def length_distribution(grammar: Grammar, max_length: int) -> np.ndarray:
 
 
 def probe_targets(grammar: Grammar, sentence) -> dict[str, np.ndarray]:
-    """Per-prefix probe targets (spec train-17's list; which exact targets the paper probes is a reconstruction).
+    """Per-prefix probe targets (a reconstruction: the paper's exact probe targets are not known).
 
     Row t (t = 0 .. n) describes the model state after reading prefix w_0 .. w_{t-1}:
       next_token [n + 1, Σ + 1]   exact next-token distribution (global summary);

@@ -6,9 +6,9 @@ sum to 1. It terminates (every derivation is finite with probability 1, so the s
 to 1) when the expected-offspring matrix M[A, B] = Σ_C P(A -> B C) + P(A -> C B) has spectral radius < 1
 (a subcritical multi-type branching process); `Grammar` rejects any other with a ValueError naming the field.
 
-Random grammars follow spec train-17 (reconstruction of the ICML 2026 paper's generator, which is not
-published): the start symbol has only binary rules and never appears on a right-hand side (so every
-sentence has at least two words); every other nonterminal gets `binary_rules` binary rules over the
+Random grammars are the zoo's reconstruction of the ICML 2026 paper's generator, which is not published
+(docs/papers/pcfg_probing.md): the start symbol has only binary rules and never appears on a right-hand
+side (so every sentence has at least two words); every other nonterminal gets `binary_rules` binary rules over the
 non-start nonterminals with total mass `binary_probability` and `terminal_rules` terminal rules with the
 rest, each group's probabilities ~ Dirichlet(concentration). The offspring matrix of the non-start
 nonterminals then has every row sum equal to 2 · binary_probability, so the grammar terminates exactly

@@ -1,4 +1,4 @@
-"""PCFG next-token prediction and layer-wise probes of parse quantities (spec train-17; "How Transformers
+"""PCFG next-token prediction and layer-wise probes of parse quantities ("How Transformers
 Represent Hierarchies: A Local-to-Global Mechanism", ICML 2026), at the zoo's small scale.
 
 One cell trains the `pcfg_tiny` preset (a 2-layer Llama on the default random grammar, objective `pcfg_lm`)
