@@ -25,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--alphas", help="comma-separated powers alpha > 1 (default 2,4; --quick: 4)")
     parser.add_argument("--schemes", help=f"comma-separated, from {','.join(asmc.SCHEMES)} (default: all; "
                                           "--quick: systematic)")
+    parser.add_argument("--proposals", help=f"comma-separated, from {','.join(asmc.PROPOSALS)} (default: both)")
     parser.add_argument("--problems", type=int, help="held-out problems per seed (default 200; --quick: 12)")
     parser.add_argument("--block-size", type=int, default=1, help="tokens between resampling checks (default 1)")
     parser.add_argument("--collapse-threshold", type=float, default=0.3,
@@ -37,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         kwargs["alphas"] = comma_list("--alphas", args.alphas, float)
     if args.schemes is not None:
         kwargs["schemes"] = comma_list("--schemes", args.schemes)
+    if args.proposals is not None:
+        kwargs["proposals"] = comma_list("--proposals", args.proposals)
     if args.problems is not None:
         kwargs["num_problems"] = args.problems
     results = asmc.run(args.out, budget=budget, block_size=args.block_size,

@@ -27,6 +27,7 @@ from icml26zoo.train.batch_source import check_batch
         ({"alphas": (1.0,)}, r"alphas\[i\] must be a finite number > 1"),
         ({"alphas": (math.inf,)}, "alphas"),
         ({"schemes": ("stratified",)}, "schemes: unknown name 'stratified'"),
+        ({"proposals": ("greedy",)}, "proposals: unknown name 'greedy'"),
         ({"num_problems": 0}, "num_problems"),
         ({"block_size": 0}, "block_size"),
         ({"collapse_threshold": 0.0}, r"collapse_threshold must be a number in \(0, 1\]"),
@@ -46,6 +47,7 @@ def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, match)
         (["--alphas", "0.5"], "alphas"),
         (["--schemes", "stratified"], "unknown name 'stratified'"),
         (["--problems", "0"], "num_problems"),
+        (["--proposals", "tempered,x"], "unknown name 'x'"),
         (["--resume"], "does not exist"),
     ],
 )
@@ -108,10 +110,10 @@ def test_surviving_slots_walk_the_ancestry_back_from_the_final_particles():
 def test_collapse_split_averages_ess_min_over_solved_and_failed_problems():
     problems = [{"accuracy": 0.9, "ess_min_fraction": 0.8}, {"accuracy": 0.1, "ess_min_fraction": 0.2},
                 {"accuracy": 0.0, "ess_min_fraction": 0.4}]
-    rows = [{"method": "ASMC a=4 systematic", "particles": 8, "per_problem": problems},
+    rows = [{"method": "ASMC a=4 T=1 systematic", "particles": 8, "per_problem": problems},
             {"method": "sampling T=1", "particles": 8, "per_problem": problems}]
     split = asmc._collapse_split([rows])
-    assert list(split) == ["ASMC a=4 systematic N=8"]
-    entry = split["ASMC a=4 systematic N=8"]
+    assert list(split) == ["ASMC a=4 T=1 systematic N=8"]
+    entry = split["ASMC a=4 T=1 systematic N=8"]
     assert entry["ess_min_solved"] == pytest.approx(0.8) and entry["ess_min_failed"] == pytest.approx(0.3)
     assert entry["num_solved"] == 1 and entry["num_failed"] == 2

@@ -15,9 +15,10 @@ particles (or samples) of D + 2 tokens, i.e. the same number of decode steps:
   sample, and `pass_at_n` whether any of the N is right (an oracle verifier's best-of-N, for reference);
 - "sampling T=1/α": N samples from the tempered proposal alone (weights ignored), the usual stand-in for p^α;
 - "best-of-N by log p": the likeliest of the N ancestral samples under the model (no verifier);
-- "ASMC α scheme": the particle population after the final resampling; its accuracy is the weighted fraction of
-  correct particles, the probability that the returned draw is correct;
-- "ASMC adaptive": N/4 particles growing up to N on collapse (ESS / N < `collapse_threshold`).
+- "ASMC α T scheme": the particle population after the final resampling, with the proposal T = 1/α (the
+  variance-minimizing one) or T = 1 (ancestral: the weights alone turn p into p^α); its accuracy is the
+  weighted fraction of correct particles, the probability that the returned draw is correct;
+- "ASMC α T adaptive": N/4 particles growing up to N on collapse (ESS / N < `collapse_threshold`).
 
 Example::
 
@@ -46,18 +47,20 @@ from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 from icml26zoo.train.presets import tiny_model
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "SCHEMES", "run", "training_config"]
+__all__ = ["FULL", "PROPOSALS", "QUICK", "QUICK_ARGS", "SCHEMES", "run", "training_config"]
 
 DIGITS = 3
 # Rows of 3D + 3 input tokens (the trainer's seq_len).
 QUICK = Budget(steps=60, batch_size=32, seq_len=3 * DIGITS + 3, seeds=(0,))
-FULL = Budget(steps=600, batch_size=64, seq_len=3 * DIGITS + 3, seeds=(0,))
+FULL = Budget(steps=600, batch_size=64, seq_len=3 * DIGITS + 3, seeds=(0, 1))
 QUICK_ARGS = {"particles": (8,), "alphas": (4.0,), "schemes": ("systematic",), "num_problems": 12}
 SCHEMES = tuple(sorted(RESAMPLERS))
+PROPOSALS = ("tempered", "ancestral")
 
 
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, particles: Sequence[int] = (4, 8, 16),
-        alphas: Sequence[float] = (2.0, 4.0), schemes: Sequence[str] = SCHEMES, num_problems: int = 200,
+        alphas: Sequence[float] = (2.0, 4.0), schemes: Sequence[str] = SCHEMES,
+        proposals: Sequence[str] = PROPOSALS, num_problems: int = 200,
         block_size: int = 1, collapse_threshold: float = 0.3, resume: bool = False) -> Results:
     """Trains the addition LM once per seed and compares the decoders on held-out problems.
 
@@ -67,6 +70,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, particles: Sequenc
       particles: the N values (>= 4, distinct), particles or samples per problem for every method.
       alphas: the powers α > 1 of the target (ASMC, and T = 1/α for tempered sampling).
       schemes: resampling schemes for ASMC, from SCHEMES (the adaptive run uses the first).
+      proposals: ASMC's proposals, from PROPOSALS: "tempered" (T = 1/α, the variance-minimizing prefix-only
+        proposal) and/or "ancestral" (T = 1: the weights alone turn p into p^α).
       num_problems: held-out problems per seed (>= 1).
       block_size: tokens between resampling checks (the answers are DIGITS + 2 tokens long).
       collapse_threshold: ESS / N below which the adaptive population doubles.
@@ -74,17 +79,18 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, particles: Sequenc
     """
     particles, alphas, schemes = _check_arguments(budget, particles, alphas, schemes, num_problems, block_size,
                                                   collapse_threshold)
+    proposals = check_names("proposals", proposals, PROPOSALS)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     per_seed, traces = [], {}
     for seed in budget.seeds:
         model = _trained_model(experiment, seed)
-        rows, trace = _evaluate(model, seed, particles, alphas, schemes, num_problems, block_size,
+        rows, trace = _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, block_size,
                                 collapse_threshold)
         per_seed.append(rows)
         traces.setdefault("example", trace)
     rows = _mean_rows(per_seed)
     collapse = _collapse_split(per_seed)
-    figures = {"accuracy": _accuracy_figure(rows), "ancestry": traces["example"]}
+    figures = {"accuracy": _accuracy_figure(rows, alphas[-1], schemes[0]), "ancestry": traces["example"]}
     return experiment.write(
         rows, columns=("method", "particles", "accuracy", "pass_at_n", "answer_log_p", "distinct_answers",
                        "ess_min_fraction", "mean_particles", "ms_per_problem"),
@@ -142,32 +148,43 @@ def _trained_model(experiment: Experiment, seed: int):
     return model
 
 
-def _methods(particles, alphas, schemes, block_size, collapse_threshold):
+def _asmc_name(alpha: float, proposal: str, variant: str) -> str:
+    temperature = f"1/{alpha:g}" if proposal == "tempered" else "1"
+    return f"ASMC a={alpha:g} T={temperature} {variant}"
+
+
+def _methods(particles, alphas, schemes, proposals, block_size, collapse_threshold):
     """(method name, N, ASMCConfig, how the particles are read) for every decoder compared."""
     common = {"max_new_tokens": task.answer_length(DIGITS), "block_size": block_size}
     plain = {"ess_threshold": 1e-6, "collapse_threshold": 1e-6}
     for n in particles:
-        yield "sampling T=1", n, ASMCConfig(num_particles=n, alpha=1.0, temperature=1.0, **common, **plain), "mean"
-        yield "best-of-N by log p", n, ASMCConfig(num_particles=n, alpha=1.0, temperature=1.0, **common,
-                                                  **plain), "best"
+        ancestral = ASMCConfig(num_particles=n, alpha=1.0, temperature=1.0, **common, **plain)
+        yield "sampling T=1", n, ancestral, "mean"
+        yield "best-of-N by log p", n, ancestral, "best"
         for alpha in alphas:
             tempered = ASMCConfig(num_particles=n, alpha=1.0, temperature=1 / alpha, **common, **plain)
             yield f"sampling T=1/{alpha:g}", n, tempered, "mean"
-            for scheme in schemes:
-                config = ASMCConfig(num_particles=n, alpha=alpha, temperature=1 / alpha, scheme=scheme, **common,
-                                    collapse_threshold=1e-6)
-                yield f"ASMC a={alpha:g} {scheme}", n, config, "weighted"
-            adaptive = ASMCConfig(num_particles=n // 4, max_particles=n, alpha=alpha, temperature=1 / alpha,
-                                  scheme=schemes[0], collapse_threshold=collapse_threshold, **common)
-            yield f"ASMC a={alpha:g} adaptive", n, adaptive, "weighted"
+            for proposal in proposals:
+                temperature = 1 / alpha if proposal == "tempered" else 1.0
+                for scheme in schemes:
+                    config = ASMCConfig(num_particles=n, alpha=alpha, temperature=temperature, scheme=scheme,
+                                        collapse_threshold=1e-6, **common)
+                    yield _asmc_name(alpha, proposal, scheme), n, config, "weighted"
+                adaptive = ASMCConfig(num_particles=max(1, n // 4), max_particles=n, alpha=alpha,
+                                      temperature=temperature, scheme=schemes[0],
+                                      collapse_threshold=collapse_threshold, **common)
+                yield _asmc_name(alpha, proposal, "adaptive"), n, adaptive, "weighted"
 
 
-def _evaluate(model, seed, particles, alphas, schemes, num_problems, block_size, collapse_threshold):
-    """Rows (one per method and N) for one trained model, and the ancestry figure of the first ASMC run."""
+def _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, block_size, collapse_threshold):
+    """Rows (one per method and N) for one trained model, and the ancestry figure of one ASMC run: the largest
+    N and α, the last proposal in `proposals`, the first scheme, the first problem."""
     rows_tokens, sums = task.problems(np.random.default_rng([seed, 99]), num_problems, DIGITS)
     prompts = rows_tokens[:, : task.prompt_length(DIGITS)]
+    shown = (_asmc_name(alphas[-1], proposals[-1], schemes[0]), max(particles))
     rows, figure = [], None
-    for name, n, config, read in _methods(particles, alphas, schemes, block_size, collapse_threshold):
+    methods = _methods(particles, alphas, schemes, proposals, block_size, collapse_threshold)
+    for name, n, config, read in methods:
         stats = []
         # Compiled outside the timed loop (methods of one structure share the compiled sampler).
         asmc_decode(model, prompts[0], key=jax.random.key(0), config=config).tokens.block_until_ready()
@@ -176,12 +193,10 @@ def _evaluate(model, seed, particles, alphas, schemes, num_problems, block_size,
             result = jax.device_get(asmc_decode(model, prompt, key=jax.random.key(1000 * seed + index),
                                                 config=config))
             stats.append(_problem_stats(result, int(total), read))
-            if figure is None and name.startswith("ASMC") and result.resampled.any():
+            if index == 0 and (name, n) == shown:
                 figure = _ancestry(result, name, n)
         elapsed = 1000 * (time.perf_counter() - start) / num_problems
         rows.append(_row(name, n, stats, elapsed))
-    if figure is None:
-        figure = _ancestry(result, name, n)
     return rows, figure
 
 
@@ -247,9 +262,14 @@ def _ancestry(result, name: str, n: int):
                                 np.asarray(result.active), title=f"{name}, N={n}: particle ancestry (first problem)")
 
 
-def _accuracy_figure(rows: list[dict]):
+def _accuracy_figure(rows: list[dict], alpha: float, scheme: str):
+    """Accuracy against N for the baselines and, at the largest α, ASMC with the first scheme (and adaptive)."""
+    shown = {"sampling T=1", "best-of-N by log p", f"sampling T=1/{alpha:g}"}
+    shown |= {_asmc_name(alpha, proposal, variant) for proposal in PROPOSALS for variant in (scheme, "adaptive")}
     series: dict = {}
     for row in rows:
+        if row["method"] not in shown:
+            continue
         xs, ys = series.setdefault(row["method"], ([], []))
         xs.append(row["particles"])
         ys.append(row["accuracy"])
@@ -266,8 +286,9 @@ def _notes(budget: Budget, num_problems: int, block_size: int, collapse_threshol
         "answer_log_p: mean per-token log p of the returned answer under the model; distinct_answers: distinct "
         "particle answers per problem; ess_min_fraction: min over tokens of ESS / N live; mean_particles: live "
         "particles at the end (adaptive runs start at N/4); ms_per_problem: CPU wall time including dispatch.",
-        f"ASMC: T = 1/alpha proposal, resampling check every {block_size} token(s) when ESS < N/2; adaptive: "
-        f"doubles on ESS / N < {collapse_threshold:g}.",
+        f"ASMC: proposal T = 1/alpha or T = 1, resampling check every {block_size} token(s) when ESS < N/2 "
+        f"(systematic, multinomial or residual); adaptive: N/4 particles, doubling on ESS / N < "
+        f"{collapse_threshold:g}, up to N. Timings are on a shared, loaded machine: compare them loosely.",
     ]
     worst = [f"{name}: {v['ess_min_solved']:.3f} solved ({v['num_solved']}) vs {v['ess_min_failed']:.3f} "
              f"failed ({v['num_failed']})" for name, v in collapse.items()
