@@ -48,8 +48,19 @@ TINY = {
 
 
 def _cases(primary_only: bool = False):
-    """Every registered model x mixer x CONFORMANCE_OPTIONS variant (or only each mixer's first variant)."""
+    """Every registered model x mixer x CONFORMANCE_OPTIONS variant (or only each mixer's first variant).
+
+    A model whose class declares CONFORMANCE_CONFIGS (ModelConfig overrides, e.g. a mixer and model_options)
+    enters with those cases instead of once per mixer, since its mixers already enter through the other models,
+    and not among the primary cases: the stacking checks are the shared Block stack's, which "llama" covers.
+    """
     for model_name in MODELS.names():
+        declared = getattr(MODELS.get(model_name), "CONFORMANCE_CONFIGS", None)
+        if declared is not None:
+            for i, overrides in enumerate(() if primary_only else declared):
+                cfg = ModelConfig(name=model_name, **{**TINY, **overrides})
+                yield pytest.param(cfg, id=f"{model_name}-{cfg.mixer}-declared{i}")
+            continue
         for mixer_name in MIXERS.names():
             for i, options in enumerate(conformance_options(MIXERS.get(mixer_name))):
                 if primary_only and i:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from icml26zoo.models import lm  # noqa: F401  (registers "llama")
+from icml26zoo.models import hybrid, lm, looped  # noqa: F401  (register "hybrid", "llama", "looped")
 from icml26zoo.models.block import convert_layer_layout, stack_layers, unstack_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.generate import generate, sample_logits
@@ -14,10 +14,17 @@ from icml26zoo.registry import MODELS
 
 
 def build_model(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
-    """The registered model cfg.name built from cfg (parameters initialized from rngs)."""
+    """The registered model cfg.name built from cfg (parameters initialized from rngs).
+
+    A model that takes cfg.model_options declares its options dataclass as `options_class`; the others reject
+    any (ValueError naming model.model_options).
+    """
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
-    return MODELS.get(cfg.name)(cfg, rngs=rngs)
+    model_class = MODELS.get(cfg.name)
+    if cfg.model_options and getattr(model_class, "options_class", None) is None:
+        raise ValueError(f"model.model_options: model {cfg.name!r} takes no options, got {cfg.model_options!r}")
+    return model_class(cfg, rngs=rngs)
 
 
 def count_params(model: nnx.Module) -> int:

@@ -60,6 +60,10 @@ class ModelConfig:
     max_seq_len: int = 1024
     # Extra mixer-specific options as (name, value) pairs, e.g. (("gate", "full"),).
     mixer_options: tuple[tuple[str, Any], ...] = ()
+    # Options of the registered model cfg.name as (name, value) pairs, checked by the model against its typed
+    # options dataclass, e.g. (("loops", "log2"),) for "looped" or (("pattern", "gated_deltanet,attention"),)
+    # for "hybrid" (zoo.models.looped, zoo.models.hybrid). "llama" takes none.
+    model_options: tuple[tuple[str, Any], ...] = ()
     # Mixture-of-experts feed-forward (zoo.moe): 0 keeps the dense MLP; E > 0 replaces every block's MLP by E
     # expert MLPs (activation mlp_activation, hidden width the resolved mlp_dim), moe_top_k of them per token.
     moe_num_experts: int = 0
@@ -105,6 +109,7 @@ class ModelConfig:
         check_positive("norm_eps", self.norm_eps)
         check_positive("rope_theta", self.rope_theta)
         check_pairs("mixer_options", self.mixer_options)
+        check_pairs("model_options", self.model_options)
         self._check_moe()
 
     def _check_moe(self) -> None:
