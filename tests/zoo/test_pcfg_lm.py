@@ -15,6 +15,9 @@ from icml26zoo.losses.pcfg_lm import exact_distributions, kl_sums, make_pcfg_obj
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.pcfg import BOS, EOS, FIRST_TERMINAL, RandomGrammarSpec, exact_rows_of_sentence, sample_sentences
 from icml26zoo.registry import OBJECTIVES
+from icml26zoo.train.config import load_preset
+from icml26zoo.train.config_checks import objective_options
+from icml26zoo.train.data.pcfg import PCFGDataset
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
@@ -114,3 +117,13 @@ def test_gradients_flow_under_jit_and_a_small_vocabulary_is_rejected():
     assert np.isfinite(float(loss)) and any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads))
     with pytest.raises(ValueError, match="objective 'pcfg_lm' needs model.vocab_size >= 9"):
         objective(LogitsModel(np.zeros((2, 16, 8))), MODEL_BATCH, jax.random.key(0))
+
+
+def test_the_grammar_is_the_objective_options_and_the_preset_matches_its_data():
+    assert objective_options("pcfg_lm", (("num_nonterminals", 5), ("num_terminals", 6), ("binary_rules", 3),
+                                         ("terminal_rules", 3))) == SPEC
+    with pytest.raises(ValueError, match="objective_options: binary_probability = 0.6 gives an impossible grammar"):
+        objective_options("pcfg_lm", (("binary_probability", 0.6),))
+    config = load_preset("pcfg_tiny")
+    dataset_grammar = PCFGDataset().options(config.data).grammar_spec()
+    assert objective_options(config.objective, config.objective_options) == dataset_grammar

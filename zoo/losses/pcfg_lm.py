@@ -13,10 +13,11 @@ position t, P(· | the segment's words up to t) over the token layout of `pcfg.r
   entropy_sum    Σ_t w_t m_t H(p_t), the grammar's entropy (cross-entropy to p = entropy + KL)
 
 The grammar is the objective's options (`options_class = RandomGrammarSpec`, set through
-`objective_options`; default: the `pcfg` dataset's default grammar). It must be the dataset's grammar
-(`train.data.pcfg.PCFGOptions.grammar_spec()`: the same num_nonterminals, num_terminals, binary_rules,
-terminal_rules, binary_probability, concentration and seed = grammar_seed). A sentence that is impossible
-under the objective's grammar (data from another grammar) has no finite KL: it shows as NaN.
+`objective_options`; default: the `pcfg` dataset's default grammar). It must be the dataset's grammar:
+give `objective_options` the same num_nonterminals, num_terminals, binary_rules, terminal_rules,
+binary_probability, concentration and grammar_seed pairs as `data.task_options`
+(`train.data.pcfg.PCFGOptions.grammar_spec()`). A sentence that is impossible under the objective's
+grammar (data from another grammar) has no finite KL: it shows as NaN.
 """
 
 from __future__ import annotations

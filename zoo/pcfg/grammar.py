@@ -125,7 +125,9 @@ def random_grammar(num_nonterminals: int, num_terminals: int, *, binary_rules: i
 
 @dataclasses.dataclass(frozen=True)
 class RandomGrammarSpec:
-    """Everything that defines a random grammar (`random_grammar`'s arguments); `grammar()` builds it (cached)."""
+    """Everything that defines a random grammar (`random_grammar`'s arguments, its seed named `grammar_seed` as in
+    the `pcfg` dataset's options); `grammar()` builds it (cached). Each field is validated (ValueError naming
+    it), and so is termination (binary_probability >= 1/2 never terminates)."""
 
     num_nonterminals: int = 8
     num_terminals: int = 16
@@ -133,11 +135,11 @@ class RandomGrammarSpec:
     terminal_rules: int = 4
     binary_probability: float = 0.4
     concentration: float = 1.0
-    seed: int = 0
+    grammar_seed: int = 0
 
     def __post_init__(self) -> None:
         for name, minimum in (("num_nonterminals", 2), ("num_terminals", 1), ("binary_rules", 1),
-                              ("terminal_rules", 1), ("seed", 0)):
+                              ("terminal_rules", 1), ("grammar_seed", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -161,7 +163,7 @@ class RandomGrammarSpec:
 def _cached_grammar(spec: RandomGrammarSpec) -> Grammar:
     return random_grammar(spec.num_nonterminals, spec.num_terminals, binary_rules=spec.binary_rules,
                           terminal_rules=spec.terminal_rules, binary_probability=float(spec.binary_probability),
-                          concentration=float(spec.concentration), seed=spec.seed)
+                          concentration=float(spec.concentration), seed=spec.grammar_seed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,10 +28,10 @@ from flax import nnx
 
 from icml26zoo import probing
 from icml26zoo.pcfg.exact import probe_targets
-from icml26zoo.registry import OBJECTIVES
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.config import TrainConfig, load_preset
+from icml26zoo.train.config_checks import configured_objective
 from icml26zoo.train.data import pcfg
 from icml26zoo.train.data.generated import split_seed
 from icml26zoo.train.data.tasks import make_config
@@ -66,7 +66,7 @@ def checkpoint_steps(config: TrainConfig) -> list[int]:
 
 def mean_kl(config: TrainConfig, model: nnx.Module) -> tuple[float, float]:
     """(mean KL(grammar ‖ model), mean grammar entropy) per predicted token of the whole validation split."""
-    objective = OBJECTIVES.get(config.objective)
+    objective = configured_objective(config)
     graphdef, state = nnx.split(model)
     metrics_of = jax.jit(lambda state, batch: objective(nnx.merge(graphdef, state), batch, jax.random.key(0))[1])
     totals = {"kl_sum": 0.0, "kl_weight": 0.0, "entropy_sum": 0.0}
