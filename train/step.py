@@ -122,10 +122,18 @@ def make_eval_step(
 
 
 def summarize_eval(sums: dict[str, float], bytes_per_token: float | None) -> dict[str, float]:
-    """Mean loss, accuracy and (for byte-level data) bits per byte from summed eval statistics."""
+    """Mean loss, accuracy and (for byte-level data) bits per byte from summed eval statistics.
+
+    Any other metric an objective sums as "X_sum" is reported as eval/X = X_sum / X_weight, or X_sum / weight
+    when the objective gives no "X_weight" (e.g. pcfg_lm's KL to the grammar: kl_sum, kl_weight).
+    """
     weight = max(sums["weight"], 1.0)
     loss = sums["loss_sum"] / weight
     out = {"eval/loss": loss, "eval/accuracy": sums["correct"] / weight}
     if bytes_per_token:
         out["eval/bits_per_byte"] = loss / math.log(2) / bytes_per_token
+    for key, total in sums.items():
+        name = key.removesuffix("_sum")
+        if key.endswith("_sum") and name != "loss":
+            out[f"eval/{name}"] = total / max(sums.get(f"{name}_weight", weight), 1e-12)
     return out

@@ -16,6 +16,7 @@ from icml26zoo.train import data as data_lib
 from icml26zoo.train.__main__ import main
 from icml26zoo.train.config import DataConfig, TrainConfig
 from icml26zoo.train.data import topics
+from icml26zoo.train.step import summarize_eval
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -114,3 +115,9 @@ def test_classification_run_from_the_command_line(tmp_path):
     summary = json.loads((workdir / "summary.json").read_text())
     assert 0.0 <= summary["eval/accuracy"] <= 1.0 and np.isfinite(summary["eval/loss"])
     assert "eval/bits_per_byte" not in summary and (workdir / "loss_curve.png").stat().st_size > 0
+
+
+def test_summarize_eval_reports_every_summed_metric_over_its_weight():
+    sums = {"loss_sum": 6.0, "weight": 3.0, "correct": 1.5, "kl_sum": 2.0, "kl_weight": 4.0, "gap_sum": 0.6}
+    summary = summarize_eval(sums, bytes_per_token=None)
+    assert summary == pytest.approx({"eval/loss": 2.0, "eval/accuracy": 0.5, "eval/kl": 0.5, "eval/gap": 0.2})

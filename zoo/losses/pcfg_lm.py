@@ -11,6 +11,7 @@ position t, P(· | the segment's words up to t) over the token layout of `pcfg.r
   kl_sum         Σ_t w_t m_t KL(p_t ‖ q_t),  q_t = softmax(logits_t) over the model's whole vocabulary
   kl_weight      Σ_t w_t m_t  (mean KL = kl_sum / kl_weight)
   entropy_sum    Σ_t w_t m_t H(p_t), the grammar's entropy (cross-entropy to p = entropy + KL)
+  entropy_weight Σ_t w_t m_t again, so the trainer's eval reports eval/kl and eval/entropy as means
 
 The grammar is the objective's options (`options_class = RandomGrammarSpec`, set through
 `objective_options`; default: the `pcfg` dataset's default grammar). It must be the dataset's grammar:
@@ -37,13 +38,14 @@ from icml26zoo.registry import register_objective
 
 
 def kl_sums(logits: jax.Array, exact: jax.Array, weights: jax.Array) -> dict[str, jax.Array]:
-    """{"kl_sum", "kl_weight", "entropy_sum"} for logits [B, T, V'], exact p [B, T, V] (V <= V'), weights [B, T]."""
+    """The summed metrics (module docstring) for logits [B, T, V'], exact p [B, T, V] (V <= V'), weights [B, T]."""
     log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)[..., : exact.shape[-1]]
     # 0 · log 0 = 0: positions and words the grammar rules out contribute nothing.
     entropy = -jnp.sum(jax.scipy.special.xlogy(exact, exact), axis=-1)
     cross = -jnp.sum(jnp.where(exact > 0, exact * log_q, 0.0), axis=-1)
-    return {"kl_sum": jnp.sum(weights * (cross - entropy)), "kl_weight": jnp.sum(weights),
-            "entropy_sum": jnp.sum(weights * entropy)}
+    weight = jnp.sum(weights)
+    return {"kl_sum": jnp.sum(weights * (cross - entropy)), "kl_weight": weight,
+            "entropy_sum": jnp.sum(weights * entropy), "entropy_weight": weight}
 
 
 @functools.lru_cache(maxsize=8)
