@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from icml26zoo.decode.asmc import ASMCConfig, asmc_decode, proposal_log_probs
+from icml26zoo.decode.asmc import ASMCConfig, _asmc, asmc_decode, proposal_log_probs
 from icml26zoo.decode.asmc_cache import reorder_cache
 from icml26zoo.models import ModelConfig, build_model
 
@@ -135,6 +135,14 @@ def test_finished_particles_keep_their_weight_and_repeat_eos(model):
     log_p = np.where(counted, np.asarray(_sequence_log_probs(model, result.tokens)), 0.0).sum(-1)
     np.testing.assert_allclose(result.cum_log_p, log_p, atol=2e-5)
     np.testing.assert_allclose(result.log_weights, 2.0 * result.cum_log_p - result.cum_log_q, atol=1e-4)
+
+
+def test_numeric_settings_share_one_compiled_sampler(model):
+    _run(model)
+    compiled = _asmc._cache_size()
+    _run(model, alpha=5.0, temperature=0.7, ess_threshold=0.9, num_particles=3, ramp_tokens=3, eos_id=2,
+         min_new_tokens=1, collapse_threshold=0.2, growth_factor=3)
+    assert _asmc._cache_size() == compiled
 
 
 def test_proposal_is_the_tempered_truncated_softmax_with_banned_tokens():
