@@ -105,10 +105,11 @@ def test_teacher_forcing_equals_lm_cross_entropy_on_the_chain_tokens():
     cfg = ModelConfig(name="one_layer", mixer="attention", mixer_options=(("position", "none"),), vocab_size=VOCAB,
                       d_model=16, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=32, max_seq_len=D + K - 2)
     model, batch = build_model(cfg, rngs=nnx.Rngs(0)), _batch(8)
-    loss, _ = _objective(model, batch, jax.random.key(0), BooleanChainOptions(mode="teacher_forcing"))
-    expected, metrics = nnx.jit(lm_objective)(model, batch, jax.random.key(0))
+    options = BooleanChainOptions(mode="teacher_forcing")
+    # Losses only: the free-running metrics are not compiled.
+    loss, expected = nnx.jit(lambda m, b: (boolean_chain_objective(m, b, jax.random.key(0), options=options)[0],
+                                           lm_objective(m, b, jax.random.key(0))[0]))(model, batch)
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
-    assert float(metrics["weight"]) == 8 * (K - 1)
 
 
 def test_free_running_context_is_the_models_own_chain():

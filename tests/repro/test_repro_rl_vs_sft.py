@@ -1,0 +1,36 @@
+"""The RL-vs-SFT reproduction's bad inputs and its command line's one-line errors (the experiment itself trains
+the objective tested in tests/zoo/test_boolean_chain.py; its results are on docs/papers/rl_vs_sft_boolean.md)."""
+
+from __future__ import annotations
+
+import pytest
+from repro_scripts import load_repro_script
+
+from icml26zoo.repro import rl_vs_sft
+from icml26zoo.repro.cli import run_main
+from icml26zoo.repro.common import Budget
+
+TINY = Budget(steps=1, batch_size=8, seq_len=4)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"modes": ("rl", "ppo")}, "modes: unknown name 'ppo'"),
+    ({"modes": ()}, "modes must name at least one"),
+    ({"eval_every": 0}, "eval_every"),
+    ({"num_bits": 1}, "'num_bits' must be an integer in"),
+    ({"sparsity": 9}, "'sparsity' must be an integer in"),
+])
+def test_bad_arguments_raise_naming_them(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rl_vs_sft.run(str(tmp_path), budget=TINY, **kwargs)
+
+
+def test_script_reports_bad_flags_in_one_line(tmp_path, capsys):
+    script = load_repro_script("rl_vs_sft")
+    assert run_main(script.main, ["--modes", "sft", "--out", str(tmp_path)]) == 2
+    assert "modes: unknown name 'sft'" in capsys.readouterr().err
+
+
+def test_onset_is_the_first_step_reaching_the_threshold():
+    assert rl_vs_sft.onset([0, 25, 50], [0.5, 0.95, 0.99]) == 25
+    assert rl_vs_sft.onset([0, 25], [0.5, 0.6]) is None
