@@ -27,7 +27,8 @@ def boolean_chain(mode: str, learning_rate: float, num_steps: int) -> TrainConfi
         ("num_bits", NUM_BITS), ("sparsity", SPARSITY), ("train_examples", 65_536), ("eval_examples", 1024)))
     model = ModelConfig(name="one_layer", mixer="attention", mixer_options=(("position", "none"),),
                         vocab_size=3, d_model=64, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=256,
-                        mlp_activation="gelu", max_seq_len=NUM_BITS + SPARSITY - 2)
+                        mlp_activation="gelu", max_seq_len=NUM_BITS + SPARSITY - 2,
+                        model_options=(("max_positions", NUM_BITS + SPARSITY - 2),))
     return TrainConfig(model=model, data=data, optim=OptimConfig(learning_rate=learning_rate, warmup_steps=20,
                                                                  weight_decay=0.0),
                        objective="boolean_chain", objective_options=(("mode", mode),), batch_size=256,

@@ -4,6 +4,8 @@ its mean against the exact policy gradient of a tabular policy; plus the `one_la
 
 from __future__ import annotations
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -103,7 +105,8 @@ def test_consistency_rewards_check_each_step_against_its_own_parents():
 
 def test_teacher_forcing_equals_lm_cross_entropy_on_the_chain_tokens():
     cfg = ModelConfig(name="one_layer", mixer="attention", mixer_options=(("position", "none"),), vocab_size=VOCAB,
-                      d_model=16, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=32, max_seq_len=D + K - 2)
+                      d_model=16, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=32, max_seq_len=D + K - 2,
+                      model_options=(("max_positions", D + K - 2),))
     model, batch = build_model(cfg, rngs=nnx.Rngs(0)), _batch(8)
     options = BooleanChainOptions(mode="teacher_forcing")
     # Losses only: the free-running metrics are not compiled.
@@ -164,7 +167,8 @@ def test_rl_gradient_is_unbiased_for_a_tabular_policy():
 
 def test_one_layer_model_decodes_like_its_forward_and_uses_absolute_positions():
     cfg = ModelConfig(name="one_layer", vocab_size=8, d_model=16, num_layers=1, num_heads=1, num_kv_heads=1,
-                      mlp_dim=32, max_seq_len=6, mixer_options=(("position", "none"),))
+                      mlp_dim=32, max_seq_len=6, mixer_options=(("position", "none"),),
+                      model_options=(("max_positions", 6),))
     model = build_model(cfg, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(0), (2, 6), 0, 8)
     forward = nnx.jit(lambda m, t: m(t))
@@ -178,5 +182,7 @@ def test_one_layer_model_decodes_like_its_forward_and_uses_absolute_positions():
     # Without RoPE only the position table tells equal tokens at different positions apart.
     same = forward(model, jnp.full((1, 6), 3))
     assert not np.allclose(same[0, 0], same[0, 5])
-    with pytest.raises(ValueError, match="max_seq_len"):
+    with pytest.raises(ValueError, match="max_positions = 6"):
         model(jnp.zeros((1, 7), jnp.int32))
+    with pytest.raises(ValueError, match="one_layer option 'max_positions' must be an integer >= 1"):
+        build_model(dataclasses.replace(cfg, model_options=(("max_positions", 0),)), rngs=nnx.Rngs(0))

@@ -7,34 +7,70 @@ absolute parent positions a(j), b(j), so the position must be visible to the que
 alone (the "llama" model) a step's query sees only its own bit, and relative offsets differ from step to
 step. Everything after the embedding is the zoo's decoder (`DecoderLM`: cfg.num_layers blocks of cfg.mixer
 and the MLP, the final norm and the head), so the spec's model is this one with num_layers=1, num_heads=1,
-mixer "attention" with mixer_options (("position", "none"),) (preset `configs/boolean_sft.py`). The exact
+mixer "attention" with mixer_options (("position", "none"),) (preset `configs/boolean_sft.py`); the table's
+size is model option `max_positions`. The exact
 parameterisation of the paper's embedding and readout is a reconstruction.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.layers.embed import EMBED_INIT_STD
+from icml26zoo.layers.options import build_options
 from icml26zoo.models.block import run_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import DecodeCache, DecoderLM, _check_int_like, _check_tokens, positions_from_segments
 from icml26zoo.registry import register_model
 
+FIELD = "model.model_options"
+
+
+@dataclasses.dataclass(frozen=True)
+class OneLayerOptions:
+    """The one_layer model's options (ModelConfig.model_options)."""
+
+    # Rows P of the learned position table [P, D]: positions 0 .. P - 1 (not tied to max_seq_len, so the
+    # parameter count does not depend on the longest sequence).
+    max_positions: int = 256
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_positions, bool) or not isinstance(self.max_positions, int) or self.max_positions < 1:
+            raise ValueError(f"{FIELD}: one_layer option 'max_positions' must be an integer >= 1, "
+                             f"got {self.max_positions!r}")
+
+
+def one_layer_options(cfg: ModelConfig) -> OneLayerOptions:
+    """cfg.model_options as OneLayerOptions; ValueError naming model.model_options."""
+    try:
+        return build_options(OneLayerOptions, cfg.model_options, owner="one_layer model")
+    except ValueError as error:
+        message = str(error)
+        raise ValueError(message if message.startswith(FIELD) else f"{FIELD}: {message}") from None
+
 
 @register_model("one_layer")
 class OneLayerTransformer(DecoderLM):
-    """DecoderLM whose input is token embedding + a learned absolute position embedding [max_seq_len, D].
+    """DecoderLM whose input is token embedding + a learned absolute position embedding [max_positions, D].
 
-    Positions (given, or the index inside each segment) must be < cfg.max_seq_len.
+    Positions (given, or the index inside each segment) must be < max_positions (model_options); a longer
+    row raises ValueError, given positions are not checked under jit.
     """
 
+    options_class = OneLayerOptions
+    # The conformance harness's case (tests/zoo/test_conformance.py): the spec's shape, one layer, one head.
+    CONFORMANCE_CONFIGS = ({"mixer": "attention", "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
+                            "mixer_options": (("position", "none"),)},)
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
+        self.max_positions = one_layer_options(cfg).max_positions
         super().__init__(cfg, rngs=rngs)
         init = jax.nn.initializers.normal(EMBED_INIT_STD)
-        self.position_embedding = nnx.Param(init(rngs.params(), (cfg.max_seq_len, cfg.d_model), jnp.float32))
+        self.position_embedding = nnx.Param(init(rngs.params(), (self.max_positions, cfg.d_model), jnp.float32))
 
     def _embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         """tokens, positions [B, T] -> token + position embeddings [B, T, D] in the compute dtype."""
@@ -48,9 +84,9 @@ class OneLayerTransformer(DecoderLM):
         _check_tokens(tokens)
         _check_int_like("segment_ids", segment_ids, tokens.shape)
         _check_int_like("positions", positions, tokens.shape)
-        if tokens.shape[1] > self.cfg.max_seq_len:
-            raise ValueError(f"tokens must have at most max_seq_len = {self.cfg.max_seq_len} positions "
-                             f"(the position table), got shape {tokens.shape}")
+        if tokens.shape[1] > self.max_positions:
+            raise ValueError(f"tokens must have at most max_positions = {self.max_positions} positions "
+                             f"(the position table, model.model_options), got shape {tokens.shape}")
         if positions is None:
             positions = (
                 jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
@@ -69,10 +105,12 @@ class OneLayerTransformer(DecoderLM):
         if batch != cache.batch_size or length > cache.max_len:
             raise ValueError(f"tokens must have shape [B, T'] with B = {cache.batch_size} and "
                              f"T' <= max_len = {cache.max_len} (the cache's), got shape {tokens.shape}")
-        limit = min(cache.max_len, self.cfg.max_seq_len)
-        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > limit:
+        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > cache.max_len:
             raise ValueError(f"tokens of shape {tokens.shape} do not fit: the cache holds {int(cache.index)} "
-                             f"of {limit} tokens")
+                             f"of max_len = {cache.max_len} tokens")
+        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > self.max_positions:
+            raise ValueError(f"tokens of shape {tokens.shape} do not fit: positions beyond max_positions = "
+                             f"{self.max_positions} (model.model_options) after {int(cache.index)} tokens")
         positions = jnp.broadcast_to(cache.index + jnp.arange(length, dtype=jnp.int32), tokens.shape)
         x, layer_caches = run_layers(
             self.layers, self._embed(tokens, positions), cfg=self.cfg, segment_ids=None, positions=positions,

@@ -50,8 +50,9 @@ def train_mode(mode: str, task: SparseBooleanOptions, *, budget: Budget, seed: i
                eval_rows: int = 1024) -> dict[str, list]:
     """Trains the spec-16 model with objective mode `mode`; returns {"step": [...], "step_accuracy": [[acc_j]]}."""
     config = boolean_chain(mode, LEARNING_RATES[mode], budget.steps)
-    model = build_model(dataclasses.replace(config.model, max_seq_len=task.num_bits + task.sparsity - 2),
-                        rngs=nnx.Rngs(seed))
+    length = task.num_bits + task.sparsity - 2
+    model = build_model(dataclasses.replace(config.model, max_seq_len=length,
+                                            model_options=(("max_positions", length),)), rngs=nnx.Rngs(seed))
     graphdef, params = nnx.split(model, nnx.Param)
     optimizer = optax.adam(LEARNING_RATES[mode])
     opt_state = optimizer.init(params)
