@@ -273,8 +273,10 @@ def _accuracy_figure(rows: list[dict], alpha: float, scheme: str):
         xs, ys = series.setdefault(row["method"], ([], []))
         xs.append(row["particles"])
         ys.append(row["accuracy"])
-    return line_figure(series, xlabel="particles / samples N (equal decode steps)", ylabel="accuracy",
-                       title="Addition accuracy of the returned answer", logx=True)
+    figure = line_figure(series, xlabel="particles / samples N (equal decode steps)", ylabel="accuracy",
+                         title="Addition accuracy of the returned answer")
+    figure.axes[0].set_xticks(sorted({row["particles"] for row in rows}))
+    return figure
 
 
 def _notes(budget: Budget, num_problems: int, block_size: int, collapse_threshold: float, collapse: dict):
