@@ -124,12 +124,13 @@ def test_free_running_context_is_the_models_own_chain():
         loss, metrics = _objective(ChainOracle(scale), batch, jax.random.key(0), options)
         np.testing.assert_allclose(loss, right, rtol=1e-5)
         assert float(metrics["correct"]) == float(metrics["weight"]) == 16 * (K - 1)
+        assert float(metrics["answer_accuracy_sum"]) == float(metrics["answer_accuracy_weight"]) == 16
     # Step 1 wrong: teacher forcing still sees the true z1 at step 2, free running its own wrong z1.
     tf_loss, _ = _objective(ChainOracle(scale, True), batch, jax.random.key(0), teacher)
     fr_loss, metrics = _objective(ChainOracle(scale, True), batch, jax.random.key(0), free)
     np.testing.assert_allclose(tf_loss, (wrong + right) / 2, rtol=1e-5)
     np.testing.assert_allclose(fr_loss, wrong, rtol=1e-5)
-    assert float(metrics["correct"]) == 0.0
+    assert float(metrics["correct"]) == float(metrics["answer_accuracy_sum"]) == 0.0
 
 
 def test_rl_gradient_is_the_reinforce_estimator_computed_by_hand():

@@ -15,8 +15,10 @@ Every loss is normalized by the number of chain steps Σ w. The chain steps are 
 model's token, one full forward per position from the first chain step on (the rows are a few dozen tokens).
 
 Metrics, in every mode, measure the chain the model writes itself: a greedy free-running rollout's
-cross-entropy against the true chain (loss_sum) and its step accuracy (correct), over the chain steps (weight).
-So eval/accuracy is free-running step accuracy whatever the training mode.
+cross-entropy against the true chain (loss_sum) and its step accuracy (correct), over the chain steps (weight),
+and the accuracy of its final answer f(x) per example (answer_accuracy_sum / answer_accuracy_weight). So
+eval/accuracy is free-running step accuracy and eval/answer_accuracy free-running answer accuracy, whatever
+the training mode.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.losses.boolean_chain_verifier import batch_mean_baseline, outcome_rewards, process_rewards
+from icml26zoo.losses.boolean_chain_verifier import (
+    batch_mean_baseline,
+    final_steps,
+    outcome_rewards,
+    process_rewards,
+)
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.registry import register_objective
 
@@ -101,10 +108,14 @@ def _cross_entropy_sums(model: nnx.Module, batch: Batch, context: jax.Array):
 
 
 def free_running_metrics(model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
-    """Summable metrics of a greedy free-running rollout: loss_sum, weight, correct (see the module doc)."""
-    context, _ = rollout(model, batch, greedy, jax.random.key(0))
+    """Summable metrics of a greedy free-running rollout: loss_sum, weight, correct (see the module doc), and
+    answer_accuracy_sum / answer_accuracy_weight: examples whose last chain step, f(x), is right / examples."""
+    context, choices = rollout(model, batch, greedy, jax.random.key(0))
     sums = _cross_entropy_sums(model, batch, context)
-    return {"loss_sum": sums.loss_sum, "weight": sums.weight, "correct": sums.correct}
+    answers = final_steps(batch["weights"], batch["segment_ids"])
+    solved = jnp.sum(answers & (choices == batch["targets"])).astype(jnp.float32)
+    return {"loss_sum": sums.loss_sum, "weight": sums.weight, "correct": sums.correct,
+            "answer_accuracy_sum": solved, "answer_accuracy_weight": jnp.sum(answers).astype(jnp.float32)}
 
 
 def step_correct(model: nnx.Module, batch: Batch) -> jax.Array:
