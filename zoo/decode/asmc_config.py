@@ -1,4 +1,5 @@
-"""The settings of ASMC particle decoding (docs/papers/asmc.md), checked on construction, and its α-annealing schedule."""
+"""The settings of ASMC particle decoding (docs/papers/asmc.md), checked on construction; the α-annealing
+schedule; the split of a config into its compile-time structure and its traced numeric settings."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 Task rows (digits D): the D digits of a, "+", the D digits of b, "=", then the D + 1 digits of a + b, then ";"
 (end); every number is written least significant digit first, the order in which carries are computed, so that
-answer digit j sits at a fixed distance from the operand digits it depends on (what RoPE attention finds easily). Every row has
-3D + 4 tokens; the prompt is the first 2D + 2 and the answer the last D + 2. Operands are uniform in [0, 10^D).
+answer digit j sits at a fixed distance from the operand digits it depends on (what RoPE attention finds easily).
+Every row has 3D + 4 tokens; the prompt is the first 2D + 2 and the answer the last D + 2. Operands are uniform
+in [0, 10^D).
 
 Vocabulary (16): 0-9 digits, 10 "+", 11 "=", 12 ";" (end of answer), 13-15 unused.
 """
