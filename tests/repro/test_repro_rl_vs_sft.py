@@ -18,7 +18,7 @@ TINY = Budget(steps=1, batch_size=8, seq_len=4)
     ({"modes": ()}, "modes must name at least one"),
     ({"eval_every": 0}, "eval_every"),
     ({"num_bits": 1}, "'num_bits' must be an integer in"),
-    ({"sparsity": 9}, "'sparsity' must be an integer in"),
+    ({"sparsity": 17}, "'sparsity' must be an integer in"),
 ])
 def test_bad_arguments_raise_naming_them(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
