@@ -28,6 +28,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--forget-aux-data", help="data of the forget auxiliary, comma-separated from "
                                                   f"{','.join(divergence_decoding.FORGET_AUX_DATA)} (default both)")
     parser.add_argument("--distill-alpha", type=float, default=1.5, help="alpha distilled into the base (default 1.5)")
+    parser.add_argument("--aux-d-model", type=int, default=divergence_decoding.AUX_D_MODEL,
+                        help=f"width of the auxiliary models (default {divergence_decoding.AUX_D_MODEL})")
     parser.add_argument("--distill-steps", type=int, help="distillation steps (default 100; --quick: 5)")
     args, budget = parse_budget(parser, argv, quick=divergence_decoding.QUICK, full=divergence_decoding.FULL)
     kwargs = dict(divergence_decoding.QUICK_ARGS) if args.quick else {}
@@ -40,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.distill_steps is not None:
         kwargs["distill_steps"] = args.distill_steps
     results = divergence_decoding.run(args.out, budget=budget, forget_fraction=args.forget_fraction,
-                                      distill_alpha=args.distill_alpha, resume=args.resume, **kwargs)
+                                      distill_alpha=args.distill_alpha, aux_d_model=args.aux_d_model,
+                                      resume=args.resume, **kwargs)
     print_results(results)
 
 

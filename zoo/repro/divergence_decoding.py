@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from matplotlib.figure import Figure
 
 from icml26zoo.decode.divergence import DivergenceDecoding, steered_logits
 from icml26zoo.decode.divergence_facts import (
@@ -44,7 +45,7 @@ from icml26zoo.decode.divergence_facts import (
     make_corpus,
     score_answers,
 )
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.train import load_run
 from icml26zoo.train.config import OptimConfig, TrainConfig
 from icml26zoo.train.loop import build_train_model, train
@@ -73,7 +74,7 @@ _steered = jax.jit(steered_logits)
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 200, forget_fraction: float = 0.1,
         alphas: Sequence[float] = ALPHAS, distill_alpha: float = 1.5, distill_steps: int = 100,
         distill_learning_rate: float = 1e-3, forget_aux_data: Sequence[str] = FORGET_AUX_DATA,
-        base_layers: int = 2, aux_layers: int = 2, resume: bool = False) -> Results:
+        base_layers: int = 2, aux_layers: int = 2, aux_d_model: int = AUX_D_MODEL, resume: bool = False) -> Results:
     """Trains the three models per seed, scores base / steered / distilled, and writes the table and figure.
 
     Args:
@@ -85,7 +86,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
       distill_steps: full-batch Adam steps of the distillation (>= 1), at distill_learning_rate (> 0).
       forget_aux_data: which data the forget auxiliary sees, from FORGET_AUX_DATA: "all" (the paper) and/or
         "forget" (the forget facts only); one forget auxiliary is trained per entry.
-      base_layers, aux_layers: depth of the base model (d_model 64) and of the auxiliaries (d_model 32).
+      base_layers, aux_layers: depth of the base model (d_model 64) and of the auxiliaries.
+      aux_d_model: width of the auxiliaries (default 32, half the base model's).
       resume: require run_dir to exist; finished cells are reused either way.
     """
     check_int("num_facts", num_facts, minimum=10)
@@ -94,6 +96,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
     check_int("distill_steps", distill_steps)
     check_int("base_layers", base_layers)
     check_int("aux_layers", aux_layers)
+    check_int("aux_d_model", aux_d_model, minimum=2)
     _check_positive("distill_learning_rate", distill_learning_rate)
     forget_aux_data = check_names("forget_aux_data", forget_aux_data, FORGET_AUX_DATA)
     corpus = make_corpus(num_facts, forget_fraction, seed=0)
@@ -101,12 +104,12 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
     rows, curves, extra = [], {}, {"distillation_loss": {}}
     for seed in budget.seeds:
         base = _train(experiment, "base", corpus.all, seed, d_model=64, layers=base_layers)
-        retain = _train(experiment, "retain_aux", corpus.retain, seed, d_model=AUX_D_MODEL,
+        retain = _train(experiment, "retain_aux", corpus.retain, seed, d_model=aux_d_model,
                         layers=aux_layers)
         rows.append(_row("base", "-", 0.0, corpus, base, None, seed))
         for data in forget_aux_data:
             forget = _train(experiment, f"forget_aux_{data}", corpus.all if data == "all" else corpus.forget, seed,
-                            d_model=AUX_D_MODEL, layers=aux_layers)
+                            d_model=aux_d_model, layers=aux_layers)
             for alpha in alphas:
                 processor = DivergenceDecoding(base, retain, forget, alpha=alpha)
                 rows.append(_row("divergence decoding", data, alpha, corpus, base, processor, seed))
@@ -120,7 +123,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
         rows, columns=("model", "forget_aux_data", "alpha", "seed", "forget_nll", "retain_nll", "forget_answer_prob",
                        "retain_answer_prob", "forget_accuracy", "retain_accuracy"),
         title="Divergence Decoding on synthetic name:attribute facts (forget vs retain set)",
-        notes=_notes(corpus, base_layers, aux_layers, distill_alpha, distill_steps, distill_learning_rate),
+        notes=_notes(corpus, base_layers, aux_layers, aux_d_model, distill_alpha, distill_steps,
+                     distill_learning_rate),
         figures={"likelihood": _figure(curves, rows)}, extra=extra)
 
 
@@ -220,30 +224,36 @@ def _row(model_name: str, data: str, alpha: float, corpus: FactCorpus, model: nn
 
 
 def _figure(curves: dict, rows: list[dict]):
-    """Forget- and retain-set NLL against α (α = 0 is the base model), the distilled models as markers."""
-    series = {}
-    for data, curve in curves.items():
+    """Forget- (solid) and retain-set (dashed) NLL against α (α = 0 is the base model), log scale, one colour per
+    forget-auxiliary variant; the distilled models as markers (x forget set, + retain set) at their α."""
+    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for index, (data, curve) in enumerate(curves.items()):
+        color = f"C{index}"
         alphas = [r["alpha"] for r in curve]
-        series[f"forget set (forget aux: {data})"] = (alphas, [r["forget_nll"] for r in curve])
-        series[f"retain set (forget aux: {data})"] = (alphas, [r["retain_nll"] for r in curve])
-    figure = line_figure(series, xlabel="alpha (0 = base model)", ylabel="NLL per answer character (nats)",
-                         title="Divergence Decoding: answer likelihood on forget vs retain facts")
-    axes = figure.axes[0]
-    for row in rows:
-        if row["model"] == "distilled":
-            label = f"distilled (aux: {row['forget_aux_data']})"
-            axes.scatter([row["alpha"]] * 2, [row["forget_nll"], row["retain_nll"]], marker="x", s=60,
-                         label=label if label not in axes.get_legend_handles_labels()[1] else None)
-    axes.legend(fontsize=8)
+        axes.plot(alphas, [r["forget_nll"] for r in curve], color=color, marker="o", markersize=3,
+                  label=f"forget set (forget aux: {data})")
+        axes.plot(alphas, [r["retain_nll"] for r in curve], color=color, marker="o", markersize=3, linestyle="--",
+                  label=f"retain set (forget aux: {data})")
+        for row in rows:
+            if row["model"] == "distilled" and row["forget_aux_data"] == data:
+                axes.scatter([row["alpha"]], [row["forget_nll"]], color=color, marker="x", s=70,
+                             label=f"distilled, forget set (aux: {data})")
+                axes.scatter([row["alpha"]], [row["retain_nll"]], color=color, marker="+", s=90,
+                             label=f"distilled, retain set (aux: {data})")
+    axes.set(xlabel="alpha (0 = base model)", ylabel="NLL per answer character (nats)", yscale="log",
+             title="Divergence Decoding: answer likelihood on forget vs retain facts")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=7)
     return figure
 
 
-def _notes(corpus: FactCorpus, base_layers: int, aux_layers: int, distill_alpha: float, distill_steps: int,
-           learning_rate: float) -> list[str]:
+def _notes(corpus: FactCorpus, base_layers: int, aux_layers: int, aux_d_model: int, distill_alpha: float,
+           distill_steps: int, learning_rate: float) -> list[str]:
     return [
         f"Corpus: {len(corpus.all)} facts \"\\n<name>:<attribute>\" (5-letter names, 16 attributes), "
         f"{len(corpus.forget)} in the forget set. Base: {base_layers}-layer attention LM, d_model 64, trained on "
-        f"all facts; auxiliaries: {aux_layers} layers, d_model {AUX_D_MODEL}; retain aux on the retain facts, "
+        f"all facts; auxiliaries: {aux_layers} layers, d_model {aux_d_model}; retain aux on the retain facts, "
         "forget aux on all facts "
         "(forget_aux_data = all, the paper's setup) or on the forget facts only (= forget). All with the shared "
         f"trainer, AdamW at {LEARNING_RATE:g}, character vocabulary {VOCAB_SIZE}.",
