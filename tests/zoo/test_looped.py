@@ -57,7 +57,7 @@ def test_reinjection_and_prelude_follow_the_definition():
     for index in range(2):
         h = h + embedded if index else h
         h, _ = run_layers(model.layers, h, cfg=model.cfg, segment_ids=None, positions=positions)
-    np.testing.assert_allclose(model(tokens), model._logits(h), **TOLERANCE)
+    np.testing.assert_allclose(model(tokens), model.logits_from_hidden(h), **TOLERANCE)
     unrolled = convert_layer_layout(model, scan_layers=False)
     np.testing.assert_allclose(unrolled(tokens), model(tokens), **TOLERANCE)
 

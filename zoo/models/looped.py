@@ -124,7 +124,7 @@ class LoopedLM(DecoderLM):
         x = x.astype(jnp.dtype(self.cfg.compute_dtype))
         loops = self.options.num_loops(x.shape[1])
         h, _ = self.run(x, loops=loops, segment_ids=segment_ids, positions=positions)
-        return self._logits(h)
+        return self.logits_from_hidden(h)
 
     def run(
         self, embedded: jax.Array, *, loops: int, segment_ids: jax.Array | None, positions: jax.Array,
@@ -204,4 +204,4 @@ class LoopedLM(DecoderLM):
         loops = self.options.num_loops(cache.max_len)
         h, layers = self.run(x, loops=loops, segment_ids=None, positions=positions, caches=cache.layers)
         new_cache = cache.replace(index=cache.index + jnp.asarray(length, jnp.int32), layers=layers)
-        return self._logits(h), new_cache
+        return self.logits_from_hidden(h), new_cache
