@@ -92,7 +92,7 @@ def test_top_k_suppression():
 
 def test_identical_auxiliaries_and_alpha_zero_leave_the_model_unchanged(models, prompt):
     base, retain, forget = models
-    twin = build_model(AUX, rngs=nnx.Rngs(1))
+    twin = nnx.clone(retain)
     tokens = jnp.concatenate([prompt, prompt], axis=1)
     unchanged = DivergenceDecoding(base, retain, twin, alpha=2.0)
     np.testing.assert_array_equal(steered(base, unchanged, tokens), forward(base, tokens))
