@@ -44,21 +44,30 @@ def test_all_attention_pattern_is_the_llama_stack():
     [
         (lambda: _hybrid("gdn,attention"),
          r"model.model_options option 'pattern' names unknown mixer 'gdn' at position 0 .*valid mixers: \['attention'"),
-        (lambda: _hybrid(""), r"model.model_options option 'pattern' must be comma-separated registered mixer names"),
         (lambda: _hybrid("attention,,deltanet"), r"option 'pattern' must be comma-separated.*'attention,,deltanet'"),
         (lambda: _hybrid("attention,deltanet", num_layers=3),
          r"num_layers must be a multiple of the model.model_options pattern's length 2.*got num_layers=3"),
-        (lambda: _hybrid("attention", scan_layers=True), r"scan_layers must be False for the hybrid model"),
+        (lambda: _hybrid("attention,deltanet", scan_layers=True),
+         r"scan_layers must be False for a hybrid pattern of different mixers \('attention,deltanet'"),
         (lambda: ModelConfig(name="hybrid", model_options=(("layers", "attention"),), **TINY),
          r"model.model_options: unknown hybrid model option 'layers'; valid options: \['pattern'\]"),
         (lambda: ModelConfig(name="llama", model_options=(("pattern", "attention"),)),
          r"model.model_options: model 'llama' takes no options"),
     ],
-    ids=["unknown-mixer", "empty", "empty-name", "not-a-multiple", "scanned", "unknown-option", "llama-options"],
+    ids=["unknown-mixer", "empty-name", "not-a-multiple", "scanned", "unknown-option", "llama-options"],
 )
 def test_bad_patterns_raise(cfg, match):
     with pytest.raises(ValueError, match=match):
         nnx.eval_shape(lambda: build_model(cfg(), rngs=nnx.Rngs(0)))
+
+
+def test_empty_pattern_is_the_plain_scanned_stack_of_cfg_mixer():
+    cfg = ModelConfig(name="hybrid", **{**TINY, "scan_layers": True, "mixer": "deltanet"})
+    model = nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0)))
+    llama = nnx.eval_shape(lambda: build_model(dataclasses.replace(cfg, name="llama"), rngs=nnx.Rngs(0)))
+    assert model.mixers == ("deltanet", "deltanet") and isinstance(model.layers.mixer, MIXERS.get("deltanet"))
+    shapes = nnx.to_pure_dict(nnx.state(llama, nnx.Param))
+    assert jax.tree.map(np.shape, nnx.to_pure_dict(nnx.state(model, nnx.Param))) == jax.tree.map(np.shape, shapes)
 
 
 def test_model_options_must_be_pairs():

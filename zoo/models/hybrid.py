@@ -5,12 +5,13 @@ Model option `pattern` lists mixer names separated by commas, e.g. "gated_deltan
 layer i runs mixer pattern[i mod len(pattern)] (cfg.num_layers must be a multiple of the pattern's length, so a
 short pattern repeats), each followed by the usual MLP sublayer, as in the paper's hybrids of linear-attention
 layers (any recurrent mixer: GDN, Mamba, DeltaNet, ...) and full (softmax) attention. cfg.mixer_options go to the
-layers whose mixer is cfg.mixer; the other mixers take their defaults.
+layers whose mixer is cfg.mixer; the other mixers take their defaults. The empty pattern (the default) means
+cfg.mixer in every layer.
 
-An all-"attention" pattern is the "llama" model with the same parameters; a pattern of one recurrent mixer is
-that mixer's plain stack. Layers differ in type, so they cannot share one scanned parameter stack: the model
-needs cfg.scan_layers=False and runs its layers in a Python loop. Each layer keeps its own decode cache (a KV
-cache for attention, a recurrent state for a linear mixer), so decoding works for any mix.
+A pattern of one mixer is that mixer's plain stack, the "llama" model with the same parameters (scanned or
+unrolled as cfg.scan_layers says). Layers of different types cannot share one scanned parameter stack, so a
+mixed pattern needs cfg.scan_layers=False and runs its layers in a Python loop. Each layer keeps its own decode
+cache (a KV cache for attention, a recurrent state for a linear mixer), so decoding works for any mix.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from flax import nnx
 from icml26zoo.layers.embed import Embedding
 from icml26zoo.layers.norms import build_norm
 from icml26zoo.layers.options import build_options
-from icml26zoo.models.block import Block
+from icml26zoo.models.block import Block, build_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.lm import FINAL_NORM_PLACEMENTS, DecoderLM, _head_init
 from icml26zoo.registry import MIXERS, register_model
@@ -37,10 +38,13 @@ class HybridOptions:
 
     pattern: str = ""
 
-    def mixers(self) -> tuple[str, ...]:
-        """The pattern's mixer names; ValueError naming the field for an empty pattern or an unknown mixer."""
+    def mixers(self, default: str = "attention") -> tuple[str, ...]:
+        """The pattern's mixer names (the empty pattern: `default`); ValueError naming the field for an empty
+        name or an unknown mixer."""
+        if not self.pattern.strip():
+            return (default,)
         names = tuple(name.strip() for name in self.pattern.split(","))
-        if not self.pattern.strip() or not all(names):
+        if not all(names):
             raise ValueError(
                 f"{FIELD} option 'pattern' must be comma-separated registered mixer names such as "
                 f"'gated_deltanet,attention', got {self.pattern!r}"
@@ -60,16 +64,16 @@ def layer_mixers(cfg: ModelConfig) -> tuple[str, ...]:
         options = build_options(HybridOptions, cfg.model_options, owner="hybrid model")
     except ValueError as error:
         raise ValueError(f"{FIELD}: {error}") from None
-    names = options.mixers()
+    names = options.mixers(cfg.mixer)
     if cfg.num_layers % len(names):
         raise ValueError(
             f"num_layers must be a multiple of the {FIELD} pattern's length {len(names)} ({options.pattern!r}), "
             f"got num_layers={cfg.num_layers}"
         )
-    if cfg.scan_layers:
+    if cfg.scan_layers and len(set(names)) > 1:
         raise ValueError(
-            "scan_layers must be False for the hybrid model (its layers hold different mixers, which cannot share "
-            "one scanned parameter stack), got True"
+            f"scan_layers must be False for a hybrid pattern of different mixers ({options.pattern!r}: they cannot "
+            "share one scanned parameter stack), got True"
         )
     return names * (cfg.num_layers // len(names))
 
@@ -94,7 +98,11 @@ class HybridLM(DecoderLM):
         self.cfg = cfg
         self.mixers = mixers
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, dtype=jnp.dtype(cfg.compute_dtype), rngs=rngs)
-        self.layers = nnx.List([Block(layer_config(cfg, mixer), rngs=rngs) for mixer in mixers])
+        if cfg.scan_layers:
+            # One mixer throughout (layer_mixers checked it): the plain scanned stack.
+            self.layers = build_layers(layer_config(cfg, mixers[0]), rngs=rngs)
+        else:
+            self.layers = nnx.List([Block(layer_config(cfg, mixer), rngs=rngs) for mixer in mixers])
         self.final_norm = (
             build_norm(cfg.norm, cfg.d_model, eps=cfg.norm_eps) if cfg.norm_placement in FINAL_NORM_PLACEMENTS else None
         )
