@@ -20,6 +20,11 @@ TINY = {"vocab_size": 32, "d_model": 16, "num_layers": 1, "num_heads": 2, "num_k
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 
+@nnx.jit
+def _forward(model: nnx.Module, tokens: jax.Array) -> jax.Array:
+    return model(tokens)
+
+
 def _looped(scan_layers: bool = True, **options) -> nnx.Module:
     cfg = ModelConfig(name="looped", scan_layers=scan_layers, model_options=tuple(options.items()), **TINY)
     return build_model(cfg, rngs=nnx.Rngs(0))
@@ -44,7 +49,7 @@ def test_loops_equal_a_llama_stack_of_tied_layers():
     nnx.replace_by_pure_dict(state, {**params, "layers": {i: _core_params(looped) for i in range(3)}})
     nnx.update(llama, state)
     tokens = _tokens(10)
-    np.testing.assert_allclose(looped(tokens), llama(tokens), **TOLERANCE)
+    np.testing.assert_allclose(_forward(looped, tokens), _forward(llama, tokens), **TOLERANCE)
 
 
 def test_reinjection_and_prelude_follow_the_definition():
@@ -57,9 +62,9 @@ def test_reinjection_and_prelude_follow_the_definition():
     for index in range(2):
         h = h + embedded if index else h
         h, _ = run_layers(model.layers, h, cfg=model.cfg, segment_ids=None, positions=positions)
-    np.testing.assert_allclose(model(tokens), model.logits_from_hidden(h), **TOLERANCE)
+    np.testing.assert_allclose(_forward(model, tokens), model.logits_from_hidden(h), **TOLERANCE)
     unrolled = convert_layer_layout(model, scan_layers=False)
-    np.testing.assert_allclose(unrolled(tokens), model(tokens), **TOLERANCE)
+    np.testing.assert_allclose(_forward(unrolled, tokens), _forward(model, tokens), **TOLERANCE)
 
 
 @pytest.mark.parametrize(
@@ -78,9 +83,9 @@ def test_length_dependent_loops_forward_and_decode():
     fixed = _looped(loops=4)
     nnx.update(fixed, nnx.state(scheduled))
     tokens = _tokens(9)
-    expected = fixed(tokens)
-    np.testing.assert_allclose(scheduled(tokens), expected, **TOLERANCE)
-    assert not np.allclose(_looped(loops=3)(tokens), expected, atol=1e-3)
+    expected = _forward(fixed, tokens)
+    np.testing.assert_allclose(_forward(scheduled, tokens), expected, **TOLERANCE)
+    assert not np.allclose(_forward(_looped(loops=3), tokens), expected, atol=1e-3)
     decode = jax.jit(lambda model, t, cache: model.decode(t, cache))
     cache, steps = scheduled.init_cache(2, max_len=16), []
     for chunk in (tokens[:, :5], tokens[:, 5:6], tokens[:, 6:]):
