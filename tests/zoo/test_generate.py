@@ -31,11 +31,15 @@ def prompt():
     return jax.random.randint(jax.random.key(1), (2, PROMPT_LEN), 0, CFG.vocab_size, dtype=jnp.int32)
 
 
+# Compiled once for the module (a new jit per call would recompile in every test).
+_forward = jax.jit(lambda m, t: m(t))
+_decode = jax.jit(lambda m, t, c: m.decode(t, c))
+
+
 def _next_token_logits(model, prompt, new_tokens):
     """Full-forward logits predicting each new token: [B, NEW, V] (no cache involved)."""
     sequence = jnp.concatenate([prompt, new_tokens], axis=1)
-    logits = jax.jit(lambda m, t: m(t))(model, sequence)
-    return logits[:, PROMPT_LEN - 1 : -1]
+    return _forward(model, sequence)[:, PROMPT_LEN - 1 : -1]
 
 
 def test_greedy_is_deterministic_and_equals_argmax(model, prompt):
@@ -76,7 +80,7 @@ def test_sampled_tokens_lie_in_the_nucleus(model, prompt):
 def test_a_cache_holding_a_prefix_continues_like_the_whole_prompt(model, prompt):
     whole = generate(model, prompt, max_new_tokens=NEW, key=jax.random.key(0), temperature=0.0)
     cache = model.init_cache(2, PROMPT_LEN + NEW)
-    _, cache = model.decode(prompt[:, :2], cache)
+    _, cache = _decode(model, prompt[:, :2], cache)
     continued = generate(model, prompt[:, 2:], max_new_tokens=NEW, key=jax.random.key(0), temperature=0.0,
                          cache=cache)
     np.testing.assert_array_equal(continued, whole)
