@@ -14,6 +14,9 @@ from icml26zoo.train.__main__ import main
 from icml26zoo.train.config import apply_overrides, load_preset
 from icml26zoo.train.errors import CheckpointError
 
+# XLA's cheap pipeline: the restored model is compared with the run's own state and logits, both computed here.
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 
 def tiny_overrides(data_dir) -> list[str]:
     """A 1-layer llama_tiny on a small MQAR for 4 steps with checkpoints at steps 2 and 4."""

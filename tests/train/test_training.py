@@ -23,6 +23,9 @@ from icml26zoo.train.errors import RunError
 from icml26zoo.train.loop import NonFiniteError, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# XLA's cheap pipeline: every comparison here is between runs compiled in this module (straight vs resumed,
+# 1 vs 8 devices, plain vs monitored) or against the recorded losses at GOLDEN_RTOL; tiny runs compile most.
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 # Losses of the same run on 1 device and on 8 devices (data x fsdp) differ only by float32 reduction
 # order inside XLA's sharded matmuls and all-reduces; over a few steps that stays around 1e-6 relative.
