@@ -4,9 +4,9 @@ jitted loop over every registered mixer's cache.
 Cached decoding equal to the full forward, logits at 1e-5, token by token and after a chunked prefill, is
 asserted for every registered model x mixer x option variant by the conformance harness
 (tests/zoo/test_conformance.py::test_decode_token_by_token_equals_forward); it is not repeated here. What
-the loop adds is a `lax.scan` whose carry is each mixer's cache, which must keep its shape: traced here for
-every mixer (no compilation), and run greedily against the full forward for a recurrent mixer here and for
-attention in tests/zoo/test_generate.py.
+the loop adds is a `lax.scan` whose carry is each model's cache, which must keep its shape: traced here for
+every registered model and mixer (no compilation), and run greedily against the full forward for a
+recurrent mixer here and for attention in tests/zoo/test_generate.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from icml26zoo.decode import generate, sample_logits, sampling_logits
 from icml26zoo.decode.loop import _generate
 from icml26zoo.mixers.base import conformance_options
 from icml26zoo.models import ModelConfig, build_model
-from icml26zoo.registry import MIXERS
+from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
@@ -29,10 +29,24 @@ VOCAB = 32
 PROBS = np.asarray([0.4, 0.3, 0.2, 0.1])
 
 
-def _tiny(mixer: str) -> ModelConfig:
+def _tiny(mixer: str, model: str = "llama") -> ModelConfig:
     options = conformance_options(MIXERS.get(mixer))[0]
-    return ModelConfig(mixer=mixer, mixer_options=options, vocab_size=VOCAB, d_model=16, num_layers=1, num_heads=2,
-                       num_kv_heads=1, max_seq_len=16)
+    return ModelConfig(name=model, mixer=mixer, mixer_options=options, vocab_size=VOCAB, d_model=16, num_layers=1,
+                       num_heads=2, num_kv_heads=1, max_seq_len=16)
+
+
+def _loop_cases():
+    """Every registered model x mixer, or, for a model declaring CONFORMANCE_CONFIGS, its declared cases (at
+    the conformance harness's sizes), as the harness enumerates them."""
+    sizes = {"vocab_size": VOCAB, "d_model": 32, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "max_seq_len": 32}
+    for model in MODELS.names():
+        declared = getattr(MODELS.get(model), "CONFORMANCE_CONFIGS", None)
+        if declared is None:
+            for mixer in MIXERS.names():
+                yield pytest.param(_tiny(mixer, model), id=f"{model}-{mixer}")
+        else:
+            for i, overrides in enumerate(declared):
+                yield pytest.param(ModelConfig(name=model, **{**sizes, **overrides}), id=f"{model}-declared{i}")
 
 
 def _kept(logits, **kwargs) -> list[set[int]]:
@@ -128,10 +142,10 @@ def test_bad_logits_raise():
         sampling_logits(jnp.zeros((1, 4)), temperature=0.0)
 
 
-@pytest.mark.parametrize("mixer", MIXERS.names())
-def test_loop_keeps_every_mixers_cache_shape(mixer):
+@pytest.mark.parametrize("cfg", list(_loop_cases()))
+def test_loop_keeps_every_models_cache_shape(cfg):
     """Tracing the whole loop checks the scan carry: a cache whose shape or dtype changed would not trace."""
-    model = nnx.eval_shape(lambda: build_model(_tiny(mixer), rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0)))
     graphdef, params = nnx.split(model, nnx.Param)
     prompt = jax.ShapeDtypeStruct((2, 3), jnp.int32)
     out = jax.eval_shape(
