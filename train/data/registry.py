@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 # Modules whose import registers the built-in datasets, imported on the first lookup.
 BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics", "icml26zoo.train.data.digits",
                    "icml26zoo.train.data.image_rows", "icml26zoo.train.data.formal_languages",
-                   "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean")
+                   "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean",
+                   "icml26zoo.train.data.pcfg")
 LAYOUTS = ("concat", "whole", "single")
 
 

@@ -4,8 +4,8 @@ The formal-language rows (`train.data.formal_languages`: datasets "dyck", "palin
 P `<pad>` tokens and `<cls>`, so `<cls>` is the last real input token of a row (segment_ids > 0), and the model's
 state there has seen the whole string and the padding, even for a causal model. The class is read from output
 columns 0 ("non-member") and 1 ("member"), which these datasets keep out of their inputs: a two-way softmax over
-those two logits, i.e. binary cross-entropy on their difference, as spec 09's classifier on `<cls>`. Chance
-accuracy is 1/2 (the datasets' classes are exactly balanced).
+those two logits, i.e. binary cross-entropy on their difference (the looped-transformer paper's classifier on
+`<cls>`). Chance accuracy is 1/2 (the datasets' classes are exactly balanced).
 
 Unlike objective "classification" (mean-pooled logits, any number of classes), nothing after `<cls>` and no
 position before it enters the prediction, as in the looped, padded encoder of Jerad et al. (arXiv 2601.01754).

@@ -1,5 +1,5 @@
 """Hybrid stacks ("hybrid"): each layer its own registered mixer, from a pattern string (Liao et al., "A Provable
-Expressiveness Hierarchy in Hybrid Linear-Full Attention", arXiv 2602.01763; spec 09 part (b)).
+Expressiveness Hierarchy in Hybrid Linear-Full Attention", arXiv 2602.01763).
 
 Model option `pattern` lists mixer names separated by commas, e.g. "gated_deltanet,gated_deltanet,attention":
 layer i runs mixer pattern[i mod len(pattern)] (cfg.num_layers must be a multiple of the pattern's length, so a

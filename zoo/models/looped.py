@@ -1,6 +1,5 @@
 """The looped transformer ("looped"): a weight-tied block of layers applied a number of times that may grow
-with the input length (Jerad et al., "Context-free Recognition with Transformers", arXiv 2601.01754; spec 09
-part (a)).
+with the input length (Jerad et al., "Context-free Recognition with Transformers", arXiv 2601.01754).
 
     h = prelude(E(x))                               prelude_layers untied Blocks, run once
     for i in 0 .. T - 1:  h = core(h + [i > 0] E(x))   num_layers Blocks, the same weights every iteration
