@@ -29,21 +29,22 @@ TINY_RUN = [*MQAR, "data.data_dir={data}", "model.vocab_size=64", "model.num_lay
 # "{tmp}" the test's own temporary directory; the workdir is {tmp}/run unless the case passes its own.
 BAD_INPUTS = [
     ("unknown_preset", ["--config", "lama_tiny"], "--config 'lama_tiny' is not a preset name or a file; presets: "
-                                                  "circulation_mqar, circulation_tiny, classify_tiny,"),
+                                                  "boolean_rl, boolean_sft, circulation_mqar,"),
     ("missing_file", ["--config", "{tmp}/missing.py"], "--config file '{tmp}/missing.py' does not exist"),
     ("bad_value", ["model.num_heads=3"], "num_heads must be a multiple of num_kv_heads"),
     ("bad_type", ["model.num_layers=two"], "config field 'model.num_layers' expects int, got 'two'"),
     ("unknown_field", ["model.depth=2"], "unknown config field 'model.depth'"),
     ("not_key_value", ["depth"], "override must look like key=value, got 'depth'"),
-    ("unknown_model", ["model.name=gpt"], "model.name must be one of ['llama'], got 'gpt'"),
+    ("unknown_model", ["model.name=gpt"],
+     "model.name must be one of ['hybrid', 'llama', 'looped', 'one_layer'], got 'gpt'"),
     ("unknown_mixer", ["model.mixer=foxx"], "model.mixer must be one of ['attention', 'circulation',"),
     ("unknown_mixer_option", ["model.mixer_options=(('gate', 'full'),)"],
-     "model.mixer_options: unknown attention mixer option 'gate'; valid options: ['output_gate', 'position', "
-     "'qk_norm', 'sink']"),
+     "model.mixer_options: unknown attention mixer option 'gate'; valid options: ['fp8_headroom', 'fp8_logits', "
+     "'fp8_scale', 'output_gate', 'position', 'qk_norm', 'sink']"),
     ("unknown_optimizer", ["optim.name=adamx"], "optim.name must be one of ['adam', 'adamw',"),
     ("unknown_optimizer_option", ["optim.options=(('rho', 0.1),)"],
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),
-    ("unknown_objective", ["objective=ranking"], "objective must be one of ['classification', "),
+    ("unknown_objective", ["objective=ranking"], "objective must be one of ['boolean_chain', 'classification', "),
     ("unknown_dataset", ["data.name=imagenet"], "'pystdlib', 'sparse_boolean', 'tfds:<name>', "
                                                 "'tfds_image:<name>', 'topics'], got 'imagenet'"),
     ("infinite_learning_rate", ["optim.learning_rate=inf"], "'optim.learning_rate' expects a finite float, got 'inf'"),
