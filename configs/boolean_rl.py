@@ -1,4 +1,5 @@
-"""Spec train-16: the one-layer transformer learns 3-PARITY of 16 bits along its chain of thought by
+"""RL vs SFT on sparse Boolean chains (arXiv 2511.17852): the one-layer transformer trained on 3-PARITY of
+16 bits along its chain of thought by
 policy-gradient RL with process rewards (objective `boolean_chain`, mode "rl": chains sampled from the model,
 r_j = 1[step j is the correct bit], batch-mean baseline per step).
 

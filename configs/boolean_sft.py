@@ -1,4 +1,5 @@
-"""Spec train-16: the one-layer transformer learns 3-PARITY of 16 bits along its chain of thought by SFT
+"""RL vs SFT on sparse Boolean chains (arXiv 2511.17852): the one-layer transformer trained on 3-PARITY of
+16 bits along its chain of thought by SFT
 without teacher forcing (objective `boolean_chain`, mode "free_running": the context is the model's own greedy
 chain, the targets the true one).
 

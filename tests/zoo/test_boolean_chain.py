@@ -1,4 +1,5 @@
-"""Objective `boolean_chain` (spec train-16): verifiers on hand-built chains, teacher forcing against the
+"""Objective `boolean_chain` (RL vs SFT on sparse Boolean chains, arXiv 2511.17852): verifiers on hand-built
+chains, teacher forcing against the
 `lm` objective, free-running context against closed forms, the RL gradient against REINFORCE by hand, and
 its mean against the exact policy gradient of a tabular policy; plus the `one_layer` model."""
 

@@ -1,5 +1,5 @@
 """Objective `boolean_chain`: SFT with or without teacher forcing, or policy-gradient RL with process rewards,
-on the k-sparse Boolean chains of spec train-16 (Lyu, Jia, Cai, Zhu, arXiv 2511.17852; dataset
+on the k-sparse Boolean chains of RL vs SFT for sparse Boolean functions (Lyu, Jia, Cai, Zhu, arXiv 2511.17852; dataset
 `sparse_boolean`). Selected by `objective_options`, e.g. `objective_options=(("mode", "rl"),)`:
 
   teacher_forcing  Σ_j CE(p_θ(· | x, z_<j), z_j): the context holds the true chain (equal to objective "lm")

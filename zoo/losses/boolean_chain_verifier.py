@@ -1,4 +1,4 @@
-"""Verifiable rewards for k-sparse Boolean chains (spec train-16; dataset `sparse_boolean`).
+"""Verifiable rewards for k-sparse Boolean chains (Lyu et al., arXiv 2511.17852; dataset `sparse_boolean`).
 
 A chain step j is the model's token ẑ_j for chain token z_j. Three verifiers:
 

@@ -1,4 +1,4 @@
-"""The one-layer transformer of spec train-16 (RL vs SFT on k-sparse Boolean chains; Lyu, Jia, Cai, Zhu,
+"""The one-layer transformer of the RL vs SFT paper (k-sparse Boolean chains; Lyu, Jia, Cai, Zhu,
 arXiv 2511.17852), registered as model "one_layer".
 
 The paper's model adds a learned embedding of each absolute position to the token embedding and applies

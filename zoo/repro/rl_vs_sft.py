@@ -1,4 +1,4 @@
-"""RL with process rewards vs SFT on k-sparse Boolean chains (spec train-16; Lyu, Jia, Cai, Zhu, arXiv 2511.17852).
+"""RL with process rewards vs SFT on k-sparse Boolean chains (Lyu, Jia, Cai, Zhu, arXiv 2511.17852).
 
 The one-layer transformer (model "one_layer", preset `configs/boolean_sft.py`) learns k-PARITY of d bits along
 its chain of thought under each objective mode of `zoo.losses.boolean_chain`: SFT with teacher forcing, SFT
