@@ -28,12 +28,14 @@ underflowing; public functions return unscaled values or ratios.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from icml26zoo.pcfg.grammar import Grammar
 
 
-def _words(grammar: Grammar, sentence) -> np.ndarray:
+def _words(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     words = np.asarray(sentence, np.int64).reshape(-1)
     if words.size == 0 or np.any(words < 0) or np.any(words >= grammar.num_terminals):
         raise ValueError(f"sentence must be a non-empty sequence of terminal indices in "
@@ -61,7 +63,7 @@ def _inside_scaled(grammar: Grammar, words: np.ndarray) -> np.ndarray:
     return beta
 
 
-def inside(grammar: Grammar, sentence) -> np.ndarray:
+def inside(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """β [n, n, N]: β[i, j, A] = P(A ⇒* w_i .. w_j); β[0, n-1, start] is the sentence probability."""
     words = _words(grammar, sentence)
     beta = _inside_scaled(grammar, words)
@@ -69,13 +71,13 @@ def inside(grammar: Grammar, sentence) -> np.ndarray:
     return beta / _scale(grammar) ** np.maximum(lengths, 0)[:, :, None]
 
 
-def sentence_probability(grammar: Grammar, sentence) -> float:
+def sentence_probability(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> float:
     """P(w) = β[0, n-1, S], summed over all parses."""
     beta = inside(grammar, sentence)
     return float(beta[0, -1, grammar.start])
 
 
-def outside(grammar: Grammar, sentence) -> np.ndarray:
+def outside(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """α [n, n, N]: α[i, j, A] = P(S ⇒* w_0..w_{i-1} A w_{j+1}..w_{n-1}) (unscaled)."""
     beta = inside(grammar, sentence)
     n = beta.shape[0]
@@ -96,14 +98,14 @@ def outside(grammar: Grammar, sentence) -> np.ndarray:
     return alpha
 
 
-def span_marginals(grammar: Grammar, sentence) -> np.ndarray:
+def span_marginals(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """μ [n, n, N]: μ[i, j, A] = P(A spans [i, j] | w); Σ over spans and A is the expected node count 2n - 1."""
     beta = inside(grammar, sentence)
     alpha = outside(grammar, sentence)
     return alpha * beta / beta[0, -1, grammar.start]
 
 
-def prefix_inside(grammar: Grammar, sentence) -> np.ndarray:
+def prefix_inside(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """ρ [n, n, N] by the Jelinek-Lafferty recursion (unscaled): ρ[i, t, A] = P(A ⇒* w_i .. w_t v for some v)."""
     words = _words(grammar, sentence)
     n = words.size
@@ -120,7 +122,7 @@ def prefix_inside(grammar: Grammar, sentence) -> np.ndarray:
     return rho / _scale(grammar) ** np.maximum(lengths, 0)[:, :, None]
 
 
-def prefix_probabilities(grammar: Grammar, sentence) -> np.ndarray:
+def prefix_probabilities(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """[n + 1]: entry t is P(w_0 .. w_{t-1} ·), the probability that a sentence starts with that prefix (1 at t = 0)."""
     rho = prefix_inside(grammar, sentence)
     return np.concatenate([[1.0], rho[0, :, grammar.start]])
@@ -155,7 +157,7 @@ def _prefix_masses(scores: np.ndarray, words: np.ndarray) -> np.ndarray:
     return np.concatenate([[1.0], scores[np.arange(words.size), words]])
 
 
-def next_token_distributions(grammar: Grammar, sentence) -> np.ndarray:
+def next_token_distributions(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> np.ndarray:
     """[n + 1, Σ + 1]: row t is P(next | w_0 .. w_{t-1}) over the Σ words then EOS (last column).
 
     Row 0 is the distribution of the first word (EOS impossible: sentences are non-empty); row n uses the
@@ -179,7 +181,7 @@ def length_distribution(grammar: Grammar, max_length: int) -> np.ndarray:
     return lengths[:, grammar.start]
 
 
-def probe_targets(grammar: Grammar, sentence) -> dict[str, np.ndarray]:
+def probe_targets(grammar: Grammar, sentence: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
     """Per-prefix probe targets (a reconstruction: the paper's exact probe targets are not known).
 
     Row t (t = 0 .. n) describes the model state after reading prefix w_0 .. w_{t-1}:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from matplotlib.figure import Figure
 
 from icml26zoo import probing
 from icml26zoo.pcfg.exact import probe_targets
@@ -116,7 +118,7 @@ def probe_rows(model: nnx.Module, label: str, inputs: dict[str, np.ndarray], tar
     return rows
 
 
-def run(out, *, budget: Budget = FULL, resume: bool = False, probe_sentences: int = 512,
+def run(out: str | pathlib.Path, *, budget: Budget = FULL, resume: bool = False, probe_sentences: int = 512,
         checkpoints: int = 8) -> Results:
     """Trains the cell, measures the KL curve and probes every layer; writes results.md/json and two PNGs."""
     check_int("probe_sentences", probe_sentences, minimum=8)
@@ -148,13 +150,13 @@ def run(out, *, budget: Budget = FULL, resume: bool = False, probe_sentences: in
                             figures=figures, extra=extra)
 
 
-def kl_figure(curve: list[tuple[int, float, float]]):
+def kl_figure(curve: list[tuple[int, float, float]]) -> Figure:
     steps = [s for s, _, _ in curve]
     return line_figure({"KL(grammar ‖ model)": (steps, [kl for _, kl, _ in curve])}, xlabel="training step",
                        ylabel="mean KL per token (nats)", title="pcfg_tiny: KL to the exact next-token distribution")
 
 
-def probe_figure(rows: list[dict], layers: list[str]):
+def probe_figure(rows: list[dict], layers: list[str]) -> Figure:
     series = {f"{row['target']} ({row['metric']})": (range(len(layers)), [row[layer] for layer in layers])
               for row in rows if row["model"] == "trained" and row["probe"] == "linear"}
     return line_figure(series, xlabel="layer (0 = embeddings)", ylabel="held-out accuracy / R²",
