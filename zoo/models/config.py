@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
+from icml26zoo.layers.options import build_options
 from icml26zoo.validation import check_choice, check_int, check_pairs, check_positive
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
@@ -167,3 +168,17 @@ class ModelConfig:
     def option(self, name: str, default: Any = None) -> Any:
         """The value of mixer option `name`, or `default` when it is not set."""
         return dict(self.mixer_options).get(name, default)
+
+
+MODEL_OPTIONS_FIELD = "model.model_options"
+Options = TypeVar("Options")
+
+
+def parse_model_options(options_class: type[Options], cfg: ModelConfig, *, owner: str) -> Options:
+    """cfg.model_options as the model's typed options (defaults applied); ValueError naming model.model_options."""
+    try:
+        return build_options(options_class, cfg.model_options, owner=owner)
+    except ValueError as error:
+        message = str(error)
+        raise ValueError(message if message.startswith(MODEL_OPTIONS_FIELD) else f"{MODEL_OPTIONS_FIELD}: {message}"
+                         ) from None

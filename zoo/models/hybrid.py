@@ -23,13 +23,12 @@ from flax import nnx
 
 from icml26zoo.layers.embed import Embedding
 from icml26zoo.layers.norms import build_norm
-from icml26zoo.layers.options import build_options
 from icml26zoo.models.block import Block, build_layers
-from icml26zoo.models.config import ModelConfig
+from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.models.lm import FINAL_NORM_PLACEMENTS, DecoderLM, _head_init
 from icml26zoo.registry import MIXERS, register_model
 
-FIELD = "model.model_options"
+FIELD = MODEL_OPTIONS_FIELD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +59,7 @@ class HybridOptions:
 
 def layer_mixers(cfg: ModelConfig) -> tuple[str, ...]:
     """The mixer of each of cfg.num_layers layers (the pattern repeated); ValueError naming the field."""
-    try:
-        options = build_options(HybridOptions, cfg.model_options, owner="hybrid model")
-    except ValueError as error:
-        raise ValueError(f"{FIELD}: {error}") from None
+    options = parse_model_options(HybridOptions, cfg, owner="hybrid model")
     names = options.mixers(cfg.mixer)
     if cfg.num_layers % len(names):
         raise ValueError(

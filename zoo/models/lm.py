@@ -64,6 +64,29 @@ def _check_int_like(name: str, arr: jax.Array | None, shape: tuple[int, ...]) ->
         )
 
 
+def decode_positions(tokens: jax.Array, cache: DecodeCache) -> jax.Array:
+    """Checks tokens [B, T'] against the decode cache; returns their positions [B, T'] int32 (index + i).
+
+    Overflowing max_len raises ValueError when the index is concrete; under jit it cannot be checked and the
+    caller must keep index + T' ≤ max_len.
+    """
+    _check_tokens(tokens)
+    if not isinstance(cache, DecodeCache):
+        raise ValueError(f"cache must be a DecodeCache from init_cache, got {type(cache).__name__}")
+    batch, length = tokens.shape
+    if batch != cache.batch_size or length > cache.max_len:
+        raise ValueError(
+            f"tokens must have shape [B, T'] with B = {cache.batch_size} and "
+            f"T' <= max_len = {cache.max_len} (the cache's), got shape {tokens.shape}"
+        )
+    if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > cache.max_len:
+        raise ValueError(
+            f"tokens of shape {tokens.shape} do not fit: the cache holds {int(cache.index)} of "
+            f"max_len = {cache.max_len} tokens"
+        )
+    return jnp.broadcast_to(cache.index + jnp.arange(length, dtype=jnp.int32), tokens.shape)
+
+
 def _head_init(rngs: nnx.Rngs, d_model: int, vocab_size: int) -> jax.Array:
     """[d_model, vocab_size] float32, the same scale as the embedding table a tied head would use."""
     return jax.nn.initializers.normal(EMBED_INIT_STD)(rngs.params(), (d_model, vocab_size), jnp.float32)
@@ -155,24 +178,10 @@ class DecoderLM(nnx.Module):
         Overflowing max_len raises ValueError when the index is concrete; under jit it cannot be checked
         and the caller must keep index + T' ≤ max_len.
         """
-        _check_tokens(tokens)
-        if not isinstance(cache, DecodeCache):
-            raise ValueError(f"cache must be a DecodeCache from init_cache, got {type(cache).__name__}")
-        batch, length = tokens.shape
-        if batch != cache.batch_size or length > cache.max_len:
-            raise ValueError(
-                f"tokens must have shape [B, T'] with B = {cache.batch_size} and "
-                f"T' <= max_len = {cache.max_len} (the cache's), got shape {tokens.shape}"
-            )
-        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > cache.max_len:
-            raise ValueError(
-                f"tokens of shape {tokens.shape} do not fit: the cache holds {int(cache.index)} of "
-                f"max_len = {cache.max_len} tokens"
-            )
-        positions = jnp.broadcast_to(cache.index + jnp.arange(length, dtype=jnp.int32), tokens.shape)
+        positions = decode_positions(tokens, cache)
         x = self.embed(tokens)
         x, layer_caches = run_layers(
             self.layers, x, cfg=self.cfg, segment_ids=None, positions=positions, caches=cache.layers
         )
-        new_cache = cache.replace(index=cache.index + jnp.asarray(length, jnp.int32), layers=layer_caches)
+        new_cache = cache.replace(index=cache.index + jnp.asarray(tokens.shape[1], jnp.int32), layers=layer_caches)
         return self.logits_from_hidden(x), new_cache

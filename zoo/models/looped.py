@@ -34,13 +34,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.layers.options import build_options
 from icml26zoo.models.block import Block, init_layer_caches, run_layers
-from icml26zoo.models.config import ModelConfig
-from icml26zoo.models.lm import DecodeCache, DecoderLM, _check_int_like, _check_tokens, positions_from_segments
+from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
+from icml26zoo.models.lm import (
+    DecodeCache,
+    DecoderLM,
+    _check_int_like,
+    decode_positions,
+    positions_from_segments,
+)
 from icml26zoo.registry import register_model
 
-FIELD = "model.model_options"
+FIELD = MODEL_OPTIONS_FIELD
 LOOP_SCHEDULES = ("log2", "linear")
 # A bound on the loop count: each iteration is a full pass of the core, so a larger count is a typo.
 MAX_LOOPS = 1024
@@ -82,11 +87,7 @@ class LoopedOptions:
 
 def looped_options(cfg: ModelConfig) -> LoopedOptions:
     """cfg.model_options as LoopedOptions; ValueError naming model.model_options."""
-    try:
-        return build_options(LoopedOptions, cfg.model_options, owner="looped model")
-    except ValueError as error:
-        message = str(error)
-        raise ValueError(message if message.startswith(FIELD) else f"{FIELD}: {message}") from None
+    return parse_model_options(LoopedOptions, cfg, owner="looped model")
 
 
 @register_model("looped")
@@ -184,23 +185,9 @@ class LoopedLM(DecoderLM):
 
     def decode(self, tokens: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
         """Appends tokens [B, T'] to the cache; (logits [B, T', vocab] float32, new cache). See the module doc."""
-        _check_tokens(tokens)
-        if not isinstance(cache, DecodeCache):
-            raise ValueError(f"cache must be a DecodeCache from init_cache, got {type(cache).__name__}")
-        batch, length = tokens.shape
-        if batch != cache.batch_size or length > cache.max_len:
-            raise ValueError(
-                f"tokens must have shape [B, T'] with B = {cache.batch_size} and "
-                f"T' <= max_len = {cache.max_len} (the cache's), got shape {tokens.shape}"
-            )
-        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > cache.max_len:
-            raise ValueError(
-                f"tokens of shape {tokens.shape} do not fit: the cache holds {int(cache.index)} of "
-                f"max_len = {cache.max_len} tokens"
-            )
-        positions = jnp.broadcast_to(cache.index + jnp.arange(length, dtype=jnp.int32), tokens.shape)
+        positions = decode_positions(tokens, cache)
         x = self.embed(tokens).astype(jnp.dtype(self.cfg.compute_dtype))
         loops = self.options.num_loops(cache.max_len)
         h, layers = self.run(x, loops=loops, segment_ids=None, positions=positions, caches=cache.layers)
-        new_cache = cache.replace(index=cache.index + jnp.asarray(length, jnp.int32), layers=layers)
+        new_cache = cache.replace(index=cache.index + jnp.asarray(tokens.shape[1], jnp.int32), layers=layers)
         return self.logits_from_hidden(h), new_cache

@@ -21,13 +21,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.layers.embed import EMBED_INIT_STD
-from icml26zoo.layers.options import build_options
 from icml26zoo.models.block import run_layers
-from icml26zoo.models.config import ModelConfig
-from icml26zoo.models.lm import DecodeCache, DecoderLM, _check_int_like, _check_tokens, positions_from_segments
+from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
+from icml26zoo.models.lm import (
+    DecodeCache,
+    DecoderLM,
+    _check_int_like,
+    _check_tokens,
+    decode_positions,
+    positions_from_segments,
+)
 from icml26zoo.registry import register_model
 
-FIELD = "model.model_options"
+FIELD = MODEL_OPTIONS_FIELD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +52,7 @@ class OneLayerOptions:
 
 def one_layer_options(cfg: ModelConfig) -> OneLayerOptions:
     """cfg.model_options as OneLayerOptions; ValueError naming model.model_options."""
-    try:
-        return build_options(OneLayerOptions, cfg.model_options, owner="one_layer model")
-    except ValueError as error:
-        message = str(error)
-        raise ValueError(message if message.startswith(FIELD) else f"{FIELD}: {message}") from None
+    return parse_model_options(OneLayerOptions, cfg, owner="one_layer model")
 
 
 @register_model("one_layer")
@@ -98,23 +100,14 @@ class OneLayerTransformer(DecoderLM):
 
     def decode(self, tokens: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
         """Appends tokens [B, T'] to the cache; (logits [B, T', vocab] float32, new cache), as DecoderLM."""
-        _check_tokens(tokens)
-        if not isinstance(cache, DecodeCache):
-            raise ValueError(f"cache must be a DecodeCache from init_cache, got {type(cache).__name__}")
-        batch, length = tokens.shape
-        if batch != cache.batch_size or length > cache.max_len:
-            raise ValueError(f"tokens must have shape [B, T'] with B = {cache.batch_size} and "
-                             f"T' <= max_len = {cache.max_len} (the cache's), got shape {tokens.shape}")
-        if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > cache.max_len:
-            raise ValueError(f"tokens of shape {tokens.shape} do not fit: the cache holds {int(cache.index)} "
-                             f"of max_len = {cache.max_len} tokens")
+        positions = decode_positions(tokens, cache)
+        length = tokens.shape[1]
         if not isinstance(cache.index, jax.core.Tracer) and int(cache.index) + length > self.max_positions:
             raise ValueError(f"tokens of shape {tokens.shape} do not fit: positions beyond max_positions = "
                              f"{self.max_positions} (model.model_options) after {int(cache.index)} tokens")
-        positions = jnp.broadcast_to(cache.index + jnp.arange(length, dtype=jnp.int32), tokens.shape)
         x, layer_caches = run_layers(
             self.layers, self._embed(tokens, positions), cfg=self.cfg, segment_ids=None, positions=positions,
             caches=cache.layers,
         )
         new_cache = cache.replace(index=cache.index + jnp.asarray(length, jnp.int32), layers=layer_caches)
-        return self._logits(x), new_cache
+        return self.logits_from_hidden(x), new_cache
