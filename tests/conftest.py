@@ -5,6 +5,7 @@ executable that an earlier train() call in the same test had written to the cach
 compiles its own programs.
 """
 
+import gc
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -30,6 +31,21 @@ def fast_compile():
     jax.config.update("jax_disable_most_optimizations", True)
     yield
     jax.config.update("jax_disable_most_optimizations", previous)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """Drops every compiled program after each test module.
+
+    Each live XLA:CPU executable holds about three memory mappings of its JIT code, and JAX's jit caches keep
+    executables alive for the life of the process. A worker that runs a few thousand tests accumulates tens of
+    thousands of them; past the kernel's vm.max_map_count (65,530 by default) LLVM's next code mapping fails
+    and the worker dies with a segmentation fault inside `backend_compile_and_load`. Clearing at module
+    boundaries keeps a worker near a few thousand mappings at a small recompilation cost.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
