@@ -1,0 +1,98 @@
+"""Public entry point of block-sparse attention: validation and `implementation=` dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
+from icml26zoo.kernels.block_sparse_attention import lists, pallas, reference, xla
+
+# name -> (function, backends it can run on). Pallas picks its lowering per platform when lowered
+# (kernels/_common/lowering.py): interpreted on CPU, Triton on GPU, Mosaic on TPU.
+_IMPLEMENTATIONS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "reference": (reference.block_sparse_attention, ALL_BACKENDS),
+    "xla": (xla.block_sparse_attention, ALL_BACKENDS),
+    "pallas": (pallas.block_sparse_attention, ALL_BACKENDS),
+}
+# XLA until a run on the hardware shows the Pallas kernels correct and faster.
+_DEFAULT = XLA_EVERYWHERE
+_NAME = lists.OP
+
+
+def _bad(name: str, x: jax.Array, expected: str) -> ValueError:
+    return ValueError(f"{_NAME}: `{name}` has shape {tuple(x.shape)} (dtype {x.dtype}); expected {expected}")
+
+
+def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> None:
+    """Raise ValueError naming the argument, its shape and the expected shape."""
+    checks.require_arrays(_NAME, {"q": q, "k": k, "v": v, "segment_ids": segment_ids}, optional=("segment_ids",))
+    if q.ndim != 4 or q.shape[1] < 1:
+        raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
+    checks.check_gqa_keys(q, k, _bad)
+    if v.shape != k.shape:
+        raise _bad("v", v, f"the shape of k {tuple(k.shape)}")
+    if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"{_NAME}: q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    checks.check_segment_ids(_NAME, segment_ids, q.shape[0], q.shape[1])
+
+
+def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indices: jax.Array, *,
+                           block_size: int, scale: float | None = None, segment_ids: jax.Array | None = None,
+                           key_positions: jax.Array | None = None,
+                           implementation: None | str | Sequence[str] = None) -> jax.Array:
+    """Causal softmax attention over a per-query-block list of key blocks (exact softmax on the union).
+
+    Query t attends to key s iff s ≤ t, key block s // C is listed for query block t // C, and (with
+    `segment_ids`) both are in one segment. With every causal block listed (`lists.causal_lists`) this is
+    dense causal attention.
+
+    Args:
+      q: [B, T, H, D]. k, v: [B, T, Hkv, D], same dtype; query head h reads kv head h // (H // Hkv).
+      block_indices: int [B, H, N, S], N = ceil(T / block_size): for query block i of head h, the key
+        blocks it reads, each 0 ≤ j ≤ i, the diagonal block i included, no block twice, -1 for unused
+        slots; any order (see `lists.py`). Causality and the diagonal are checked on concrete arrays
+        (skipped under jit). Blocks are square: one `block_size` for queries and keys.
+      block_size: the block C (an int ≥ 1); T is zero-padded to N·C. The Pallas path needs a C its
+        tiles accept (a power of two ≥ 16 on GPU layouts, a multiple of 16 on TPU).
+      scale: logit scale, positive; None means D**-0.5.
+      segment_ids: [B, T] int for packed sequences; no attention across segments.
+      key_positions: [B, Hkv, T] int or None: the original position of the key in each slot when the
+        keys (and values) were permuted (PBS-Attn, `icml26zoo.longctx.pbs`). The causal mask then compares
+        key positions with query positions, so a listed block j > i is legal; every query must still see
+        at least one key (PBS lists its whole own segment). Not with `segment_ids`, and not on "pallas".
+      implementation: None (XLA), "reference", "xla", "pallas", or a sequence tried in order.
+
+    Returns:
+      o: [B, T, H, D] in q.dtype.
+    """
+    _check_inputs(q, k, v, segment_ids)
+    lists.check_block_size(block_size, q.shape[1])
+    lists.check_lists(block_indices, q.shape[0], q.shape[2], q.shape[1], int(block_size),
+                      permuted=key_positions is not None)
+    checks.check_scale(_NAME, scale)
+    fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
+    extra = {}
+    if key_positions is not None:
+        _check_key_positions(key_positions, k, segment_ids, fn)
+        extra["key_positions"] = key_positions.astype(jnp.int32)
+    return fn(q, k, v, block_indices.astype(jnp.int32), block_size=int(block_size), scale=scale,
+              segment_ids=segment_ids, **extra)
+
+
+def _check_key_positions(key_positions: jax.Array, k: jax.Array, segment_ids: jax.Array | None,
+                         fn: Callable) -> None:
+    """key_positions [B, Hkv, T] int, without segment_ids, on a path that takes it."""
+    b, t, hkv, _ = k.shape
+    checks.require_arrays(_NAME, {"key_positions": key_positions})
+    if key_positions.shape != (b, hkv, t) or not jnp.issubdtype(key_positions.dtype, jnp.integer):
+        raise _bad("key_positions", key_positions, f"[B, Hkv, T] = [{b}, {hkv}, {t}], integer")
+    if segment_ids is not None:
+        raise ValueError(f"{_NAME}: `key_positions` with `segment_ids` is not supported (a permuted key's "
+                         "segment is not its slot's); expected one of them to be None")
+    if fn is pallas.block_sparse_attention:
+        raise ValueError(f"{_NAME}: `key_positions` is not supported by implementation='pallas'; expected "
+                         "implementation='xla' or 'reference'")
