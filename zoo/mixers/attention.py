@@ -22,33 +22,18 @@ from icml26zoo.registry import register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionOptions:
-    """The attention mixer's `cfg.mixer_options` (see `Attention`)."""
+class AttentionOptions(fp8_scaling.FP8LogitOptions):
+    """The attention mixer's `cfg.mixer_options` (see `Attention`; the fp8_* fields are inherited)."""
 
     qk_norm: bool = False
     position: str = "rope"
     output_gate: str = "none"
     sink: str = "none"
-    fp8_logits: str = "off"
-    fp8_scale: float = 1.0
-    fp8_headroom: float = 0.8
 
 
 POSITIONS = ("rope", "alibi", "none")
 OUTPUT_GATES = ("none", "head", "channel")
 SINKS = ("none", "learnable", "plus_one")
-FP8_LOGITS = ("off", "rank_aware", "static")
-# Power-iteration steps of the rank-aware scale in each forward (a cold start: no vector is kept between calls).
-FP8_POWER_ITERATIONS = 20
-
-
-def check_fp8_options(options: AttentionOptions) -> None:
-    """ValueError naming the option unless fp8_logits is a choice, fp8_scale > 0 finite, fp8_headroom in (0, 1]."""
-    check_choice("attention mixer", "fp8_logits", options.fp8_logits, FP8_LOGITS)
-    if not 0 < options.fp8_scale < float("inf"):
-        raise ValueError(f"attention mixer option 'fp8_scale' must be a finite number > 0, got {options.fp8_scale!r}")
-    if not 0 < options.fp8_headroom <= 1:
-        raise ValueError(f"attention mixer option 'fp8_headroom' must be in (0, 1], got {options.fp8_headroom!r}")
 
 
 def training_mask(segment_ids: jax.Array | None, length: int) -> jax.Array | None:
@@ -186,8 +171,7 @@ class Attention(nnx.Module):
         gate_width = {"none": 0, "head": cfg.num_heads, "channel": cfg.num_heads * self.head_dim}[self.output_gate]
         self.gate_proj = linear(cfg.d_model, gate_width) if gate_width else None
         self.sink_logit = nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if self.sink == "learnable" else None
-        check_fp8_options(options)
-        self.fp8_logits, self.fp8_scale, self.fp8_headroom = options.fp8_logits, options.fp8_scale, options.fp8_headroom
+        self.fp8 = fp8_scaling.FP8Logits.from_options("attention mixer", options)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -197,7 +181,7 @@ class Attention(nnx.Module):
         q, k, v = self._project_qkv(x, positions)
         if cache is None:
             bias = alibi_bias(positions, positions, self.num_heads) if self.position == "alibi" else None
-            if self.fp8_logits != "off":
+            if self.fp8.enabled:
                 sink = None if self.sink == "none" else self.sink_logits()
                 mask = causal_mask(segment_ids, x.shape[1])
                 out = fp8_scaling.fp8_attention(q, k, v, mask, self.fp8_scales(x), bias, sink)
@@ -220,18 +204,16 @@ class Attention(nnx.Module):
 
     def fp8_scales(self, x: jax.Array) -> jax.Array:
         """The per-head FP8 logit scales s [H] float32 for mixer input x [B, T, D] (option fp8_logits)."""
-        if self.fp8_logits == "static":
-            return jnp.full((self.num_heads,), self.fp8_scale, jnp.float32)
-        if self.q_norm is not None:
-            gains = jnp.max(jnp.abs(self.q_norm.scale[...])) * jnp.max(jnp.abs(self.k_norm.scale[...]))
-            bound = jnp.full((self.num_heads,), self.head_dim**0.5 * gains, jnp.float32)
-        else:
-            spectral = fp8_scaling.head_norm_products if self.position == "rope" else fp8_scaling.head_sigmas
-            factor = spectral(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads, self.num_kv_heads,
-                              FP8_POWER_ITERATIONS)
-            rho = jnp.max(jnp.linalg.norm(x.astype(jnp.float32), axis=-1))
-            bound = fp8_scaling.deterministic_bound(factor, rho, rho, self.head_dim)
-        return jax.lax.stop_gradient(fp8_scaling.scale_from_bound(bound, self.fp8_headroom))
+        heads, kv_heads, logit_scale = self.num_heads, self.num_kv_heads, self.head_dim**-0.5
+
+        def bound() -> jax.Array:
+            if self.q_norm is not None:
+                return fp8_scaling.gain_bound(self.q_norm.scale[...], self.k_norm.scale[...], heads, kv_heads,
+                                              self.head_dim, logit_scale)
+            return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], heads, kv_heads, x,
+                                            rotary=self.position == "rope", logit_scale=logit_scale)
+
+        return self.fp8.scales(heads, bound)
 
     def gate_heads(self, x: jax.Array, heads: jax.Array) -> jax.Array:
         """Applies the output gate: heads [B, T, H, Dh] ⊙ σ(x W_g) with x [B, T, D]; identity without a gate."""

@@ -30,6 +30,13 @@ Options (`cfg.mixer_options`):
   cache ("decayed" | "pruned", "decayed"): the decode cache, see below.
   prune_eps (float, 1e-6), cache_capacity (None | int, None = max_len): the pruned cache's threshold and
       slots; giving either with another cache raises.
+  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+      mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
+      forward leaves the op for its materialized XLA form (O(T²·Dv) memory, whatever `implementation` says):
+      P from s_h·q·k/√d cast to E4M3 and divided by s_h, the scalar gate sums added in float32, then the
+      per-channel decays of kernels/value_forget_attention/reference.py. "rank_aware": B̂_h =
+      ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE), ρ the call's largest token norm. Cached
+      decoding keeps float32 logits.
 
 Decode cache: keys [B, S, Hkv, D] in the compute dtype and the decayed values
 ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head in float32, multiplied by the new gates at every step (no Λ is
@@ -48,6 +55,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.kernels._common.gate_sums import segment_sums
+from icml26zoo.kernels._common.masks import attention_mask
 from icml26zoo.kernels.value_forget_attention import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,
@@ -55,8 +64,10 @@ from icml26zoo.kernels.value_forget_attention import (
     value_forget_attention_step,
 )
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
+from icml26zoo.kernels.value_forget_attention.reference import value_decays
 from icml26zoo.layers import projections
 from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
 from icml26zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
 from icml26zoo.models.config import ModelConfig
@@ -107,6 +118,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         self.fgate_proj = gate_linear(cfg.d_model, cfg.num_heads, bias=0.0) if opts.scalar_gate else None
         self.out_norm = HeadRMSNorm(cfg.num_heads, self.head_dim, eps=_OUTPUT_NORM_EPS)
         self.out_gate = gate_linear(cfg.d_model, width) if opts.output_gate else None
+        self.fp8 = fp8_scaling.FP8Logits.from_options("fix mixer", opts)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -115,7 +127,9 @@ class FineGrainedForgettingAttention(nnx.Module):
         check_mixer_inputs(x, segment_ids, positions, self.d_model, cache)
         q, k, v = self._project_qkv(x, positions)
         log_vgate, log_fgate = self.log_value_gate(x), self.log_scalar_gate(x)
-        if cache is None:
+        if cache is None and self.fp8.enabled:
+            u, new_cache = self._attend_fp8(x, q, k, v, log_vgate, log_fgate, segment_ids), None
+        elif cache is None:
             u = value_forget_attention(
                 q, k, v, log_vgate, log_fgate=log_fgate, segment_ids=segment_ids,
                 implementation=self.options.implementation,
@@ -124,6 +138,28 @@ class FineGrainedForgettingAttention(nnx.Module):
         else:
             u, new_cache = self._attend_cached(q, k, v, log_vgate, log_fgate, cache)
         return self._output(u, x), new_cache
+
+    def fp8_scales(self, x: jax.Array) -> jax.Array:
+        """Per-head FP8 scales s [H] float32 of q·k/√d for mixer input x [B, T, D] (option fp8_logits)."""
+        def bound() -> jax.Array:
+            return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads,
+                                            self.num_kv_heads, x, rotary=self.options.rope,
+                                            logit_scale=self.head_dim**-0.5)
+
+        return self.fp8.scales(self.num_heads, bound)
+
+    def _attend_fp8(
+        self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array,
+        log_fgate: jax.Array | None, segment_ids: jax.Array | None,
+    ) -> jax.Array:
+        """The op's materialized form with E4M3 logits: u [B, T, H, Dv] = Σ_j P_ij D_ij ⊙ v_j in v's dtype."""
+        mask = attention_mask(x.shape[1], segment_ids)
+        bias = None if log_fgate is None else segment_sums(jnp.transpose(log_fgate, (0, 2, 1)))
+        probs = fp8_scaling.fp8_attention_weights(q, k, mask, self.fp8_scales(x), bias=bias)
+        values = jnp.repeat(v.astype(jnp.float32), self.num_heads // self.num_kv_heads, axis=2)
+        u = jnp.einsum("bhij,bhcij,bjhc->bihc", probs, value_decays(log_vgate, segment_ids), values,
+                       precision=fp8_scaling.HIGHEST)
+        return u.astype(v.dtype)
 
     def log_value_gate(self, x: jax.Array) -> jax.Array:
         """x: [B, T, D] -> log f [B, T, H, Dv] float32, in [vgate_min, 0] (≤ 0 without a bound).

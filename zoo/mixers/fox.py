@@ -24,6 +24,13 @@ computed by `kernels.forgetting_attention`. Options (`cfg.mixer_options`):
     k̃_t = α_t·k_{t−1} + (1 − α_t)·k_t with α_t = σ(W_α x_t) one scalar per kv head (own W_α for v),
     never across a segment start; output_norm: per-head RMSNorm of the attention output; output_gate:
     o ← o ⊙ σ(W_g x) before o_proj.
+  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+    mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
+    forward leaves the fused op for a materialized XLA path (`fp8_scaling.fp8_attention`, O(T²) memory,
+    whatever `implementation` says) that casts s_h·q·k/√d to E4M3, divides by s_h and adds the gate sums in
+    float32. "rank_aware": B̂_h = ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE; the token shift mixes
+    inputs convexly, so ρ, the call's largest token norm, still bounds it), or with qk_norm
+    √d max|γ_q,h| max|γ_k,h|. Cached decoding keeps float32 logits.
 
 Initialization: q/k/v/o follow the zoo's attention mixer (nnx.Linear defaults) so that FoX and the
 baseline differ only in what FoX adds; the FoX-specific projections (gate, shift, output gate) use
@@ -43,6 +50,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.kernels._common.gate_sums import segment_sums
+from icml26zoo.kernels._common.masks import attention_mask
 from icml26zoo.kernels.forgetting_attention import (
     ForgettingAttentionState,
     forgetting_attention,
@@ -51,6 +60,7 @@ from icml26zoo.kernels.forgetting_attention import (
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from icml26zoo.layers import projections
 from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from icml26zoo.mixers.fox_parts import (
     decay_bias,
@@ -104,6 +114,7 @@ class ForgettingAttention(nnx.Module):
         self.v_shift = gate_linear(cfg.num_kv_heads) if opts.token_shift else None
         self.out_norm = HeadRMSNorm(cfg.num_heads, self.head_dim, eps=cfg.norm_eps) if opts.output_norm else None
         self.out_gate = gate_linear(width) if opts.output_gate else None
+        self.fp8 = fp8_scaling.FP8Logits.from_options("fox mixer", opts)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -112,7 +123,11 @@ class ForgettingAttention(nnx.Module):
         check_call(self, x, segment_ids, positions, cache, length_of=("k", 1))
         q, k, v, shift_state = self._project_qkv(x, segment_ids, positions, cache)
         log_fgate = self.log_forget_gate(x)
-        if cache is None:
+        if cache is None and self.fp8.enabled:
+            bias = None if log_fgate is None else segment_sums(jnp.transpose(log_fgate, (0, 2, 1)))
+            mask = attention_mask(x.shape[1], segment_ids)
+            out, new_cache = fp8_scaling.fp8_attention(q, k, v, mask, self.fp8_scales(x), bias), None
+        elif cache is None:
             out = forgetting_attention(
                 q, k, v, log_fgate, segment_ids=segment_ids, implementation=self.options.implementation
             )
@@ -121,6 +136,19 @@ class ForgettingAttention(nnx.Module):
             out, new_cache = self._attend_cached(q, k, v, log_fgate, cache)
             new_cache.update({name: value.astype(cache[name].dtype) for name, value in shift_state.items()})
         return self._output(out, x), new_cache
+
+    def fp8_scales(self, x: jax.Array) -> jax.Array:
+        """Per-head FP8 scales s [H] float32 of q·k/√d for mixer input x [B, T, D] (option fp8_logits)."""
+        heads, kv_heads, logit_scale = self.num_heads, self.num_kv_heads, self.head_dim**-0.5
+
+        def bound() -> jax.Array:
+            if self.q_norm is not None:
+                return fp8_scaling.gain_bound(self.q_norm.scale[...], self.k_norm.scale[...], heads, kv_heads,
+                                              self.head_dim, logit_scale)
+            return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], heads, kv_heads, x,
+                                            rotary=self.options.rope, logit_scale=logit_scale)
+
+        return self.fp8.scales(heads, bound)
 
     def log_forget_gate(self, x: jax.Array) -> jax.Array | None:
         """x: [B, T, D] -> log f [B, T, H] float32 (≤ 0, finite for finite pre-activations), or None.

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.validation import check_int
@@ -28,8 +29,8 @@ LLAMA_MLP_RATIO = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
-class FoxOptions:
-    """The FoX mixer's `cfg.mixer_options`, validated (see `parse_options`)."""
+class FoxOptions(fp8_scaling.FP8LogitOptions):
+    """The FoX mixer's `cfg.mixer_options` (fp8_* inherited), validated (see `parse_options`)."""
 
     gate: str = "full"
     rope: bool = False  # FoX uses no positional encoding by default (FoX's config: `use_rope: false`)
@@ -68,6 +69,7 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
     check_choice("fox mixer", "gate", values["gate"], GATES)
     check_implementation("fox mixer", values["implementation"], IMPLEMENTATIONS)
     _check_decay_times(values["decay_time_min"], values["decay_time_max"])
+    fp8_scaling.FP8Logits.from_options("fox mixer", values)
     return FoxOptions(**values)
 
 

@@ -16,21 +16,36 @@ iteration on Gram matrices and the GQA forms below are reconstructions (the pape
   (Hanson-Wright) tail (ρ² σ / √d_h)(√r √(2 log(2T²/δ)) + 2 log(2T²/δ)) for isotropic tokens;
 - `scale_from_bound` s = u R / B̂ (headroom u ∈ (0, 1]) and, for comparison, the naive `amax_scale`
   s = u R / max|S| of logits observed earlier (delayed scaling: right for those logits, blind to later ones).
+
+The FP8-logit option of the softmax-family mixers (attention, goat, fox, fix) is this one shared piece:
+`FP8LogitOptions` (the three option fields every mixer's options inherit), `FP8Logits` (validation naming the
+field; the per-head scale s_h, "static" or "rank_aware" from a bound B̂_h the mixer composes with
+`weight_bound` / `gain_bound`), `quantize_logits` / `fp8_attention_weights` / `fp8_attention` (the logits
+s_h·S cast to E4M3 and divided by s_h, softmax in float32) and `logit_stats` (the overflow counter and the
+FP8 error of one call's logits).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["E4M3_MAX", "amax_scale", "cast_e4m3", "deterministic_bound", "fp8_attention", "group_sigmas",
-           "head_norm_products", "head_sigmas", "overflow_count", "power_iteration_top_eigenvalue",
-           "probabilistic_bound", "scale_from_bound", "split_heads"]
+__all__ = ["E4M3_MAX", "FP8_LOGIT_MODES", "FP8LogitOptions", "FP8Logits", "amax_scale", "cast_e4m3",
+           "deterministic_bound", "fp8_attention", "fp8_attention_weights", "gain_bound", "group_sigmas",
+           "head_norm_products", "head_sigmas", "logit_stats", "overflow_count", "power_iteration_top_eigenvalue",
+           "probabilistic_bound", "qk_logits", "quantize_logits", "scale_from_bound", "split_heads",
+           "weight_bound"]
 
 E4M3_MAX = 448.0
 HIGHEST = jax.lax.Precision.HIGHEST
+FP8_LOGIT_MODES = ("off", "rank_aware", "static")
+# Power-iteration steps of the rank-aware scale in each forward (a cold start: no vector is kept between calls).
+FP8_POWER_ITERATIONS = 20
 
 
 def cast_e4m3(x: jax.Array) -> jax.Array:
@@ -140,28 +155,148 @@ def amax_scale(logits: jax.Array, headroom: float = 0.8) -> jax.Array:
     return scale_from_bound(jnp.max(finite), headroom)
 
 
-def fp8_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: jax.Array,
-                  bias: jax.Array | None = None, sink_logit: jax.Array | None = None) -> jax.Array:
-    """Softmax attention whose logits pass through E4M3: S = q·k/√d_h, Ŝ = e4m3(s_h S) / s_h, softmax(Ŝ + bias).
+@dataclasses.dataclass(frozen=True)
+class FP8LogitOptions:
+    """The FP8-logit fields of a softmax-family mixer's `cfg.mixer_options`; its options dataclass inherits them.
 
-    q [B, T, H, Dh], k/v [B, S, Hkv, Dh] (GQA, K never repeated), mask bool [B or 1, 1, T, S], scale [H] > 0,
-    bias float32 broadcastable to [B, H, T, S] or None, sink_logit [H] or None (an extra key slot of value 0
-    whose logit, not cast, is sink_logit_h) -> [B, T, H, Dh] in q's dtype. An overflowing s_h S gives NaN.
+    fp8_logits: "off" | "rank_aware" | "static"; fp8_scale: the "static" scale (finite, > 0); fp8_headroom: u in
+    (0, 1] of the "rank_aware" scale. `FP8Logits.from_options` validates them.
     """
+
+    fp8_logits: str = "off"
+    fp8_scale: float = 1.0
+    fp8_headroom: float = 0.8
+
+
+def _positive_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class FP8Logits:
+    """A mixer's validated FP8-logit setting: the mode, the static scale and the headroom u."""
+
+    mode: str = "off"
+    static_scale: float = 1.0
+    headroom: float = 0.8
+
+    @classmethod
+    def from_options(cls, owner: str, options: FP8LogitOptions | dict[str, Any]) -> FP8Logits:
+        """Reads fp8_logits / fp8_scale / fp8_headroom of `options` (a dataclass or a dict); a bad value raises
+        ValueError naming `owner` ("goat mixer") and the field."""
+        def read(name: str) -> Any:
+            return options[name] if isinstance(options, dict) else getattr(options, name)
+
+        mode, scale, headroom = read("fp8_logits"), read("fp8_scale"), read("fp8_headroom")
+        if mode not in FP8_LOGIT_MODES:
+            raise ValueError(f"{owner} option 'fp8_logits' must be one of {list(FP8_LOGIT_MODES)}, got {mode!r}")
+        if not _positive_number(scale):
+            raise ValueError(f"{owner} option 'fp8_scale' must be a finite number > 0, got {scale!r}")
+        if not (_positive_number(headroom) and headroom <= 1):
+            raise ValueError(f"{owner} option 'fp8_headroom' must be in (0, 1], got {headroom!r}")
+        return cls(mode, float(scale), float(headroom))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the training / scoring forward holds its q·k logits in E4M3."""
+        return self.mode != "off"
+
+    def scales(self, num_heads: int, bound: Callable[[], jax.Array]) -> jax.Array:
+        """The per-head scales s [H] float32, gradient-free: fp8_scale ("static") or u·448/B̂_h ("rank_aware",
+        B̂ = bound(), [H] or a scalar; only called in that mode)."""
+        if self.mode == "static":
+            return jnp.full((num_heads,), self.static_scale, jnp.float32)
+        if self.mode != "rank_aware":
+            raise ValueError(f"FP8 scales need fp8_logits 'rank_aware' or 'static', got {self.mode!r}")
+        bounds = jnp.broadcast_to(jnp.asarray(bound(), jnp.float32), (num_heads,))
+        return jax.lax.stop_gradient(scale_from_bound(bounds, self.headroom))
+
+
+def weight_bound(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int, x: jax.Array, *,
+                 rotary: bool, logit_scale: float, iterations: int = FP8_POWER_ITERATIONS) -> jax.Array:
+    """B̂_h = ρ² c_h · logit_scale [H] with ρ the largest row norm of the mixer input x [B, T, D].
+
+    It bounds logit_scale·|q_i·k_j| for q = x_i W_Q,h and k = x̃_j W_K,g(h), x̃_j any convex combination of
+    rows of x (so also after a token shift): c_h = σ_max(W_Q,h W_K,gᵀ), or ‖W_Q,h‖₂‖W_K,g‖₂ when a rotation
+    (RoPE) sits between q and k. Kernels [D, H·d_h] and [D, Hkv·d_h], bias-free projections."""
+    spectral = head_norm_products if rotary else head_sigmas
+    factor = spectral(q_kernel, k_kernel, num_heads, num_kv_heads, iterations)
+    rho = jnp.max(jnp.linalg.norm(x.astype(jnp.float32), axis=-1))
+    return rho * rho * factor * logit_scale
+
+
+def gain_bound(q_gain: jax.Array, k_gain: jax.Array, num_heads: int, num_kv_heads: int, head_dim: int,
+               logit_scale: float) -> jax.Array:
+    """B̂_h [H] under QK-norm: ‖RMSNorm(q) ⊙ γ‖ ≤ √d_h max|γ|, so logit_scale·|q̂·k̂| ≤ d_h max|γ_q,h| max|γ_k,g|
+    · logit_scale. q_gain [d_h] (shared) or [H, d_h]; k_gain [d_h] or [Hkv, d_h]."""
+    def per_head(gain: jax.Array, heads: int) -> jax.Array:
+        return jnp.broadcast_to(jnp.max(jnp.abs(jnp.asarray(gain, jnp.float32)), axis=-1), (heads,))
+
+    gains = per_head(q_gain, num_heads) * jnp.repeat(per_head(k_gain, num_kv_heads), num_heads // num_kv_heads)
+    return head_dim * gains * logit_scale
+
+
+def qk_logits(q: jax.Array, k: jax.Array, logit_scale: float | None = None) -> jax.Array:
+    """q [B, T, H, Dh], k [B, S, Hkv, Dh] -> logit_scale·q·k [B, H, T, S] float32 (GQA, K never repeated;
+    logit_scale defaults to 1/√Dh)."""
     batch, length, heads, head_dim = q.shape
     groups = heads // k.shape[2]
     qg = q.astype(jnp.float32).reshape(batch, length, k.shape[2], groups, head_dim)
     logits = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(jnp.float32), precision=HIGHEST)
-    logits = logits.reshape(batch, heads, length, k.shape[1]) / math.sqrt(head_dim)
-    s = jnp.asarray(scale, jnp.float32).reshape(1, heads, 1, 1)
-    logits = cast_e4m3(logits * s) / s
+    scale = head_dim**-0.5 if logit_scale is None else logit_scale
+    return logits.reshape(batch, heads, length, k.shape[1]) * jnp.float32(scale)
+
+
+def quantize_logits(logits: jax.Array, scales: jax.Array) -> jax.Array:
+    """logits [B, H, T, S] float32, scales [H] -> e4m3(s_h·S)/s_h float32 (NaN where |s_h·S| > 448)."""
+    s = jnp.asarray(scales, jnp.float32).reshape(1, -1, 1, 1)
+    return cast_e4m3(logits * s) / s
+
+
+def fp8_attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array, scale: jax.Array, *,
+                          logit_scale: float | None = None, bias: jax.Array | None = None,
+                          sink_logit: jax.Array | None = None) -> jax.Array:
+    """softmax(Ŝ + bias) [B, H, T, S] float32 with Ŝ = e4m3(s_h S)/s_h, S = logit_scale·q·k (`qk_logits`).
+
+    mask bool [B or 1, 1, T, S] (0 where False), scale [H] > 0, bias float32 broadcastable to [B, H, T, S] (e.g.
+    a forget gate's sums; not cast), sink_logit [H] or None: an extra key slot of value 0 and logit sink_logit_h
+    (not cast), left out of the result, so rows then sum to less than 1."""
+    logits = quantize_logits(qk_logits(q, k, logit_scale), scale)
     if bias is not None:
         logits = logits + bias
     logits = jnp.where(mask, logits, -jnp.inf)
     if sink_logit is not None:
         sink = jnp.broadcast_to(sink_logit.astype(jnp.float32)[None, :, None, None], (*logits.shape[:3], 1))
         logits = jnp.concatenate([logits, sink], axis=-1)
-    probs = jax.nn.softmax(logits, axis=-1)[..., : k.shape[1]]
-    probs = probs.reshape(batch, k.shape[2], groups, length, k.shape[1])
+    return jax.nn.softmax(logits, axis=-1)[..., : k.shape[1]]
+
+
+def fp8_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: jax.Array,
+                  bias: jax.Array | None = None, sink_logit: jax.Array | None = None, *,
+                  logit_scale: float | None = None) -> jax.Array:
+    """Softmax attention on E4M3 logits (`fp8_attention_weights`): q [B, T, H, Dh], k/v [B, S, Hkv, Dh] (GQA,
+    K and V never repeated) -> [B, T, H, Dh] in q's dtype. An overflowing s_h·S gives NaN."""
+    batch, length, heads, head_dim = q.shape
+    probs = fp8_attention_weights(q, k, mask, scale, logit_scale=logit_scale, bias=bias, sink_logit=sink_logit)
+    probs = probs.reshape(batch, k.shape[2], heads // k.shape[2], length, k.shape[1])
     out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(jnp.float32), precision=HIGHEST)
     return out.reshape(batch, length, heads, head_dim).astype(q.dtype)
+
+
+def logit_stats(q: jax.Array, k: jax.Array, mask: jax.Array, scale: jax.Array, *,
+                logit_scale: float | None = None) -> dict[str, jax.Array]:
+    """The FP8 cast of one call's logits S = logit_scale·q·k, over the entries the mask keeps (q, k, mask,
+    scale as in `fp8_attention_weights`): overflows (int32: entries E4M3 loses, `overflow_count`),
+    max_abs_error (float32: max |Ŝ − S| over the entries that did not overflow), max_abs_logit and
+    utilization = max_h s_h·max|S_h| / 448."""
+    logits = qk_logits(q, k, logit_scale)
+    kept = jnp.broadcast_to(mask, logits.shape)
+    s = jnp.asarray(scale, jnp.float32).reshape(1, -1, 1, 1)
+    inside = jnp.where(kept, logits, 0.0)
+    error = jnp.abs(quantize_logits(inside, scale) - inside)
+    return {
+        "overflows": overflow_count(inside, s),
+        "max_abs_error": jnp.max(jnp.where(jnp.isfinite(error), error, 0.0)),
+        "max_abs_logit": jnp.max(jnp.abs(inside)),
+        "utilization": jnp.max(jnp.abs(inside) * s) / E4M3_MAX,
+    }

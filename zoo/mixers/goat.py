@@ -32,6 +32,13 @@ Options (`cfg.mixer_options`):
   training_seq_len (int, cfg.max_seq_len): T_train in φ(j). Fixed (never the current length) so cached
       decoding sees the same features as the full forward and the features extrapolate.
   prior_scale (float, 1.0): s, the sink-term scale.
+  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (float, 1.0), fp8_headroom (float, 0.8): as
+      the attention mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training /
+      scoring forward casts s_h·(q_total·k_total) to E4M3, divides by s_h and adds the recency bias in
+      float32, through the materialized XLA path (`fp8_scaling.fp8_attention`, not jax.nn's kernel).
+      "rank_aware" bounds the logit by ρ²σ_max(W_Q,c W_K,cᵀ)/√D_c (content channels, ρ the largest token
+      norm of the call) plus Σ_r √(A_r² + B_r²) (the Fourier lanes) plus max|u_bounded(j)| over the call's
+      positions, so it cannot overflow. Cached decoding keeps float32 logits.
 Not implemented: the optional query-norm prior gate and the 2D (ViT) mode of GOAT.
 
 q/k/v/o projections follow the zoo's attention mixer (nnx.Linear defaults), so GOAT and the baseline
@@ -57,6 +64,7 @@ from flax import nnx
 from icml26zoo.layers import projections
 from icml26zoo.layers.alibi import alibi_slopes
 from icml26zoo.layers.options import check_choice
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from icml26zoo.models.config import ModelConfig
@@ -81,8 +89,9 @@ def sink_features(positions: jax.Array, abs_rank: int, train_len: int) -> jax.Ar
 
 
 @dataclasses.dataclass(frozen=True)
-class GOATOptions:
-    """The GOAT mixer's `cfg.mixer_options` (see the module docstring), validated by `parse_options`."""
+class GOATOptions(fp8_scaling.FP8LogitOptions):
+    """The GOAT mixer's `cfg.mixer_options` (see the module docstring; fp8_* inherited), validated by
+    `parse_options`."""
 
     pos_rank: int = 4
     abs_rank: int = 4
@@ -101,6 +110,7 @@ def parse_options(cfg: ModelConfig) -> GOATOptions:
         if opts[name] < low:
             raise ValueError(f"goat mixer option {name!r} must be an integer >= {low}, got {opts[name]!r}")
     check_choice("goat mixer", "init", opts["init"], INITS)
+    fp8_scaling.FP8Logits.from_options("goat mixer", opts)
     num_prior = 2 * opts["pos_rank"] + int(opts["key_bias"])
     if cfg.resolved_head_dim <= num_prior:
         raise ValueError(
@@ -125,6 +135,7 @@ class GOATAttention(nnx.Module):
         self.head_dim, self.d_model = cfg.resolved_head_dim, cfg.d_model
         self.dtype = jnp.dtype(cfg.compute_dtype)
         self.content_dim = self.head_dim - 2 * opts.pos_rank - int(opts.key_bias)
+        self.fp8 = fp8_scaling.FP8Logits.from_options("goat mixer", opts)
         seeded = opts.init == "seeded"
 
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
@@ -158,12 +169,33 @@ class GOATAttention(nnx.Module):
         q_total, k_total, v = self.augmented_qkv(x, positions)
         if cache is None:
             bias = self.recency_bias(positions, positions)
-            out = causal_attention(q_total, k_total, v, segment_ids, bias=bias, scale=1.0)
+            if self.fp8.enabled:
+                mask, scales = causal_mask(segment_ids, x.shape[1]), self.fp8_scales(x, positions)
+                out = fp8_scaling.fp8_attention(q_total, k_total, v, mask, scales, bias, logit_scale=1.0)
+            else:
+                out = causal_attention(q_total, k_total, v, segment_ids, bias=bias, scale=1.0)
             new_cache = None
         else:
             out, new_cache = self._attend_cached(q_total, k_total, v, positions, cache)
         batch, length = x.shape[:2]
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
+
+    def fp8_scales(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+        """Per-head FP8 scales s [H] float32 of q_total·k_total for mixer input x [B, T, D] (option fp8_logits)."""
+        heads, kv_heads, dc, d = self.num_heads, self.num_kv_heads, self.content_dim, self.d_model
+
+        def bound() -> jax.Array:
+            wq = self.q_proj.kernel[...].reshape(d, heads, self.head_dim)[..., :dc].reshape(d, heads * dc)
+            wk = self.k_proj.kernel[...].reshape(d, kv_heads, self.head_dim)[..., :dc].reshape(d, kv_heads * dc)
+            content = fp8_scaling.weight_bound(wq, wk, heads, kv_heads, x, rotary=False, logit_scale=dc**-0.5)
+            prior = jnp.zeros((kv_heads,), jnp.float32)
+            if self.lambda_sym is not None:
+                prior = prior + jnp.sum(jnp.hypot(self.lambda_sym[...], self.lambda_asym[...]), axis=-1)
+            if self.options.key_bias:
+                prior = prior + jnp.max(jnp.abs(self.sink_lane(positions)), axis=(0, 1))
+            return content + self._group(prior, 0)
+
+        return self.fp8.scales(heads, bound)
 
     def _group(self, per_kv_head: jax.Array, axis: int) -> jax.Array:
         """Repeats a per-KV-head array along `axis` to the query heads (head h reads KV head h // group)."""
