@@ -108,6 +108,7 @@ def test_budget_below_one_keeps_the_expected_entries_and_retrieves_the_planted_k
         assert forced <= kept <= selected
         assert not bool(new["valid"][0, head, count:].any())
         original = np.asarray(new["pos"][0, head, :count])
+        assert np.all(np.diff(original) > 0), original
         np.testing.assert_array_equal(np.asarray(new["k"][0, head, :count]), np.asarray(cache["k"][0, head, original]))
         np.testing.assert_array_equal(np.asarray(new["v"][0, head, :count]), np.asarray(cache["v"][0, head, original]))
     peaked, flat = (int(new["valid"][0, h].sum()) for h in range(2))

@@ -11,12 +11,14 @@ Spec: mixers-12-hard-kv (§5-§7). One attention layer's compressed cache is a d
 
 A new token goes to row n_rows in every head (the dense tier). When a write would overflow R, the layer is
 compressed first (the condensed tier): SnapKV scores of the window queries, calibrated per head, a top-p
-nucleus per window query, their union plus the sink and the recent rows, capped at B_hi = R - interval rows,
-gathered to a prefix of each head by a stable partition (forced, nucleus, floor). Attention is invariant to
-row order, so the rewrite changes nothing but which rows remain. Reconstruction choices (the spec's §6 design):
-compression runs lazily when the next write would overflow rather than on a fixed Δ clock (the same clock once
-the cache is full), temperatures are calibrated offline per (layer, KV head) and fixed, the floor is the top
-`floor_rows` by window-mean calibrated probability, and the score is SnapKV only (no R-KV).
+nucleus per window query, their union plus the sink and the recent rows, capped at B_hi = R - interval rows
+(the cap drops the lowest priority first: floor, then nucleus), gathered to a prefix of each head in row order.
+Attention is invariant to row order, so the rewrite changes nothing but which rows remain.
+
+Reconstruction choices (the spec's §6 design, made here): compression runs lazily when the next write would
+overflow, rather than on a fixed Δ clock (the same clock once the cache is full); temperatures are calibrated
+offline per (layer, KV head) and fixed; the floor is the top `floor_rows` by window-mean calibrated
+probability; the score is SnapKV only (no R-KV).
 """
 
 from __future__ import annotations
@@ -203,22 +205,26 @@ def priorities(cache: dict[str, jax.Array], config: HardKVConfig) -> jax.Array:
 
 
 def compress_layer(cache: dict[str, jax.Array], config: HardKVConfig) -> dict[str, jax.Array]:
-    """The condensed-tier rewrite of one layer: each head keeps n_h = min(#{pri > 0}, B_hi) rows, gathered to a
-    prefix [0, n_h) by a stable partition on priority; n_rows <- max_h n_h. Shapes are unchanged."""
+    """The condensed-tier rewrite of one layer: each head keeps n_h = min(#{pri > 0}, B_hi) rows, the cap
+    cutting the lowest priority (then the newest) first; the kept rows are gathered to a prefix [0, n_h) in
+    their original row order (a stable partition), so rows stay sorted by position and SnapKV's pooling
+    neighbourhood stays positional. n_rows <- max_h n_h. Shapes are unchanged."""
     rows = cache["k"].shape[2]
     cap = rows - config.interval
     pri = priorities(cache, config)
-    kept = jnp.minimum((pri > 0).sum(axis=-1), cap)  # n_h [B, Hkv]
-    perm = jnp.argsort(-pri, axis=-1, stable=True)
+    kept_count = jnp.minimum((pri > 0).sum(axis=-1), cap)  # n_h [B, Hkv]
+    by_priority = jnp.argsort(jnp.argsort(-pri, axis=-1, stable=True), axis=-1)
+    kept = (by_priority < kept_count[..., None]) & (pri > 0)
+    perm = jnp.argsort(~kept, axis=-1, stable=True)
     gather = lambda x: jnp.take_along_axis(x, perm[..., None] if x.ndim == 4 else perm, axis=2)  # noqa: E731
-    valid = jnp.arange(rows, dtype=jnp.int32) < kept[..., None]
+    valid = jnp.arange(rows, dtype=jnp.int32) < kept_count[..., None]
     return {
         **cache,
         "k": gather(cache["k"]),
         "v": gather(cache["v"]),
         "valid": valid,
         "pos": jnp.where(valid, gather(cache["pos"]), -1),
-        "n_rows": kept.max(axis=-1).astype(jnp.int32),
+        "n_rows": kept_count.max(axis=-1).astype(jnp.int32),
     }
 
 
