@@ -3,6 +3,7 @@ then timings at the H-goal shapes of the performance goals (docs/performance.md)
 
     python scripts/gpu_check.py --out gpu_check.json            # one H200, under 5 minutes
     python scripts/gpu_check.py --dry-run --out /tmp/dry.json   # tiny shapes, interpreted on CPU
+    python scripts/gpu_check.py --ops fox,gdn                   # only these ops' accuracy and timing rows
 
 Sections, in order:
 - H0: device kind, jax version, a bf16 matmul (TFLOP/s; 8192^3 on the GPU) and an HBM read+write of a
@@ -169,10 +170,11 @@ def _max_abs(got: object, want: object) -> float:
     return max(float(jnp.max(jnp.abs(g.astype(jnp.float32) - w.astype(jnp.float32)))) for g, w in pairs)
 
 
-def accuracy_rows(dims: dict[str, dict[str, int]], dtypes: tuple[jnp.dtype, ...]) -> list[dict]:
-    """Max-abs errors of forward and gradients, per op and dtype (float32 at matmul precision "highest")."""
+def accuracy_rows(dims: dict[str, dict[str, int]], dtypes: tuple[jnp.dtype, ...], ops: list[str]) -> list[dict]:
+    """Max-abs errors of forward and gradients, per op of `ops` and dtype (float32 at matmul precision
+    "highest")."""
     rows = []
-    for op in OPS.values():
+    for op in (OPS[name] for name in ops):
         for dtype in dtypes:
             rng = np.random.default_rng(0)
             inputs = op.make(rng, dims["attention" if op.attention else "recurrent"], dtype)
@@ -317,11 +319,22 @@ def print_table(rows: list[dict]) -> None:
         print(f"{r['section']:<9} {label:<56} {value:>28}")
 
 
+def parse_ops(value: str) -> list[str]:
+    """--ops "fox,gdn" -> ["fox", "gdn"]; every name must be a key of OPS."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(OPS))
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"--ops must name ops among {sorted(OPS)}, got {value!r}")
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes, interpret mode on CPU, no cuDNN")
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--ops", type=parse_ops, default=list(OPS),
+                        help=f"comma-separated ops for the accuracy and timing rows (default: all of {','.join(OPS)})")
     opts = parser.parse_args()
     if opts.dry_run:
         jax.config.update("jax_platforms", "cpu")
@@ -332,8 +345,9 @@ def main() -> int:
     else:
         jax.config.update("jax_compilation_cache_dir", "/tmp/jax_cache")
     acc_dims, goals = plan(opts.dry_run)
+    goals = [goal for goal in goals if goal[1] in opts.ops]
     rows = [sanity(opts.dry_run)]
-    rows += accuracy_rows(acc_dims, (jnp.float32,) if opts.dry_run else (jnp.float32, jnp.bfloat16))
+    rows += accuracy_rows(acc_dims, (jnp.float32,) if opts.dry_run else (jnp.float32, jnp.bfloat16), opts.ops)
     rows += timing_rows(goals, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
     prior = {"B": 1, "T": 16, "H": 2, "D": 16} if opts.dry_run else {"B": 4, "T": 8192, "H": 16, "D": 128}
     rows += prior_rows(prior, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
