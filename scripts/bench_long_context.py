@@ -34,25 +34,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icml26zoo.kernels.forgetting_attention import xla as dense_xla  # noqa: E402
 from icml26zoo.longctx import hard_kv  # noqa: E402
-from icml26zoo.longctx.isa import isa_attention_and_plan, isa_flop_fraction  # noqa: E402
-from icml26zoo.longctx.isa_plan import isa_sizes  # noqa: E402
-from icml26zoo.longctx.needle import NeedleTask, isa_layout, make_needle_task, retrieval_metrics  # noqa: E402
+from icml26zoo.longctx.compare import HARD_KV_BUDGETS, HARD_KV_INTERVAL, dense_causal, retrieval_rows  # noqa: E402
 from icml26zoo.longctx.pbs import pbs_prefill  # noqa: E402
 
 C6_SLACK = 0.15
 DENSITIES = (0.25, 0.5)
-ISA_SETTINGS = ({"ctx_keep": 1 / 8, "full_frac": 1 / 2}, {"ctx_keep": 1 / 4, "full_frac": 1 / 2},
-                {"ctx_keep": 1.0, "full_frac": 1 / 2})
-HARD_KV_BUDGETS = (0.1, 0.25, 0.5)
-HARD_KV_INTERVAL = 64
-PBS_TAUS = (0.5, 0.9)
 MEMORY_SHAPE = {"kv_heads": 8, "heads": 32, "head_dim": 128, "tokens": 16384}
-
-
-def _dense_causal(q, k, v):
-    return dense_xla.forgetting_attention(q, k, v, None)
 
 
 def _timed(fns: dict, args: tuple, repeats: int) -> dict[str, float]:
@@ -81,7 +69,7 @@ def c6_rows(length: int, block: int, repeats: int, goal: bool) -> list[dict]:
     """PBS prefill time over dense attention at each density (B1 H4 D64 f32)."""
     rng = np.random.default_rng(length)
     q, k, v = (jnp.asarray(rng.normal(size=(1, length, 4, 64)), jnp.float32) for _ in range(3))
-    fns = {"dense": _dense_causal}
+    fns = {"dense": dense_causal}
     fns.update({f"pbs_{rho}": pbs_at_density(rho, block, length) for rho in DENSITIES})
     seconds = _timed(fns, (q, k, v), repeats)
     rows = []
@@ -114,80 +102,6 @@ def hard_kv_bytes_per_token(budget: float, s: dict) -> float:
                                                              config.window, jnp.ones(s["kv_heads"]), jnp.bfloat16))
     total = sum(np.dtype(x.dtype).itemsize * math.prod(x.shape) for x in jax.tree.leaves(shapes))
     return total / s["tokens"]
-
-
-def pbs_retrieval_rows(task: NeedleTask, dense: jax.Array) -> list[dict]:
-    """PBS prefill at each τ (block 64, segment 128); cost = listed blocks / causal blocks."""
-    rows = []
-    for tau in PBS_TAUS:
-        run = jax.jit(lambda q, k, v, tau=tau: pbs_prefill(q, k, v, tau=tau, block_size=64, segment_size=128,
-                                                           return_plan=True))
-        out, plan = run(task.q, task.k, task.v)
-        rows.append({"method": f"PBS tau={tau}", "cost": float(plan.density),
-                     **retrieval_metrics(out, dense, task)})
-    return rows
-
-
-def hard_kv_questions(q: jax.Array, k: jax.Array, v: jax.Array, config: hard_kv.HardKVConfig) -> jax.Array:
-    """The prompt streamed through one HARD-KV layer cache in chunks of `interval` (compressing before a chunk
-    that would overflow), as HardKVLM prefills; q, k, v [1, T, H, D] -> the attention output of the last chunk
-    at its place in a [1, T, H, D] array (zeros elsewhere). Head temperatures are 1 (no calibration model here)."""
-    _, length, heads, dim = q.shape
-    chunk = config.interval
-    rows = hard_kv.cache_rows(config, length)
-    cache = hard_kv.init_layer_cache(1, heads, heads, dim, rows, config.window, jnp.ones(heads), jnp.float32)
-    split = lambda x: x[0, : length - chunk].reshape(-1, 1, chunk, heads, dim)  # noqa: E731
-    positions = jnp.arange(length, dtype=jnp.int32)
-
-    def step(c, xs):
-        q, k, v, pos = xs
-        return hard_kv.append(hard_kv.compress_cache(c, config, chunk), q, k, v, pos), None
-
-    cache, _ = jax.lax.scan(step, cache, (split(q), split(k), split(v),
-                                          positions[: length - chunk].reshape(-1, 1, chunk)))
-    last = slice(length - chunk, length)
-    pos = positions[None, last]
-    cache = hard_kv.append(hard_kv.compress_cache(cache, config, chunk), q[:, last], k[:, last], v[:, last], pos)
-    return jnp.zeros(q.shape, jnp.float32).at[:, last].set(hard_kv.attend(cache, q[:, last], pos))
-
-
-def hard_kv_retrieval_rows(task: NeedleTask, dense: jax.Array) -> list[dict]:
-    """HARD-KV at each budget (top-p 0.9, interval 64); cost = cache rows / T."""
-    rows = []
-    for budget in HARD_KV_BUDGETS:
-        config = hard_kv.HardKVConfig(budget=budget, interval=HARD_KV_INTERVAL)
-        out = jax.jit(lambda q, k, v, config=config: hard_kv_questions(q, k, v, config))(task.q, task.k, task.v)
-        cost = hard_kv.cache_rows(config, task.q.shape[1]) / task.q.shape[1]
-        rows.append({"method": f"HARD-KV budget={budget}", "cost": cost, **retrieval_metrics(out, dense, task)})
-    return rows
-
-
-def _isa_rows(task: NeedleTask) -> list[dict]:
-    rotated = isa_layout(task)
-    dense = jax.nn.dot_product_attention(rotated.q, rotated.k, rotated.v)
-    rows = []
-    for setting in ISA_SETTINGS:
-        run = jax.jit(lambda q, k, v, s=setting: isa_attention_and_plan(q, k, v, q.shape[1] // 2, **s)[0])
-        out = run(rotated.q, rotated.k, rotated.v)
-        rows.append({"method": f"ISA ctx_keep={setting['ctx_keep']:.3g} full_frac={setting['full_frac']:.3g}",
-                     "cost": isa_cost(rotated.q.shape[1], setting), **retrieval_metrics(out, dense, rotated)})
-    return rows
-
-
-def isa_cost(length: int, setting: dict) -> float:
-    """ISA's attention FLOPs over dense (bidirectional) attention at block 64."""
-    return isa_flop_fraction(isa_sizes(length, length // 2, 64, setting["ctx_keep"], setting["full_frac"], 1 / 16))
-
-
-def retrieval_rows(length: int) -> list[dict]:
-    """Every method on one needle task of `length` tokens."""
-    task = make_needle_task(length)
-    dense = jax.jit(_dense_causal)(task.q, task.k, task.v)
-    rows = [{"method": "dense (causal)", "cost": 1.0, **retrieval_metrics(dense, dense, task)}]
-    rows += pbs_retrieval_rows(task, dense)
-    rows += hard_kv_retrieval_rows(task, dense)
-    rows += _isa_rows(task)
-    return [{"T": length, **r} for r in rows]
 
 
 def to_markdown(c6: list[dict], memory: list[dict], retrieval: list[dict]) -> str:
