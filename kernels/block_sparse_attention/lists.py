@@ -123,4 +123,5 @@ def random_lists(key: jax.Array, batch: int, heads: int, length: int, block_size
 def density(block_indices: jax.Array) -> jax.Array:
     """The fraction of causal blocks listed (scalar float32): 1 for `causal_lists`."""
     n = block_indices.shape[2]
-    return jnp.sum(block_indices >= 0) / (block_indices.shape[0] * block_indices.shape[1] * n * (n + 1) / 2)
+    listed = jnp.sum(block_indices >= 0, dtype=jnp.float32)
+    return listed / jnp.float32(block_indices.shape[0] * block_indices.shape[1] * n * (n + 1) / 2)

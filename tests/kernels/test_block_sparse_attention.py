@@ -1,0 +1,162 @@
+"""Parity, skipping and validation tests of kernels.block_sparse_attention.
+
+Every path against the materialized reference, forward and all gradients (q, k, v) with random cotangents,
+at density 1 (every causal block: also equal to an independent dense causal attention), density 0.5, random
+shuffled lists with -1 slots, packed segment ids, GQA (H = 4 on Hkv = 2) and an odd length (T = 63 on
+blocks of 8: a padded tail). Bound: the "default" float32 entry of tests/tolerances.py (1e-5 max-normalized:
+the paths only reorder float32 sums). One jitted function per path is shared by the cases (same shapes).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from harness import assert_close
+from tolerances import tolerance
+
+from icml26zoo.kernels.block_sparse_attention import api, lists, pallas, reference, xla
+
+TOL = tolerance("default")
+B, T, H, HKV, D, C = 2, 63, 4, 2, 16, 8
+N = lists.num_blocks(T, C)
+
+
+def _inputs(seed: int, length: int = T, batch: int = B, heads: int = H, kv_heads: int = HKV):
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    q, k, v = normal(batch, length, heads, D), normal(batch, length, kv_heads, D), normal(batch, length, kv_heads, D)
+    return q, k, v, normal(batch, length, heads, D)
+
+
+def _value_and_grads(fn, q, k, v, idx, seg, cotangent):
+    out, pullback = jax.vjp(lambda q, k, v: fn(q, k, v, idx, segment_ids=seg), q, k, v)
+    return (out, *pullback(cotangent))
+
+
+@functools.cache
+def _jitted(name: str):
+    fn = {"reference": reference.block_sparse_attention, "xla": xla.block_sparse_attention}[name]
+    return jax.jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=C)))
+
+
+def _shuffled_with_padding(idx: jax.Array, seed: int) -> jax.Array:
+    """The same lists with their slots shuffled (the -1 slots anywhere): the order must not matter."""
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.permuted(np.asarray(idx), axis=-1))
+
+
+def _segments() -> jax.Array:
+    """Two rows packed as 20 + 43 and 5 + 30 + 28 tokens; boundaries inside blocks."""
+    rows = [np.repeat([0, 1], [20, 43]), np.repeat([3, 4, 5], [5, 30, 28])]
+    return jnp.asarray(np.stack(rows), jnp.int32)
+
+
+def _dense_causal(q, k, v):
+    """Plain causal softmax attention, written independently of the op (GQA by repeating heads)."""
+    kf, vf = (jnp.repeat(x, H // HKV, axis=2) for x in (k, v))
+    s = jnp.einsum("bthd,bshd->bhts", q, kf, precision="highest") * D**-0.5
+    s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -jnp.inf)
+    return jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(s, axis=-1), vf, precision="highest")
+
+
+CASES = {
+    "density1": lambda: (lists.causal_lists(B, H, T, C), None),
+    "density0.5": lambda: (lists.random_lists(jax.random.key(1), B, H, T, C, 0.5), None),
+    "random_shuffled": lambda: (_shuffled_with_padding(lists.random_lists(jax.random.key(2), B, H, T, C, 0.3), 3),
+                                None),
+    "packed": lambda: (lists.random_lists(jax.random.key(4), B, H, T, C, 0.6), _segments()),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_xla_matches_reference_forward_and_gradients(case):
+    idx, seg = CASES[case]()
+    q, k, v, ct = _inputs(0)
+    want = _jitted("reference")(q, k, v, idx, seg, ct)
+    got = _jitted("xla")(q, k, v, idx, seg, ct)
+    for name, g, w in zip(["o", "dq", "dk", "dv"], got, want, strict=True):
+        assert_close(g, w, TOL, kind="fwd" if name == "o" else "grad", what=f"{case} {name}")
+    if case == "density1":
+        assert float(lists.density(idx)) == 1.0
+        assert_close(want[0], _dense_causal(q, k, v), TOL, what="reference at density 1 vs dense causal")
+        assert_close(api.block_sparse_attention(q, k, v, idx, block_size=C), want[0], TOL, what="api default")
+
+
+def test_unlisted_blocks_are_never_read():
+    """Keys and values of blocks no list holds can be anything (even NaN) without changing the output."""
+    q, k, v, ct = _inputs(5)
+    skip = jnp.arange(N) == 2  # key block 2 is listed only by its own query block
+    idx = lists.from_mask(jnp.broadcast_to(~skip, (B, H, N, N)))
+    unread = (jnp.arange(T) // C == 2)[None, :, None, None]
+    clean = (jnp.arange(T) // C != 2)[None, :, None, None]
+    # Query block 2 (rows 16..23) reads its own block; compare the other rows only.
+    bad_k, bad_v = (jnp.where(unread, jnp.nan, x) for x in (k, v))
+    got = _jitted("xla")(q, bad_k, bad_v, idx, None, ct)[0]
+    want = _jitted("reference")(q, k, v, idx, None, ct)[0]
+    assert_close(jnp.where(clean, got, 0.0), jnp.where(clean, want, 0.0), TOL, what="NaN in an unread block")
+
+
+def test_permuted_keys_with_positions_equal_dense():
+    """Keys/values shuffled along time with `key_positions` (every block listed) are dense causal attention."""
+    q, k, v, _ = _inputs(7)
+    perm = jnp.asarray(np.random.default_rng(8).permutation(T), jnp.int32)
+    pos = jnp.broadcast_to(perm, (B, HKV, T))
+    every = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32), (B, H, N, N))
+    for impl in ("xla", "reference"):
+        run = jax.jit(functools.partial(api.block_sparse_attention, block_size=C, implementation=impl))
+        out = run(q, k[:, perm], v[:, perm], every, key_positions=pos)
+        assert_close(out, _dense_causal(q, k, v), TOL, what=f"{impl} permuted")
+
+
+def test_pallas_interpret_matches_reference():
+    """The Pallas kernels (GPU-shaped, generic interpreter; the TPU-shaped kernels are checked by the lowering
+    rows): T = 45 on blocks of 16 (padded tail), GQA, packed segments, a shuffled list; fwd and gradients."""
+    length, block = 45, 16
+    q, k, v, ct = _inputs(9, length=length, batch=1, heads=2, kv_heads=1)
+    idx = _shuffled_with_padding(lists.random_lists(jax.random.key(10), 1, 2, length, block, 0.5), 11)
+    seg = jnp.asarray(np.repeat([[0, 1, 2]], [10, 20, 15], axis=1), jnp.int32)
+
+    def run(fn):
+        return jax.jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=block)))
+
+    want = run(reference.block_sparse_attention)(q, k, v, idx, seg, ct)
+    got = run(pallas.block_sparse_attention)(q, k, v, idx, seg, ct)
+    for name, g, w in zip(["o", "dq", "dk", "dv"], got, want, strict=True):
+        assert_close(g, w, TOL, kind="fwd" if name == "o" else "grad", what=f"pallas {name}")
+
+
+def _call(q, k, v, idx, **kw):
+    return api.block_sparse_attention(q, k, v, idx, **{"block_size": C, **kw})
+
+
+def test_bad_inputs_raise_naming_the_argument():
+    q, k, v, _ = _inputs(12, batch=1)
+    good = lists.causal_lists(1, H, T, C)
+    late = good.at[0, 0, 2, 1].set(5)  # query block 2 listing key block 5: not causal
+    no_diag = jnp.where(good == 3, -1, good).at[0, 0, 3].set(jnp.array([0, 1, 2, -1, -1, -1, -1, -1]))
+    dup = good.at[0, 1, 4, 1].set(good[0, 1, 4, 0])
+    cases = [
+        (dict(idx=late), "not causal"),
+        (dict(idx=no_diag), "lacks its diagonal"),
+        (dict(idx=dup), "twice"),
+        (dict(idx=good, block_size=16), "block_indices"),  # lists of blocks of 8 do not tile with 16
+        (dict(idx=good[..., :0]), "block_indices"),
+        (dict(idx=good.astype(jnp.float32)), "block_indices"),
+        (dict(idx=good, block_size=0), "block_size"),
+        (dict(idx=good, block_size=8.0), "block_size"),
+        (dict(idx=good, k=k[:, :-1]), "`k`"),
+        (dict(idx=good, v=v[..., :8]), "`v`"),
+        (dict(idx=good, segment_ids=jnp.zeros((1, T - 1), jnp.int32)), "segment_ids"),
+        (dict(idx=good, implementation="pallas"), "power of two"),
+        (dict(idx=good, key_positions=jnp.zeros((1, HKV, T), jnp.int32),
+              segment_ids=jnp.zeros((1, T), jnp.int32)), "key_positions"),
+        (dict(idx=good, key_positions=jnp.zeros((1, H, T), jnp.int32)), "key_positions"),
+    ]
+    for kwargs, needle in cases:
+        args = {"q": q, "k": k, "v": v, **kwargs}
+        with pytest.raises(ValueError, match=needle):
+            _call(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("idx"), **args)
