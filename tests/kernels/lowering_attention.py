@@ -7,11 +7,13 @@ heads per key/value head), so the exported module holds the kernels with all the
 tiny because export time, not data, is the cost (about 1-3 s per row).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from lowering_support import LoweringCase
 
 from icml26zoo.kernels import forgetting_attention, value_forget_attention
+from icml26zoo.kernels.block_sparse_attention import block_sparse_attention, random_lists
 
 B, T, H, HKV, D = 1, 200, 2, 1, 16
 # Two packed segments; the boundary is inside a block for every default block size.
@@ -45,7 +47,22 @@ def _fix(q, k, v, log_fgate, log_vgate):
                                   implementation="pallas")
 
 
+# Block-sparse attention needs a block that both layouts take as is (GPU: power of two; TPU: multiple of 16).
+SPARSE_BLOCK = 32
+SPARSE_LISTS = random_lists(jax.random.key(0), B, H, T, SPARSE_BLOCK, 0.5)
+
+
+def _sparse_inputs(dtype: jnp.dtype):
+    return _fox_inputs(dtype)[:3]
+
+
+def _sparse(q, k, v):
+    return block_sparse_attention(q, k, v, SPARSE_LISTS, block_size=SPARSE_BLOCK, segment_ids=SEGMENT_IDS,
+                                  implementation="pallas")
+
+
 CASES: list[LoweringCase] = [
     LoweringCase(name="forgetting_attention_fox_gqa_packed", fn=_fox, make_inputs=_fox_inputs),
     LoweringCase(name="value_forget_attention_fix_gqa_packed", fn=_fix, make_inputs=_fix_inputs),
+    LoweringCase(name="block_sparse_attention_gqa_packed", fn=_sparse, make_inputs=_sparse_inputs),
 ]
