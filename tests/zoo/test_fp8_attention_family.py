@@ -1,4 +1,4 @@
-"""The FP8-logit option on every softmax-family mixer (attention, goat, fox, fix; issue 18 item 3).
+"""The FP8-logit option on every softmax-family mixer (attention, goat, fox, fix, circulation; issue 18 item 3).
 
 For each mixer, ONE compiled program runs the fp32 mixer, the "rank_aware" FP8 mixer and a "static" FP8 mixer
 with a naive amax scale (same parameters) on a packed input and on a planted large-logit input (4x the
@@ -9,7 +9,8 @@ normal numbers and 2⁻¹⁰ for subnormals (spacing 2⁻⁹). After dividing by
 ε = 2⁻⁴ max|S| + 2⁻¹⁰ / min_h s_h (the gate sums and biases are added in float32, unchanged). A softmax row
 whose logits each move by at most ε changes every weight by a factor within e^{±2ε}, so Σ_j |ΔP_ij| ≤ e^{2ε} − 1
 and a convex combination of values (per channel, also after FiX's decays D ≤ 1) moves by at most
-(e^{2ε} − 1)·max|v|. Attention, GOAT and FoX then apply o_proj alone: |Δy| ≤ (e^{2ε} − 1)·max|v|·max_c Σ_i |W_o,ic|.
+(e^{2ε} − 1)·max|v|. Attention, GOAT, FoX and circulation (β = 1) then apply o_proj alone:
+|Δy| ≤ (e^{2ε} − 1)·max|v|·max_c Σ_i |W_o,ic|.
 FiX's mandatory RMSNorm is not Lipschitz near 0, so FiX is checked before it (u) and its y only loosely.
 A float32 allowance of 1e-5 covers the fp32 path's different summation order (jax.nn / the fused op's XLA path).
 """
@@ -27,8 +28,10 @@ from flax import nnx
 
 from icml26zoo.kernels._common.masks import attention_mask
 from icml26zoo.kernels.value_forget_attention import value_forget_attention
+from icml26zoo.layers.projections import project_heads
 from icml26zoo.mixers import fp8_scaling as f8
 from icml26zoo.mixers.attention import Attention
+from icml26zoo.mixers.circulation import CirculationAttention
 from icml26zoo.mixers.fix import FineGrainedForgettingAttention
 from icml26zoo.mixers.fox import ForgettingAttention
 from icml26zoo.mixers.goat import GOATAttention
@@ -44,6 +47,17 @@ SEGMENTS = jnp.broadcast_to(jnp.repeat(jnp.arange(1, 3, dtype=jnp.int32), HALF),
 POSITIONS = jnp.broadcast_to(jnp.tile(jnp.arange(HALF, dtype=jnp.int32), 2), (B, T))
 BIG = 4.0  # the planted transient: inputs 4x, q·k logits 16x the calibration's
 
+
+
+def _circulation_qkv(mixer, x, positions):
+    """Circulation's logits (c₁ q·k + c₂ k·q)/√Dh as one q̃·k̃ (its single-kernel form, K grouped to H heads)."""
+    heads, kv_heads, head_dim = mixer.num_heads, mixer.num_kv_heads, mixer.head_dim
+    q, v = project_heads(x, mixer.q_proj, heads, head_dim), project_heads(x, mixer.v_proj, kv_heads, head_dim)
+    k = mixer._group(project_heads(x, mixer.k_proj, kv_heads, head_dim))
+    c1, c2 = (1 + mixer.options.alpha) / 2, (1 - mixer.options.alpha) / 2
+    return jnp.concatenate([c1 * q, c2 * k], -1), jnp.concatenate([k, q], -1), v, head_dim**-0.5
+
+
 # name -> (class, options exercising its paths, (mixer, x, positions) -> (q, k, v, logit_scale)).
 MIXERS = {
     "attention": (Attention, (("position", "alibi"), ("sink", "plus_one")),
@@ -52,6 +66,7 @@ MIXERS = {
     "fox": (ForgettingAttention, (("rope", True), ("token_shift", True)),
             lambda m, x, p: (*m._project_qkv(x, None, p, None)[:3], None)),
     "fix": (FineGrainedForgettingAttention, (), lambda m, x, p: (*m._project_qkv(x, p), None)),
+    "circulation": (CirculationAttention, (("alpha", 1.5),), _circulation_qkv),
 }
 
 

@@ -36,6 +36,11 @@ Options (`cfg.mixer_options`):
   adaptive_beta (bool, False): also β_eff = β(1 − η_M); needs adaptive.
   causal (bool, True): causal attention (the zoo's LM setting); False is the paper's non-causal
     (bidirectional) attention within each segment.
+  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+    mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training / scoring forward casts
+    s_h·ℓ_α/√d_h (and the base logits of H_org) to E4M3 and divides by s_h. "rank_aware": q_i·k_j and k_i·q_j
+    are both bounded by ρ²σ_max(W_Q,h W_K,gᵀ), so B̂_h = max(1, max|c₁| + |c₂|)·ρ²σ_h/√d_h (ρ the call's
+    largest token norm; per-token c₁, c₂ when adaptive). Cached decoding keeps float32 logits.
 Adaptive, causal (my extension): η_M is computed per row and token from the token's own prefix (same
 segment, centered over it), averaged over heads, not over the batch (which would mix rows); gradient-free.
 Non-causal, the "prefix" is the token's whole segment, so η_M is the paper's per-sequence value.
@@ -59,6 +64,7 @@ from flax import nnx
 
 from icml26zoo.layers import projections
 from icml26zoo.layers.options import check_choice
+from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.attention import causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from icml26zoo.mixers.circulation_stats import (
@@ -103,8 +109,9 @@ def reference_logits(
 
 
 @dataclasses.dataclass(frozen=True)
-class CirculationOptions:
-    """The circulation mixer's `cfg.mixer_options` (see the module docstring), validated by `parse_options`."""
+class CirculationOptions(fp8_scaling.FP8LogitOptions):
+    """The circulation mixer's `cfg.mixer_options` (see the module docstring; fp8_* inherited), validated by
+    `parse_options`."""
 
     alpha: float = 1.0
     beta: float = 1.0
@@ -126,6 +133,7 @@ def parse_options(cfg: ModelConfig) -> CirculationOptions:
     check_choice("circulation mixer", "adaptive", opts["adaptive"], ADAPTIVE)
     if opts["adaptive_beta"] and opts["adaptive"] is None:
         raise ValueError("circulation mixer option 'adaptive_beta' needs 'adaptive' set, got adaptive=None")
+    fp8_scaling.FP8Logits.from_options("circulation mixer", opts)
     return CirculationOptions(**opts)
 
 
@@ -148,6 +156,7 @@ class CirculationAttention(nnx.Module):
         self.dtype = jnp.dtype(cfg.compute_dtype)
         # Retrieval over X is needed only when the blend is nonlinear (β ≠ 1 or a per-token β).
         self.retrieve_inputs = self.options.beta != 1.0 or self.options.adaptive_beta
+        self.fp8 = fp8_scaling.FP8Logits.from_options("circulation mixer", self.options)
 
         # Bias-free q/k are required: a bias breaks the bilinear form x_iᵀ A x_j.
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
@@ -176,6 +185,7 @@ class CirculationAttention(nnx.Module):
             mask = self.mask(segment_ids, batch, length)
             q_cols, k_cols, v_cols, x_cols = q, k, v, x
             stats = self._prefix_stats(x, mask[:, 0]) if self.options.adaptive else None
+            fp8_scales = self.fp8_scales(x, stats) if self.fp8.enabled else None
         else:
             index, zero = cache["index"], jnp.zeros((), jnp.int32)
 
@@ -197,7 +207,8 @@ class CirculationAttention(nnx.Module):
                 count = (index + jnp.arange(1, length + 1, dtype=jnp.int32)).astype(jnp.float32)
                 stats = (sum_x, sum_xx, jnp.broadcast_to(count, (batch, length)))
                 new_cache["sum_x"], new_cache["sum_xx"] = sum_x[:, -1], sum_xx[:, -1]
-        out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats)
+            fp8_scales = None
+        out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats, fp8_scales)
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 
     def mask(self, segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array:
@@ -207,6 +218,18 @@ class CirculationAttention(nnx.Module):
         if segment_ids is None:
             return jnp.ones((batch, 1, length, length), jnp.bool_)
         return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+
+    def fp8_scales(self, x: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None = None) -> jax.Array:
+        """Per-head FP8 scales s [H] float32 of ℓ_α/√d_h for mixer input x [B, T, D] (option fp8_logits);
+        `stats` are the adaptive prefix sums of the forward (None otherwise)."""
+        def bound() -> jax.Array:
+            alpha, _ = self.blend_coefficients(stats)
+            coefficient = jnp.max(jnp.abs((1.0 + jnp.asarray(alpha)) / 2.0) + jnp.abs((1.0 - jnp.asarray(alpha)) / 2.0))
+            spectral = fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads,
+                                                self.num_kv_heads, x, rotary=False, logit_scale=self.head_dim**-0.5)
+            return jnp.maximum(coefficient, 1.0) * spectral
+
+        return self.fp8.scales(self.num_heads, bound)
 
     def _prefix_stats(self, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Per-token sums over the tokens it attends to (its prefix, or non-causal its segment): x [B, T, C],
@@ -241,37 +264,44 @@ class CirculationAttention(nnx.Module):
     def _attend(
         self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, v_cols: jax.Array,
         x_cols: jax.Array, mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+        fp8_scales: jax.Array | None = None,
     ) -> jax.Array:
-        """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]."""
+        """Rows q, k [B, T, H, Dh]; columns [B, S, H, Dh]; mask [B|1, 1, T, S] -> out [B, T, H, Dh]
+        (fp8_scales [H]: the logits pass through E4M3)."""
         if not self.retrieve_inputs:
-            probs, _, _ = self._probabilities(q, k, q_cols, k_cols, mask, stats)
+            probs, _, _ = self._probabilities(q, k, q_cols, k_cols, mask, stats, fp8_scales)
             return jnp.einsum("bhts,bshd->bthd", probs.astype(self.dtype), self._group(v_cols))
-        h_new = self._blended_patterns(q, k, q_cols, k_cols, x_cols, mask, stats).astype(self.dtype)
+        h_new = self._blended_patterns(q, k, q_cols, k_cols, x_cols, mask, stats, fp8_scales).astype(self.dtype)
         w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
         w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
         return jnp.einsum("bthc,chd->bthd", h_new, w_v)
 
     def _probabilities(
         self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, mask: jax.Array,
-        stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+        stats: tuple[jax.Array, jax.Array, jax.Array] | None, fp8_scales: jax.Array | None = None,
     ) -> tuple[jax.Array, Any, Any]:
-        """(softmax(ℓ_α/√d_h) [B, H, T, S] float32, α, β) for rows q, k and columns q_cols, k_cols."""
+        """(softmax(ℓ_α/√d_h) [B, H, T, S] float32, α, β) for rows q, k and columns q_cols, k_cols (the logits
+        cast through E4M3 with per-head fp8_scales [H] unless None)."""
         alpha, beta = self.blend_coefficients(stats)
         c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0
         if not isinstance(alpha, jax.Array) and abs(c2) < 1e-12:
             logits = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)  # α = 1: the baseline (c₂ = 0)
         else:
             logits = circulation_logits(q, k, q_cols, k_cols, c1, c2)
+        if fp8_scales is not None:
+            logits = fp8_scaling.quantize_logits(logits, fp8_scales)
         return jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), axis=-1), alpha, beta
 
     def _blended_patterns(
         self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, x_cols: jax.Array,
-        mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None,
+        mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None, fp8_scales: jax.Array | None = None,
     ) -> jax.Array:
         """H_new [B, T, H, C] float32: H_org + β(H_α − H_org) over the inputs x_cols [B, S, C], rescaled per
         token by clip(‖H_α‖/‖H_new‖) (before W_V)."""
-        probs, _, beta = self._probabilities(q, k, q_cols, k_cols, mask, stats)
+        probs, _, beta = self._probabilities(q, k, q_cols, k_cols, mask, stats, fp8_scales)
         base = circulation_logits(q, k, q_cols, k_cols, 1.0, 0.0)
+        if fp8_scales is not None:
+            base = fp8_scaling.quantize_logits(base, fp8_scales)
         probs_org = jax.nn.softmax(jnp.where(mask, base, -jnp.inf), axis=-1)
         x32 = x_cols.astype(jnp.float32)
         h_alpha = jnp.einsum("bhts,bsc->bthc", probs, x32, precision=_HP)  # [B, T, H, C]
