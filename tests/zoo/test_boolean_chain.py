@@ -27,9 +27,9 @@ D, K = OPTIONS.num_bits, OPTIONS.sparsity
 VOCAB = 3
 
 
-def _batch(num_rows: int, seed: int = 0) -> dict[str, jax.Array]:
+def _batch(num_rows: int, seed: int = 0, options: SparseBooleanOptions = OPTIONS) -> dict[str, jax.Array]:
     """Trainer-style next-token rows, one example per row: inputs/targets [B, d + k - 2]."""
-    tokens, _ = SparseBoolean.generate(OPTIONS, num_rows, np.random.SeedSequence(seed))
+    tokens, _ = SparseBoolean.generate(options, num_rows, np.random.SeedSequence(seed))
     weights = np.broadcast_to(SparseBoolean.loss_weights(OPTIONS)[1:], (num_rows, tokens.shape[1] - 1))
     length = tokens.shape[1] - 1
     return {"inputs": jnp.asarray(tokens[:, :-1]), "targets": jnp.asarray(tokens[:, 1:]),
@@ -40,6 +40,14 @@ def _batch(num_rows: int, seed: int = 0) -> dict[str, jax.Array]:
 @nnx.jit(static_argnames="options")
 def _objective(model, batch, key, options):
     return boolean_chain_objective(model, batch, key, options=options)
+
+
+_rl_terms = nnx.jit(rl_loss, static_argnames="options")
+
+
+def _bit_probs(table: jax.Array) -> np.ndarray:
+    """The chain policy of a logit table [T, V]: softmax over the bit tokens 1, 2; padding (0) has probability 0."""
+    return np.asarray(jax.nn.softmax(table.at[:, 0].set(-np.inf), axis=-1))
 
 
 @nnx.jit(static_argnames="options")
@@ -64,6 +72,16 @@ class ChainOracle(nnx.Module):
                 bit = 1 - bit
             logits = logits.at[:, D + j - 1].set(self.scale * jax.nn.one_hot(1 + bit, VOCAB))
         return logits
+
+
+class BitsOnly(nnx.Module):
+    """`model` with the padding token's logit at -1e9: a distribution over the two bit tokens."""
+
+    def __init__(self, model: nnx.Module) -> None:
+        self.model = model
+
+    def __call__(self, inputs, *, segment_ids=None, positions=None):
+        return self.model(inputs, segment_ids=segment_ids, positions=positions).at[..., 0].set(-1e9)
 
 
 class TablePolicy(nnx.Module):
@@ -110,15 +128,17 @@ def test_teacher_forcing_equals_lm_cross_entropy_on_the_chain_tokens():
                       model_options=(("max_positions", D + K - 2),))
     model, batch = build_model(cfg, rngs=nnx.Rngs(0)), _batch(8)
     options = BooleanChainOptions(mode="teacher_forcing")
-    # Losses only: the free-running metrics are not compiled.
+    # Losses only: the free-running metrics are not compiled. `lm` of a model whose padding logit is -inf
+    # is the cross-entropy over the two bits, the chain policy's.
     loss, expected = nnx.jit(lambda m, b: (boolean_chain_objective(m, b, jax.random.key(0), options=options)[0],
-                                           lm_objective(m, b, jax.random.key(0))[0]))(model, batch)
+                                           lm_objective(BitsOnly(m), b, jax.random.key(0))[0]))(model, batch)
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
 def test_free_running_context_is_the_models_own_chain():
     batch, scale = _batch(16), 4.0
-    right, wrong = -scale + np.log(np.exp(scale) + 2), np.log(np.exp(scale) + 2)
+    # Over the two bits: logits (scale, 0) on (right, wrong); the padding logit 0 does not count.
+    right, wrong = -scale + np.log(np.exp(scale) + 1), np.log(np.exp(scale) + 1)
     free, teacher = BooleanChainOptions(mode="free_running"), BooleanChainOptions(mode="teacher_forcing")
     # A perfect model: both contexts hold the true chain, so the losses coincide (spec test 2).
     for options in (free, teacher):
@@ -136,15 +156,18 @@ def test_free_running_context_is_the_models_own_chain():
 
 def test_rl_gradient_is_the_reinforce_estimator_computed_by_hand():
     batch = _batch(6)
-    table = jax.random.normal(jax.random.key(3), (D + K - 2, VOCAB))
+    # The model all but insists on padding (token 0): the chain policy is over the two bits all the same (the
+    # spec's two-token readout), so the rollout writes bits and padding's logit gets no gradient.
+    table = jax.random.normal(jax.random.key(3), (D + K - 2, VOCAB)).at[:, 0].set(20.0)
     policy, key = TablePolicy(table), jax.random.key(7)
     options = BooleanChainOptions(mode="rl")
     grads = _objective_grad(policy, batch, key, options)
-    _, terms = nnx.jit(rl_loss, static_argnames="options")(policy, batch, key, options=options)
+    _, terms = _rl_terms(policy, batch, key, options=options)
     choices, weights = np.asarray(terms["choices"]), np.asarray(batch["weights"])
     rewards = (choices == np.asarray(batch["targets"])) * weights
+    assert set(choices[weights > 0].tolist()) <= {1, 2}
     baseline = (rewards * weights).sum(0) / np.maximum(weights.sum(0), 1)
-    probs = np.asarray(jax.nn.softmax(table, axis=-1))
+    probs = _bit_probs(table)
     score = np.eye(VOCAB)[choices] - probs[None]  # ∇_θ log π(ẑ_t) for a softmax table, [B, T, V]
     expected = -np.einsum("bt,btv->tv", weights * (rewards - baseline), score) / weights.sum()
     np.testing.assert_allclose(grads.table[...], expected, rtol=1e-5, atol=1e-6)
@@ -152,12 +175,13 @@ def test_rl_gradient_is_the_reinforce_estimator_computed_by_hand():
 
 def test_rl_gradient_is_unbiased_for_a_tabular_policy():
     rows, steps = 4096, K - 1
-    batch = _batch(rows, seed=1)
+    # Skewed bits (ρ = 0.1): the chain bits are unbalanced, so the exact gradient over the two bits is not ~0.
+    batch = _batch(rows, seed=1, options=dataclasses.replace(OPTIONS, bit_probability=0.1))
     table = jax.random.normal(jax.random.key(4), (D + K - 2, VOCAB))
     options = BooleanChainOptions(mode="rl", baseline="none")
     grads = _objective_grad(TablePolicy(table), batch, jax.random.key(9), options)
     # Exact, given these x: J = Σ_j mean_x π_j(z_j(x)); the loss averages over steps: mean gradient -∇J / steps.
-    probs = jax.nn.softmax(table, axis=-1)
+    probs = _bit_probs(table)
     targets, weights = np.asarray(batch["targets"]), np.asarray(batch["weights"])
     target_share = np.einsum("bt,btv->tv", weights, np.eye(VOCAB)[targets]) / rows
     # ∇_θt Σ_v share_tv π_t(v) = share_t ⊙ π_t - (share_t · π_t) π_t

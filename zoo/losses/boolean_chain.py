@@ -2,7 +2,7 @@
 on the k-sparse Boolean chains of RL vs SFT for sparse Boolean functions (Lyu, Jia, Cai, Zhu, arXiv 2511.17852; dataset
 `sparse_boolean`). Selected by `objective_options`, e.g. `objective_options=(("mode", "rl"),)`:
 
-  teacher_forcing  Σ_j CE(p_θ(· | x, z_<j), z_j): the context holds the true chain (equal to objective "lm")
+  teacher_forcing  Σ_j CE(p_θ(· | x, z_<j), z_j): the context holds the true chain (objective "lm" on the bits)
   free_running     Σ_j CE(p_θ(· | x, ẑ_<j), z_j): SFT without teacher forcing; the context holds the
                    model's own rollout ẑ (greedy or sampled, stop-gradient), the targets stay the true z
   rl               REINFORCE with per-step rewards: ẑ_j ~ π_θ(· | x, ẑ_<j),
@@ -10,7 +10,10 @@ on the k-sparse Boolean chains of RL vs SFT for sparse Boolean functions (Lyu, J
                    (`boolean_chain_verifier`: process or outcome), b_j the batch mean per step (or 0);
                    the gradient flows through the log-probabilities only
 
-Every loss is normalized by the number of chain steps Σ w. The chain steps are the targets with weight > 0
+p_θ and π_θ are distributions over the two bit tokens only (the spec's readout "to the two-token
+vocabulary"): the model's logits of every other token (padding) are masked out in every mode, so a rollout
+never writes a non-bit into the chain and log π_θ is that of the bit actually sampled, normalized over the
+two bits. Every loss is normalized by the number of chain steps Σ w. The chain steps are the targets with weight > 0
 (the dataset weights the chain tokens only); a rollout replaces the input after each chain step by the
 model's token, one full forward per position from the first chain step on (the rows are a few dozen tokens).
 
@@ -32,6 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.losses.boolean_chain_verifier import (
+    BIT_TOKENS,
     batch_mean_baseline,
     final_steps,
     outcome_rewards,
@@ -43,6 +47,8 @@ from icml26zoo.registry import register_objective
 Batch = dict[str, jax.Array]
 # choose(logits [B, V], key) -> tokens [B] int32
 Chooser = Callable[[jax.Array, jax.Array], jax.Array]
+# Logit of the tokens outside the chain's alphabet: finite, so masked tokens get probability 0 and no NaN.
+MASKED_LOGIT = -1e9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +74,16 @@ def sample(logits: jax.Array, key: jax.Array) -> jax.Array:
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
+def bit_logits(logits: jax.Array) -> jax.Array:
+    """logits [..., V] with every token but the two bits set to MASKED_LOGIT: the chain's policy."""
+    is_bit = (jnp.arange(logits.shape[-1]) >= BIT_TOKENS[0]) & (jnp.arange(logits.shape[-1]) <= BIT_TOKENS[1])
+    return jnp.where(is_bit, logits, MASKED_LOGIT)
+
+
 def _logits(model: nnx.Module, inputs: jax.Array, batch: Batch) -> jax.Array:
-    return model(inputs, segment_ids=batch["segment_ids"], positions=batch["positions"])
+    """[B, T, V] float32 logits of the policy over the bit tokens (module doc)."""
+    logits = model(inputs, segment_ids=batch["segment_ids"], positions=batch["positions"])
+    return bit_logits(logits.astype(jnp.float32))
 
 
 def rollout(model: nnx.Module, batch: Batch, choose: Chooser, key: jax.Array) -> tuple[jax.Array, jax.Array]:
