@@ -118,6 +118,11 @@ def test_budget_below_one_keeps_the_expected_entries_and_retrieves_the_planted_k
     position = jnp.array([[FILLED - 1]], jnp.int32)
     exact, compressed = attend(cache, query, position), attend(new, query, position)
     assert float(jnp.abs(exact[0, 0, :2] - compressed[0, 0, :2]).max()) < 5e-3
+    # Spec §7.1: p = 1 with room for every row keeps every row, in place, and changes no output.
+    keep_all = HardKVConfig(budget=0.5, top_p=1.0, window=WINDOW, recent=3, interval=ROWS - FILLED, pool_kernel=3)
+    same = jax.jit(functools.partial(compress_layer, config=keep_all))(cache)
+    for name in ("k", "v", "valid", "pos"):
+        np.testing.assert_array_equal(np.asarray(same[name]), np.asarray(cache[name]))
 
 
 def test_calibration_solves_the_mass_target_and_is_scale_equivariant(scores: HeadScores) -> None:
