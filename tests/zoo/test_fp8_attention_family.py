@@ -1,8 +1,9 @@
 """The FP8-logit option on every softmax-family mixer (attention, goat, fox, fix, circulation; issue 18 item 3).
 
 For each mixer, ONE compiled program runs the fp32 mixer, the "rank_aware" FP8 mixer and a "static" FP8 mixer
-with a naive amax scale (same parameters) on a packed input and on a planted large-logit input (4x the
-inputs: q·k logits 16x), plus the shared overflow counter `fp8_scaling.logit_stats` on the same q, k.
+with a naive amax scale calibrated on x (same parameters) on one batch of packed rows: B rows of x and B rows of
+the planted large-logit transient 4x (q·k logits 16x), plus the shared overflow counter
+`fp8_scaling.logit_stats` on the same q, k, per half.
 
 The FP8 tolerance. E4M3 keeps 3 mantissa bits, so rounding s·S moves it by at most half a step: 2⁻⁴|s·S| for
 normal numbers and 2⁻¹⁰ for subnormals (spacing 2⁻⁹). After dividing by s every logit moves by at most
