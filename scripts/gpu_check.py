@@ -19,8 +19,10 @@ Sections, in order:
 - H4 (dense form): causal attention with a dense per-head additive bias [1, H, T, T] against the same
   attention without it, XLA's `jax.nn.dot_product_attention` (and cuDNN), fwd and fwd+bwd, as a ratio.
   GOAT's parametric prior is computed inside its mixer, not by an op, so its ≤ 1.10× goal is not timed
-  here; H5 (PBS-Attn) and H8 (a fused-recurrent kernel) need kernels the zoo does not have yet; H10/H11
-  (the LM step, compile time) are scripts/bench_train.py's.
+  here; H8 (a fused-recurrent kernel) needs a kernel the zoo does not have yet; H10/H11 (the LM step,
+  compile time) are scripts/bench_train.py's.
+- H5 (real run only): PBS-Attn prefill at T = 32k, block 128, lists capped at block densities 0.3 and 0.4,
+  permutation and selection included, forward bf16, over the dense zoo attention of the same implementation.
 Prints one table and writes every row to `--out` (JSON).
 """
 
@@ -277,6 +279,32 @@ def prior_rows(dims: dict[str, int], iters: int, with_cudnn: bool) -> list[dict]
     return rows
 
 
+def pbs_rows(dims: dict[str, int], iters: int) -> list[dict]:
+    """H5: PBS-Attn prefill (permutation and selection included, lists capped at ρ of the mean causal list)
+    over the zoo's dense causal attention (FoX op without gate), bf16 forward, at densities 0.3 and 0.4."""
+    from icml26zoo.longctx.pbs import pbs_prefill
+
+    rng = np.random.default_rng(3)
+    b, t, h, d, c = dims["B"], dims["T"], dims["H"], dims["D"], dims["C"]
+    q, k, v = (_normal(rng, (b, t, h, d), jnp.bfloat16) for _ in range(3))
+    rows = []
+    for impl in ("xla", "pallas"):
+        dense = _jit(lambda q, k, v, impl=impl: forgetting_attention(q, k, v, None, implementation=impl))
+        for rho in (0.3, 0.4):
+            cap = max(3, round(rho * (t // c + 1) / 2))
+            sparse = _jit(lambda q, k, v, impl=impl, cap=cap: pbs_prefill(
+                q, k, v, tau=0.95, block_size=c, segment_size=2 * c, max_blocks=cap, implementation=impl))
+            try:
+                base, ms = (1e3 * timed(f, (q, k, v), iters) for f in (dense, sparse))
+                row = {"ms": ms, "dense_ms": base, "speedup": base / ms, "error": None}
+            except Exception as exc:  # noqa: BLE001  (a failing row is reported, the run goes on)
+                row = {"ms": float("nan"), "dense_ms": float("nan"), "speedup": float("nan"),
+                       "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            rows.append({"section": "pbs", "row": f"H5 PBS density {rho} fwd {impl}", "kind": "fwd", "path": impl,
+                         "shape": f"B{b} T{t} H{h} D{d} C{c}", **row})
+    return rows
+
+
 def plan(dry_run: bool) -> tuple[dict[str, dict[str, int]], list[tuple[str, str, dict[str, int]]]]:
     """(accuracy shapes, timing goals) for the real run or the dry run."""
     if dry_run:
@@ -311,6 +339,9 @@ def print_table(rows: list[dict]) -> None:
         elif r["section"] == "prior":
             label = f"{r['row']} [{r['shape']}]"
             value = r["error"] or f"{r['ms']:.3f} ms ({r['ratio']:.2f}x plain)"
+        elif r["section"] == "pbs":
+            label = f"{r['row']} [{r['shape']}]"
+            value = r["error"] or f"{r['ms']:.3f} ms ({r['speedup']:.2f}x faster than dense)"
         elif r["section"] == "accuracy":
             label = f"{r['op']} {r['dtype']} {r['pair']}"
             value = f"fwd {r['fwd_max_abs']:.2e} grad {r['grad_max_abs']:.2e}"
@@ -351,6 +382,8 @@ def main() -> int:
     rows += timing_rows(goals, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
     prior = {"B": 1, "T": 16, "H": 2, "D": 16} if opts.dry_run else {"B": 4, "T": 8192, "H": 16, "D": 128}
     rows += prior_rows(prior, 2 if opts.dry_run else opts.iters, with_cudnn=not opts.dry_run)
+    if not opts.dry_run:
+        rows += pbs_rows({"B": 1, "T": 32768, "H": 16, "D": 128, "C": 128}, opts.iters)
     print_table(rows)
     with open(opts.out, "w") as f:
         json.dump({"dry_run": opts.dry_run, "rows": rows}, f, indent=1)
