@@ -15,4 +15,4 @@ from icml26zoo.train.config import TrainConfig
 
 
 def get_config() -> TrainConfig:
-    return boolean_chain("rl", learning_rate=3e-3, num_steps=600)
+    return boolean_chain("rl", learning_rate=1e-3, num_steps=600)

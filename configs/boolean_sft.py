@@ -19,6 +19,14 @@ from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 NUM_BITS, SPARSITY = 16, 3
 
 
+def spec_adam(learning_rate: float) -> OptimConfig:
+    """The spec's optimizer: Adam (β2 0.999) at a constant learning rate: no warmup, decay, weight decay or
+    clipping. A cosine decay had shrunk the rate to almost nothing by the time free-running SFT got its
+    first step right, so its second step never moved."""
+    return OptimConfig(learning_rate=learning_rate, warmup_steps=0, end_lr_fraction=1.0, weight_decay=0.0,
+                       b2=0.999, grad_clip_norm=0.0)
+
+
 def boolean_chain(mode: str, learning_rate: float, num_steps: int) -> TrainConfig:
     """The spec-16 model (one layer, one head, learned absolute positions, no RoPE) on k-PARITY chains.
 
@@ -30,12 +38,11 @@ def boolean_chain(mode: str, learning_rate: float, num_steps: int) -> TrainConfi
                         vocab_size=3, d_model=64, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=256,
                         mlp_activation="gelu", max_seq_len=NUM_BITS + SPARSITY - 2,
                         model_options=(("max_positions", NUM_BITS + SPARSITY - 2),))
-    return TrainConfig(model=model, data=data, optim=OptimConfig(learning_rate=learning_rate, warmup_steps=20,
-                                                                 weight_decay=0.0),
+    return TrainConfig(model=model, data=data, optim=spec_adam(learning_rate),
                        objective="boolean_chain", objective_options=(("mode", mode),), batch_size=256,
                        seq_len=NUM_BITS + SPARSITY - 2, num_steps=num_steps, log_every=25, eval_every=100,
                        eval_batches=0, checkpoint_every=0, sample_length=0)
 
 
 def get_config() -> TrainConfig:
-    return boolean_chain("free_running", learning_rate=3e-3, num_steps=600)
+    return boolean_chain("free_running", learning_rate=1e-3, num_steps=600)

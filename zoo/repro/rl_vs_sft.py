@@ -5,9 +5,9 @@ its chain of thought under each objective mode of `zoo.losses.boolean_chain`: SF
 without it (greedy free-running context) and REINFORCE with per-step rewards and a batch-mean baseline. As the
 spec asks, every step draws a fresh batch of x (the support S stays fixed by the seed), so this loop feeds the
 generator of `train.data.sparse_boolean` directly instead of a stored split; the objective is the registered
-one, unchanged, and so are the presets' model and optimizer (AdamW without weight decay, warmup, cosine decay,
-clipping). Every `eval_every` steps it records the greedy free-running accuracy of each chain step j on
-fixed held-out x, the spec's acc_j(t) curves.
+one, unchanged, and so are the presets' model and optimizer (the spec's Adam at a constant learning rate).
+Every `eval_every` steps it records the greedy free-running accuracy of each chain step j on fixed held-out x,
+the spec's acc_j(t) curves.
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ from icml26zoo.models import build_model
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.train.data.sparse_boolean import SparseBoolean, SparseBooleanOptions, chain_levels
 from icml26zoo.train.optim import build_optimizer
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 MODES = ("teacher_forcing", "free_running", "rl")
 NUM_BITS, SPARSITY = 16, 3
 # seq_len is set by the task (d + k - 2 next-token positions); run() records the one it uses.
 QUICK = Budget(steps=300, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2)
 FULL = Budget(steps=600, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2)
-# Peak learning rate per mode, as the presets (spec: 1e-3 for SFT, 1e-3 .. 1e-2 for RL).
-LEARNING_RATES = {"teacher_forcing": 3e-3, "free_running": 3e-3, "rl": 3e-3}
+# The presets' width (MLP 4 x d_model).
+D_MODEL = 64
+# Learning rate per mode, as the presets (spec: Adam, 1e-3 for SFT, 1e-3 .. 1e-2 for RL).
+LEARNING_RATES = {"teacher_forcing": 1e-3, "free_running": 1e-3, "rl": 1e-3}
 
 
 def chain_batch(tokens: np.ndarray, options: SparseBooleanOptions) -> dict[str, np.ndarray]:
@@ -49,14 +51,15 @@ def chain_batch(tokens: np.ndarray, options: SparseBooleanOptions) -> dict[str, 
 
 
 def train_mode(mode: str, task: SparseBooleanOptions, *, budget: Budget, seed: int, eval_every: int,
-               eval_rows: int = 1024) -> dict[str, list]:
-    """Trains the spec-16 model with objective mode `mode`; returns {"step": [...], "step_accuracy": [[acc_j]]}."""
-    config = boolean_chain(mode, LEARNING_RATES[mode], budget.steps)
+               learning_rate: float, d_model: int, eval_rows: int = 1024) -> dict[str, list]:
+    """Trains the spec-16 model (width d_model, MLP 4 x d_model) with objective mode `mode`; returns
+    {"step": [...], "step_accuracy": [[acc_j]]}."""
+    config = boolean_chain(mode, learning_rate, budget.steps)
     length = task.num_bits + task.sparsity - 2
-    model = build_model(dataclasses.replace(config.model, max_seq_len=length,
+    model = build_model(dataclasses.replace(config.model, max_seq_len=length, d_model=d_model, mlp_dim=4 * d_model,
                                             model_options=(("max_positions", length),)), rngs=nnx.Rngs(seed))
     graphdef, params = nnx.split(model, nnx.Param)
-    # The trainer's optimizer for this config (AdamW without decay, warmup, cosine, clipping), as the presets.
+    # The trainer's optimizer for this config (the spec's constant-rate Adam), as the presets.
     optimizer = build_optimizer(config.optim, budget.steps)
     opt_state = optimizer.init(params)
     options = BooleanChainOptions(mode=mode)
@@ -91,11 +94,11 @@ def train_mode(mode: str, task: SparseBooleanOptions, *, budget: Budget, seed: i
 
 
 def cached_history(experiment: Experiment, mode: str, task: SparseBooleanOptions, *, seed: int,
-                   eval_every: int) -> dict[str, list]:
+                   eval_every: int, learning_rate: float, d_model: int) -> dict[str, list]:
     """`train_mode`'s history, stored as the cell `<mode>_seed<seed>` of the run directory and read back on a
     rerun; a stored cell trained with other settings is a ValueError (use another run directory)."""
     settings = {"mode": mode, "task": dataclasses.asdict(task), "seed": seed, "eval_every": eval_every,
-                "learning_rate": LEARNING_RATES[mode], "budget": dataclasses.asdict(experiment.budget)}
+                "learning_rate": learning_rate, "d_model": d_model, "budget": dataclasses.asdict(experiment.budget)}
     path = experiment.cell_dir(f"{mode}_seed{seed}") / "history.json"
     if path.is_file():
         stored = json.loads(path.read_text())
@@ -103,7 +106,8 @@ def cached_history(experiment: Experiment, mode: str, task: SparseBooleanOptions
             raise ValueError(f"cell {path.parent.name!r} in {str(experiment.run_dir)!r} was trained with other "
                              f"settings ({stored['settings']}); use a new run directory")
         return stored["history"]
-    history = train_mode(mode, task, budget=experiment.budget, seed=seed, eval_every=eval_every)
+    history = train_mode(mode, task, budget=experiment.budget, seed=seed, eval_every=eval_every,
+                         learning_rate=learning_rate, d_model=d_model)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"settings": settings, "history": history}))
     return history
@@ -115,13 +119,19 @@ def onset(steps: Sequence[int], accuracies: Sequence[float], threshold: float = 
 
 
 def run(out: str, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bits: int = NUM_BITS,
-        sparsity: int = SPARSITY, eval_every: int = 25, resume: bool = False) -> Results:
+        sparsity: int = SPARSITY, eval_every: int = 25, learning_rate: float | None = None,
+        d_model: int = D_MODEL, resume: bool = False) -> Results:
     """Trains each mode for each seed; writes per-step accuracy at the end, onsets and the acc_j(t) figure.
+    learning_rate None is LEARNING_RATES[mode] for each mode.
 
-    Bad input (an unknown mode, num_bits/sparsity out of range, eval_every < 1) raises ValueError naming it.
+    Bad input (an unknown mode, num_bits/sparsity out of range, eval_every or d_model < 1, a learning rate
+    that is not positive) raises ValueError naming it.
     """
     modes = check_names("modes", modes, MODES)
     check_int("eval_every", eval_every)
+    check_int("d_model", d_model)
+    if learning_rate is not None:
+        check_positive("learning_rate", learning_rate)
     task = SparseBooleanOptions(num_bits=num_bits, sparsity=sparsity)
     budget = dataclasses.replace(budget, seq_len=num_bits + sparsity - 2)
     experiment = Experiment(out, budget=budget, resume=resume)
@@ -129,7 +139,9 @@ def run(out: str, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bi
     rows, curves = [], {}
     for mode in modes:
         for seed in budget.seeds:
-            history = cached_history(experiment, mode, task, seed=seed, eval_every=eval_every)
+            rate = LEARNING_RATES[mode] if learning_rate is None else learning_rate
+            history = cached_history(experiment, mode, task, seed=seed, eval_every=eval_every, learning_rate=rate,
+                                     d_model=d_model)
             curves[(mode, seed)] = history
             final = history["step_accuracy"][-1]
             row = {"mode": mode, "seed": seed}
@@ -140,7 +152,7 @@ def run(out: str, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bi
             rows.append(row)
     columns = ["mode", "seed", *[c for c in rows[0] if c.startswith("acc")], *[c for c in rows[0] if
                                                                                 c.startswith("onset")]]
-    notes = [f"{sparsity}-PARITY of {num_bits} bits; one_layer model; the presets' AdamW recipe; fresh batch each "
+    notes = [f"{sparsity}-PARITY of {num_bits} bits; one_layer model; the presets' Adam; fresh batch each "
              "step. acc: greedy free-running accuracy of each chain step on 1024 held-out x; onset: first "
              "evaluated step with accuracy >= 0.9 (None: never)."]
     return experiment.write(rows, columns=columns, title="RL vs SFT on k-sparse Boolean chains", notes=notes,
