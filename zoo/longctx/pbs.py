@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -179,9 +180,9 @@ def select_blocks(q: jax.Array, k: jax.Array, *, options: PBSOptions, scale: flo
     slots = n if options.max_blocks is None else min(options.max_blocks, n)
     value, index = jax.lax.top_k(jnp.nan_to_num(priority, nan=1.0), slots)
     block_indices = bsa_lists.normalize(jnp.where(value > 0, index, -1))[0]
-    causal_blocks = b * h * n * (n + 1) / 2
+    causal_blocks = jnp.float32(b * h * n * (n + 1) / 2)
     return PBSPlan(perm=perm, block_indices=block_indices,
-                   density=jnp.sum(block_indices >= 0) / causal_blocks)
+                   density=jnp.sum(block_indices >= 0, dtype=jnp.float32) / causal_blocks)
 
 
 def pbs_prefill(q: jax.Array, k: jax.Array, v: jax.Array, *, tau: float = 0.9, block_size: int = 128,
@@ -225,3 +226,60 @@ def expected_dense_cost(length: int, block_size: int) -> int:
     """The number of causal blocks N(N + 1)/2 of one head (the density denominator)."""
     n = math.ceil(length / block_size)
     return n * (n + 1) // 2
+
+
+PREFILL_MODES = ("dense", "pbs")
+
+
+@dataclasses.dataclass(frozen=True)
+class PBSPrefillOptions:
+    """Mixer options of the PBS-Attn prefill, mixed into a softmax mixer's options dataclass.
+
+    prefill: "dense" (default) or "pbs"; pbs_tau, pbs_block, pbs_segment, pbs_max_blocks: `PBSOptions`'
+    tau, block_size, segment_size, max_blocks.
+    """
+
+    prefill: str = "dense"
+    pbs_tau: float = 0.9
+    pbs_block: int = 128
+    pbs_segment: int = 256
+    pbs_max_blocks: int | None = None
+
+
+class PBSPrefill:
+    """The prefill switch a softmax mixer holds: PBS-Attn for a multi-token chunk written into an empty cache.
+
+    Only the cached path uses it (prefill then decode); the training / scoring forward stays dense, since
+    PBS's sparsity pattern reads future tokens (module docstring). Chunked prefill into a non-empty cache
+    and single-token decode steps run the mixer's dense attention.
+    """
+
+    def __init__(self, options: PBSOptions | None):
+        self.options = options
+
+    @classmethod
+    def from_options(cls, owner: str, options: PBSPrefillOptions) -> PBSPrefill:
+        """Validated settings (ValueError naming `owner` and the option) from a mixer's options."""
+        if options.prefill not in PREFILL_MODES:
+            raise ValueError(f"{owner} option 'prefill' is {options.prefill!r}; expected one of {PREFILL_MODES}")
+        if options.prefill == "dense":
+            return cls(None)
+        try:
+            pbs = PBSOptions(tau=options.pbs_tau, block_size=options.pbs_block, segment_size=options.pbs_segment,
+                             max_blocks=options.pbs_max_blocks)
+        except ValueError as err:
+            raise ValueError(f"{owner} options pbs_*: {err}") from None
+        return cls(pbs)
+
+    @property
+    def enabled(self) -> bool:
+        return self.options is not None
+
+    def cached(self, q: jax.Array, k: jax.Array, v: jax.Array, index: jax.Array,
+               dense: Callable[[], jax.Array]) -> jax.Array:
+        """q [B, T', H, D], the chunk's k, v [B, T', Hkv, D] (cache dtype), the cache's write index, and the
+        mixer's dense attention `dense()` -> [B, T', H, D]: PBS when enabled, T' > 1 and index == 0."""
+        if self.options is None or q.shape[1] == 1:
+            return dense()
+        sparse = lambda: prefill(q, k, v, options=self.options).astype(q.dtype)
+        return jax.lax.cond(index == 0, sparse, lambda: dense().astype(q.dtype))

@@ -15,6 +15,7 @@ from icml26zoo.layers import projections
 from icml26zoo.layers.alibi import alibi_bias
 from icml26zoo.layers.norms import RMSNorm
 from icml26zoo.layers.options import check_choice
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
 from icml26zoo.models.config import ModelConfig
@@ -22,7 +23,7 @@ from icml26zoo.registry import register_mixer
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionOptions(fp8_scaling.FP8LogitOptions):
+class AttentionOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
     """The attention mixer's `cfg.mixer_options` (see `Attention`; the fp8_* fields are inherited)."""
 
     qk_norm: bool = False
@@ -138,6 +139,10 @@ class Attention(nnx.Module):
         matches the forward only up to the FP8 rounding.
       fp8_scale (float, default 1.0): the "static" scale (> 0).
       fp8_headroom (float, default 0.8): u ∈ (0, 1] of the "rank_aware" scale.
+      prefill (str, default "dense"): "pbs" runs PBS-Attn (`zoo.longctx.pbs`, permuted block-sparse
+        attention) on a multi-token chunk written into an empty cache; decode steps and the training
+        forward stay dense. With pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None).
+        Needs position "rope" or "none" and no sink (PBS's kernel takes no logit bias).
     """
 
     # One variant carries ALiBi, the output gate and the learnable sink together: the harness checks what
@@ -173,6 +178,10 @@ class Attention(nnx.Module):
         self.gate_proj = linear(cfg.d_model, gate_width) if gate_width else None
         self.sink_logit = nnx.Param(jnp.zeros((cfg.num_heads,), jnp.float32)) if self.sink == "learnable" else None
         self.fp8 = fp8_scaling.FP8Logits.from_options("attention mixer", options)
+        self.pbs = pbs.PBSPrefill.from_options("attention mixer", options)
+        if self.pbs.enabled and (self.position == "alibi" or self.sink != "none"):
+            raise ValueError(f"attention mixer option prefill='pbs' needs position 'rope' or 'none' and sink "
+                             f"'none'; got position {self.position!r}, sink {self.sink!r}")
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -252,7 +261,8 @@ class Attention(nnx.Module):
             slots = jnp.broadcast_to(jnp.arange(keys.shape[1], dtype=jnp.int32), (q.shape[0], keys.shape[1]))
             bias = alibi_bias(positions, slots, self.num_heads)
         if self.sink == "none":
-            out = _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask, bias=bias)
+            dense = lambda: _dot_product_attention(q.astype(keys.dtype), keys, values, mask=mask, bias=bias)
+            out = self.pbs.cached(q.astype(keys.dtype), k.astype(keys.dtype), v.astype(values.dtype), index, dense)
         else:
             out = sink_attention(q.astype(keys.dtype), keys, values, mask, bias, self.sink_logits())
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
