@@ -89,25 +89,58 @@ def evaluate(model: nnx.Module, budgets: tuple[float, ...], *, top_p: float, len
             "rows": rows}
 
 
+def plot(result: dict[str, Any], path: str | pathlib.Path) -> None:
+    """Two panels: cache bytes per token and next-token agreement against the budget; rows kept per head."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    budgets = [row["budget"] for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    left.plot(budgets, [row["ratio"] for row in rows], "o-", label="cache bytes / full cache")
+    left.plot(budgets, [row["agreement"] for row in rows], "s-", label="next-token agreement")
+    left.set_xlabel("budget (rows / max_len)")
+    left.set_ylim(0, 1.3)
+    left.legend(fontsize=8)
+    for row in rows:
+        heads = np.asarray(row["rows_per_head"]).ravel()
+        right.plot(np.arange(heads.size), heads, "o-", label=f"budget {row['budget']}")
+    right.set_xlabel("(layer, KV head)")
+    right.set_ylabel("rows held at the end")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", required=True, help="a trained attention LM's run directory")
+    parser.add_argument("--workdir", help="a trained attention LM's run directory")
     parser.add_argument("--budgets", type=float, nargs="+", default=[0.25, 0.5, 1.0])
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--sequences", type=int, default=4)
     parser.add_argument("--out", default=None, help="write the result as JSON here")
+    parser.add_argument("--plot", default=None, help="write the figure (PNG) here")
+    parser.add_argument("--from-json", default=None, help="plot a result written by --out instead of running")
     args = parser.parse_args()
-    from icml26zoo.train.runs import load_run
+    if args.from_json:
+        result = json.loads(pathlib.Path(args.from_json).read_text())
+    else:
+        from icml26zoo.train.runs import load_run
 
-    _, model, _ = load_run(args.workdir)
-    result = evaluate(model, tuple(args.budgets), top_p=args.top_p, length=args.length, prompt=args.prompt,
-                      sequences=args.sequences)
+        _, model, _ = load_run(args.workdir)
+        result = evaluate(model, tuple(args.budgets), top_p=args.top_p, length=args.length, prompt=args.prompt,
+                          sequences=args.sequences)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text)
+    if args.plot:
+        plot(result, args.plot)
 
 
 if __name__ == "__main__":
