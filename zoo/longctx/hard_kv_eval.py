@@ -2,15 +2,18 @@
 
     python -m icml26zoo.longctx.hard_kv_eval --workdir runs/llama_tiny --budgets 0.25 0.5 1.0
 
-Teacher forcing: each sequence's first `prompt` tokens are prefilled (chunked, compressing as the rows fill),
-then the remaining tokens are fed one per step through `HardKVLM.decode` under one `lax.scan`; each step's
-greedy next token is compared with the full model's on the same prefix. The text is bytes of Python stdlib
+Each budget below 1 is also run as the static-budget baseline at the same memory (sink + the newest rows,
+StreamingLLM-style: the forced recent window fills the cap). Teacher forcing: each sequence's first `prompt`
+tokens are prefilled (chunked, compressing as the rows fill), then the remaining tokens are fed one per step
+through `HardKVLM.decode` under one `lax.scan`; each step's greedy next token is compared with the full
+model's on the same prefix. The text is bytes of Python stdlib
 modules (the trainer's `pystdlib` corpus is built from the same source).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import pathlib
@@ -22,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from icml26zoo.longctx.hard_kv import HardKVConfig
+from icml26zoo.longctx.hard_kv import HardKVConfig, cache_rows
 from icml26zoo.longctx.hard_kv_calibrate import calibrate_head_scores
 from icml26zoo.longctx.hard_kv_model import HardKVLM, memory_per_token
 
@@ -82,9 +85,15 @@ def evaluate(model: nnx.Module, budgets: tuple[float, ...], *, top_p: float, len
     rows = []
     for budget in budgets:
         config = HardKVConfig(budget=budget, top_p=top_p, window=window, recent=recent, interval=interval)
-        lm = HardKVLM(model, scores, config)
-        rows.append({"budget": budget, **memory_per_token(model, lm, sequences, length),
-                     **compare_with_full(model, lm, tokens, prompt)})
+        methods = [("hard_kv", config)]
+        if budget < 1:
+            # The static-budget baseline at the same memory: forced rows fill the cap (sink + the newest rows).
+            streaming = dataclasses.replace(config, recent=cache_rows(config, length) - interval - config.sink)
+            methods.append(("sink+recent", streaming))
+        for method, method_config in methods:
+            lm = HardKVLM(model, scores, method_config)
+            rows.append({"method": method, "budget": budget, **memory_per_token(model, lm, sequences, length),
+                         **compare_with_full(model, lm, tokens, prompt)})
     return {"temperature": scores.temperature.tolist(), "oracle_fraction": scores.oracle_fraction.tolist(),
             "rows": rows}
 
@@ -96,11 +105,15 @@ def plot(result: dict[str, Any], path: str | pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result["rows"]
+    rows = [row for row in result["rows"] if row.get("method", "hard_kv") == "hard_kv"]
+    baseline = [row for row in result["rows"] if row.get("method") == "sink+recent"]
     budgets = [row["budget"] for row in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     left.plot(budgets, [row["ratio"] for row in rows], "o-", label="cache bytes / full cache")
-    left.plot(budgets, [row["agreement"] for row in rows], "s-", label="next-token agreement")
+    left.plot(budgets, [row["agreement"] for row in rows], "s-", label="next-token agreement, HARD-KV")
+    if baseline:
+        left.plot([row["budget"] for row in baseline], [row["agreement"] for row in baseline], "^--",
+                  label="next-token agreement, sink + recent")
     left.set_xlabel("budget (rows / max_len)")
     left.set_ylim(0, 1.3)
     left.legend(fontsize=8)
