@@ -15,7 +15,7 @@ Sections, all in one process (ratios are taken inside the run):
             questions at the end; H = 2, D = 64) at T = 4096, 8192, 16384 (--quick: 1024): accuracy, agreement
             with dense attention's answers, relative error at the questions, and the cost of each method as a
             fraction of dense attention (PBS: key blocks computed; HARD-KV: cache rows kept; ISA: FLOPs).
-Writes bench_long_context.{json,md} to --out and exits 1 when a C6 goal is missed (--quick has no goal).
+Writes bench_long_context.{json,md,png} to --out and exits 1 when a C6 goal is missed (--quick has no goal).
 """
 
 from __future__ import annotations
@@ -119,6 +119,27 @@ def to_markdown(c6: list[dict], memory: list[dict], retrieval: list[dict]) -> st
     return "\n".join(lines) + "\n"
 
 
+def plot(retrieval: list[dict], path: pathlib.Path) -> None:
+    """Needle accuracy against cost, one panel per T, one marker per method family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = sorted({r["T"] for r in retrieval})
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4.5 * len(lengths), 3.8), squeeze=False)
+    for ax, length in zip(axes[0], lengths, strict=True):
+        for family, marker in (("PBS", "o"), ("HARD-KV", "s"), ("ISA", "^")):
+            rows = [r for r in retrieval if r["T"] == length and r["method"].startswith(family)]
+            ax.scatter([r["cost"] for r in rows], [r["accuracy"] for r in rows], marker=marker, s=50, label=family)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="dense")
+        ax.set(title=f"T = {length}", xlabel="cost (fraction of dense attention)", ylabel="needle accuracy",
+               ylim=(-0.05, 1.05))
+    axes[0][0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench_out")
@@ -141,6 +162,7 @@ def main() -> int:
                "retrieval": retrieval}
     (out / "bench_long_context.json").write_text(json.dumps(payload, indent=2))
     (out / "bench_long_context.md").write_text(table)
+    plot(retrieval, out / "bench_long_context.png")
     return 0 if all(r["ok"] for r in c6) else 1
 
 
