@@ -1,7 +1,7 @@
 """Long-context benchmark on CPU (issue 19): PBS-Attn speed (goal C6), HARD-KV decode memory, and retrieval
 accuracy against cost of PBS-Attn, HARD-KV and ISA against dense attention.
 
-    python scripts/bench_long_context.py [--out bench_out] [--quick] [--repeats 3]
+    python scripts/bench_long_context.py [--out bench_out] [--quick] [--repeats 3] [--lengths 4096 8192]
 
 Sections, all in one process (ratios are taken inside the run):
   C6        forward time of PBS-Attn prefill (key permutation and block selection included, through the
@@ -145,25 +145,32 @@ def main() -> int:
     parser.add_argument("--out", default="bench_out")
     parser.add_argument("--quick", action="store_true", help="T = 1024 for C6 (no goal) and retrieval")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="retrieval lengths (default 4096 8192 16384; --quick: 1024)")
     args = parser.parse_args()
     c6_length, c6_block = (1024, 64) if args.quick else (4096, 128)
-    lengths = (1024,) if args.quick else (4096, 8192, 16384)
+    lengths = args.lengths or ((1024,) if args.quick else (4096, 8192, 16384))
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     c6 = c6_rows(c6_length, c6_block, args.repeats, goal=not args.quick)
-    memory = memory_rows()
-    retrieval = []
+    memory, retrieval = memory_rows(), []
+    write(out, args.quick, c6, memory, retrieval)
     for length in lengths:
         retrieval += retrieval_rows(length)
         print(f"retrieval T={length} done", flush=True)
-    table = to_markdown(c6, memory, retrieval)
-    print(table)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {"backend": jax.default_backend(), "quick": args.quick, "c6": c6, "memory": memory,
-               "retrieval": retrieval}
-    (out / "bench_long_context.json").write_text(json.dumps(payload, indent=2))
-    (out / "bench_long_context.md").write_text(table)
-    plot(retrieval, out / "bench_long_context.png")
+        # written after every length, so a long run that is stopped keeps what it measured
+        write(out, args.quick, c6, memory, retrieval)
+    print(to_markdown(c6, memory, retrieval))
     return 0 if all(r["ok"] for r in c6) else 1
+
+
+def write(out: pathlib.Path, quick: bool, c6: list[dict], memory: list[dict], retrieval: list[dict]) -> None:
+    """bench_long_context.{json,md} (and the PNG once there are retrieval rows) under `out`."""
+    payload = {"backend": jax.default_backend(), "quick": quick, "c6": c6, "memory": memory, "retrieval": retrieval}
+    (out / "bench_long_context.json").write_text(json.dumps(payload, indent=2))
+    (out / "bench_long_context.md").write_text(to_markdown(c6, memory, retrieval))
+    if retrieval:
+        plot(retrieval, out / "bench_long_context.png")
 
 
 if __name__ == "__main__":
