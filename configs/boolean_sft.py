@@ -23,7 +23,7 @@ def spec_adam(learning_rate: float) -> OptimConfig:
     """The spec's optimizer: Adam (β2 0.999) at a constant learning rate: no warmup, decay, weight decay or
     clipping. A cosine decay had shrunk the rate to almost nothing by the time free-running SFT got its
     first step right, so its second step never moved."""
-    return OptimConfig(learning_rate=learning_rate, warmup_steps=0, end_lr_fraction=1.0, weight_decay=0.0,
+    return OptimConfig(name="adam", learning_rate=learning_rate, warmup_steps=0, end_lr_fraction=1.0, weight_decay=0.0,
                        b2=0.999, grad_clip_norm=0.0)
 
 

@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--modes", help=f"comma-separated, from {','.join(rl_vs_sft.MODES)} (default: all)")
     parser.add_argument("--num-bits", type=int, default=rl_vs_sft.NUM_BITS, help="input bits d")
     parser.add_argument("--sparsity", type=int, default=rl_vs_sft.SPARSITY, help="support size k (3: 3-PARITY)")
-    parser.add_argument("--eval-every", type=int, default=25, help="steps between step-accuracy evaluations")
+    parser.add_argument("--eval-every", type=int, default=100, help="steps between step-accuracy evaluations")
     parser.add_argument("--learning-rate", type=float, help="Adam learning rate of every mode (default: the presets')")
     parser.add_argument("--d-model", type=int, default=rl_vs_sft.D_MODEL, help="model width (MLP 4 x width)")
     args, budget = parse_budget(parser, argv, quick=rl_vs_sft.QUICK, full=rl_vs_sft.FULL)
