@@ -40,7 +40,7 @@ def scores(model: DecoderLM) -> HeadScores:
 def test_full_budget_decodes_exactly_like_full_attention(model: DecoderLM, scores: HeadScores) -> None:
     """budget = 1: the compressed cache holds max_len rows and never compresses, so a chunked prefill plus a
     decode step equal the model's full forward (the whole path: RoPE at true positions, GQA, append, masks)."""
-    lm = HardKVLM(model, scores, HardKVConfig(budget=1.0, top_p=0.5, window=4, recent=2, interval=4))
+    lm = HardKVLM(model, scores, HardKVConfig(budget=1.0, top_p=0.5, window=4, recent=2, interval=5))
     tokens = jax.random.randint(jax.random.key(2), (2, 11), 0, CFG.vocab_size)
     cache = lm.init_cache(2, 12)
     prefill, cache = hard_kv_decode(lm, tokens[:, :10], cache)
