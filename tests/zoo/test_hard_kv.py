@@ -1,4 +1,4 @@
-"""HARD-KV (zoo/longctx/hard_kv*.py, spec mixers-12-hard-kv): the full-budget reduction to full attention, the
+"""HARD-KV (zoo/longctx/hard_kv*.py, arXiv 2606.28831): the full-budget reduction to full attention, the
 per-head top-p selection against a NumPy reference on a planted-retrieval cache, calibration properties,
 memory accounting and bad input."""
 
@@ -76,7 +76,7 @@ def planted_cache() -> tuple[dict, np.ndarray]:
 
 
 def reference_selection(cache: dict, config: HardKVConfig) -> list[set[int]]:
-    """Per KV head, the kept positions computed in plain NumPy from spec §2-§4(a): window logits max-pooled
+    """Per KV head, the kept positions computed in plain NumPy: window logits max-pooled
     over the group, SnapKV pooling, softmax(φ / T), nucleus per window query, union, forced rows, cap."""
     k, q = np.asarray(cache["k"][0], np.float64), np.asarray(cache["qwin"][0], np.float64)
     temperature, half = np.asarray(cache["temperature"]), config.pool_kernel // 2
@@ -118,7 +118,7 @@ def test_budget_below_one_keeps_the_expected_entries_and_retrieves_the_planted_k
     position = jnp.array([[FILLED - 1]], jnp.int32)
     exact, compressed = attend(cache, query, position), attend(new, query, position)
     assert float(jnp.abs(exact[0, 0, :2] - compressed[0, 0, :2]).max()) < 5e-3
-    # Spec §7.1: p = 1 with room for every row keeps every row, in place, and changes no output.
+    # The no-op limit: p = 1 with room for every row keeps every row, in place, and changes no output.
     keep_all = HardKVConfig(budget=0.5, top_p=1.0, window=WINDOW, recent=3, interval=ROWS - FILLED, pool_kernel=3)
     same = jax.jit(functools.partial(compress_layer, config=keep_all))(cache)
     for name in ("k", "v", "valid", "pos"):
@@ -126,7 +126,7 @@ def test_budget_below_one_keeps_the_expected_entries_and_retrieves_the_planted_k
 
 
 def test_calibration_solves_the_mass_target_and_is_scale_equivariant(scores: HeadScores) -> None:
-    """Spec §7.7: with φ = the raw logits, T* >= 1 (top-n* mass at T = 1 is already >= p), and cφ gives cT*."""
+    """Calibration: with φ = the raw logits, T* >= 1 (top-n* mass at T = 1 is already >= p), and cφ gives cT*."""
     assert scores.temperature.shape == (1, 2) and np.all(scores.temperature > 0)
     assert np.all((scores.oracle_fraction > 0) & (scores.oracle_fraction <= 1))
     rng = np.random.default_rng(3)

@@ -1,6 +1,6 @@
 """HARD-KV (Yang et al., ICML 2026): a fixed-shape cascade KV cache with per-head top-p budgets.
 
-Spec: mixers-12-hard-kv (§5-§7). One attention layer's compressed cache is a dict of static-shape arrays:
+arXiv 2606.28831; code SuDIS-ZJU/HARDInfer. One attention layer's compressed cache is a dict of static arrays:
 
     k, v    [B, Hkv, R, Dh]  cache rows (post-RoPE keys), R = the row capacity of the budget
     valid   [B, Hkv, R] bool per-head validity (dense tail + condensed prefix)
@@ -15,7 +15,7 @@ nucleus per window query, their union plus the sink and the recent rows, capped 
 (the cap drops the lowest priority first: floor, then nucleus), gathered to a prefix of each head in row order.
 Attention is invariant to row order, so the rewrite changes nothing but which rows remain.
 
-Reconstruction choices (the spec's §6 design, made here): compression runs lazily when the next write would
+Reconstruction choices (the fixed-shape JAX design is the zoo's): compression runs lazily when the next write would
 overflow, rather than on a fixed Δ clock (the same clock once the cache is full); temperatures are calibrated
 offline per (layer, KV head) and fixed; the floor is the top `floor_rows` by window-mean calibrated
 probability; the score is SnapKV only (no R-KV).

@@ -1,9 +1,9 @@
-"""HARD-KV Logits Calibration (spec mixers-12-hard-kv §3): one temperature per (layer, KV head).
+"""HARD-KV Logits Calibration (Yang et al., ICML 2026, arXiv 2606.28831): one temperature per (layer, KV head).
 
 For each window query the oracle count n* is the size of the top-p nucleus of the *raw* attention; the head's
 temperature T solves mean_i m_i(T) = p, where m_i(T) is the mass of the top-n*_i entries of softmax(φ_i / T)
 and φ is the method's score (SnapKV: the logits max-pooled along the rows). m is non-increasing in T and φ's
-ranking does not depend on T, so φ is sorted once and log T is bisected. Reconstruction (the spec's choice):
+ranking does not depend on T, so φ is sorted once and log T is bisected. Reconstruction (the zoo's choice):
 the temperature is fitted once, offline, over the later queries of a few calibration sequences, and kept fixed
 while decoding; the concentration of the raw attention decides how many rows a head keeps, φ decides which.
 """
@@ -62,7 +62,7 @@ def check_model(model: nnx.Module) -> None:
 
 
 def group_max_logits(logits: jax.Array, num_kv_heads: int) -> jax.Array:
-    """[B, H, T, S] -> [B, Hkv, T, S]: the max over each KV head's query group (spec §2)."""
+    """[B, H, T, S] -> [B, Hkv, T, S]: the max over each KV head's query group (as the released code does)."""
     batch, heads, length, keys = logits.shape
     return logits.reshape(batch, num_kv_heads, heads // num_kv_heads, length, keys).max(axis=2)
 
@@ -86,7 +86,7 @@ def layer_window_logits(model: nnx.Module, tokens: jax.Array) -> list[jax.Array]
 
 
 def oracle_counts(z: jax.Array, visible: jax.Array, p: float) -> jax.Array:
-    """n* [...]: the raw-attention nucleus size of each row of logits z [..., S] (spec §3.1)."""
+    """n* [...]: the raw-attention nucleus size of each row of logits z [..., S]."""
     return nucleus(masked_softmax(z, visible), p).sum(axis=-1)
 
 
@@ -102,7 +102,7 @@ def top_mass(sorted_phi: jax.Array, visible: jax.Array, n_star: jax.Array, log_t
 
 @jax.jit
 def solve_temperature(phi: jax.Array, visible: jax.Array, n_star: jax.Array, p: jax.Array) -> jax.Array:
-    """T [K] with mean_i m_i(T) = p per head k, by bisection on log T in [1e-3, 10] (spec §3.3-4).
+    """T [K] with mean_i m_i(T) = p per head k, by bisection on log T in [1e-3, 10].
 
     phi [K, N, S] scores (-inf where not visible), visible [K, N, S] bool, n_star [K, N] int.
     """
