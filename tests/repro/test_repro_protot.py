@@ -19,12 +19,14 @@ from icml26zoo.repro.protot_parts import (
     WHITESPACE,
     class_share,
     concept_prototype,
+    divergence,
     edit_effects,
     match_mlp_dims,
     parameter_count,
     prompt_usage,
     prototype_edit,
     prototype_rows,
+    sampled_generations,
     show_bytes,
     top_writers,
 )
@@ -52,6 +54,7 @@ def tokens():
     ({"mixers": ("protot", "fox")}, r"mixers: unknown name 'fox'; expected one of \['protot', 'attention'"),
     ({"mixers": ("attention",)}, r"mixers must include 'protot'"),
     ({"eval_batches": 0}, r"eval_batches must be an integer >= 1, got 0"),
+    ({"sample_keys": 0}, r"sample_keys must be an integer >= 1, got 0"),
     ({"top_k": 10_000}, r"top_k must be at most analysis_rows x seq_len = 128, got 10000"),
     ({"edit_layer": 2}, r"edit_layer must be an integer in \[0, 2\) or None, got 2"),
     ({"edit_prototype": -1}, r"edit_prototype must be an integer in \[0, 16\) or None, got -1"),
@@ -122,7 +125,8 @@ def test_top_writers_and_prompt_usage_agree_with_the_hook(model, tokens):
     np.testing.assert_allclose(usage.sum(), 1.0, rtol=1e-5)
 
 
-# One jitted forward for every test: the unedited model compiles once, each edit once.
+# One jitted forward for every test: the unedited model compiles once, and once more for every edited copy
+# (the edits are traced arrays, so all edits share that program).
 _forward = nnx.jit(lambda m, t: m(t))
 
 
@@ -192,3 +196,49 @@ def test_concept_prototype_takes_the_most_whitespace_writers_then_the_most_used(
     assert class_share(np.asarray([32, 10, 9, 97]), WHITESPACE) == 0.75
     with pytest.raises(ValueError, match=r"layer must be a layer of the prototype rows, got 3"):
         concept_prototype(rows, 3)
+
+
+def test_an_edit_changes_a_sampled_generation_and_a_no_op_edit_does_not(model):
+    # A random model's prototypes all hold about the same average (near-uniform writes) and its logits are
+    # near-uniform, so an edit barely moves them. A copy with 30x sharper prototypes, 30x louder mixer outputs
+    # and 10x larger logits makes the edit move the next-byte distribution (mean TV ~0.02).
+    loud = hooks.edit_prototypes(model, {})
+    for layer in loud.layers:
+        for variable, factor in ((layer.mixer.out_proj.kernel, 30.0), (layer.mixer.prototypes, 30.0)):
+            variable.set_value(factor * variable.get_value())
+    loud.final_norm.scale.set_value(10.0 * loud.final_norm.scale.get_value())
+    mixer = hooks.layer_mixer(loud, 1)
+    edits = {"suppress": (1, prototype_edit(mixer, 2, "suppress", 1.0)),
+             "no-op": (1, prototype_edit(mixer, 2, "amplify", 0.0))}
+    prompts = jax.random.randint(jax.random.key(3), (8, 5), 0, 64, dtype=jnp.int32)
+    texts = sampled_generations(loud, prompts, edits, new_tokens=16, keys=(0, 1, 2, 3))
+    assert all(t.shape == (4, 8, 16) for t in texts.values())
+    np.testing.assert_array_equal(texts["no-op"], texts["none"])
+    changed = divergence(texts["none"], texts["suppress"])
+    assert changed["bytes_changed"] > 0 and 0 < changed["rows_changed"] < 1, changed
+    # The same keys: both emit the same bytes up to the first divergence.
+    differ = texts["none"] != texts["suppress"]
+    first = np.argmax(differ, -1)
+    for key, row in zip(*np.nonzero(differ.any(-1)), strict=True):
+        np.testing.assert_array_equal(texts["none"][key, row, : first[key, row]],
+                                      texts["suppress"][key, row, : first[key, row]])
+    # Another key draws other bytes: the keys matter.
+    assert (texts["none"][0] != texts["none"][1]).any()
+
+
+def test_divergence_counts_changed_bytes_generations_and_the_first_difference():
+    base = np.asarray([[1, 2, 3, 4], [1, 2, 3, 4], [5, 6, 7, 8]])
+    other = np.asarray([[1, 2, 9, 9], [1, 2, 3, 4], [0, 6, 7, 8]])
+    assert divergence(base, other) == {"bytes_changed": 3 / 12, "rows_changed": 2 / 3, "first_divergence": 1.0}
+    assert divergence(base, base) == {"bytes_changed": 0.0, "rows_changed": 0.0, "first_divergence": None}
+    with pytest.raises(ValueError, match=r"other must have the shape of base \(3, 4\), got \(2, 4\)"):
+        divergence(base, other[:2])
+
+
+def test_sample_prompts_are_the_prompt_then_held_out_rows_that_start_with_real_text():
+    tokens = np.arange(24).reshape(3, 8)
+    segments = np.asarray([[1] * 8, [0] + [1] * 7, [1, 1, 1, 2, 2, 0, 0, 0]])
+    prompts = protot._sample_prompts("abc", tokens, segments)
+    np.testing.assert_array_equal(prompts, [[97, 98, 99], [0, 1, 2], [16, 17, 18]])
+    assert prompts.dtype == np.int32
+    np.testing.assert_array_equal(protot._sample_prompts("a" * 9, tokens, segments), [[97] * 9])

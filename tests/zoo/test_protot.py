@@ -257,16 +257,17 @@ def test_scale_reads_multiplies_the_read_weights_of_the_listed_channels():
     np.testing.assert_allclose(scaled[..., 1, 3], 3.0 * reads[..., 1, 3], **F32)
     np.testing.assert_allclose(scaled[..., 0, :], reads[..., 0, :], **F32)
     for factor in (-1.0, float("nan"), float("inf"), True):
-        m.edit = PrototypeEdit(scale_reads=((3, factor),))
         with pytest.raises(ValueError, match=r"PrototypeEdit.scale_reads factors must be finite numbers >= 0"):
-            m.internals(x)
+            m.edit = PrototypeEdit(scale_reads=((3, factor),))
 
 
 def test_bad_edits_raise():
     m = _mixer()
-    m.edit = PrototypeEdit(block_writes=(5,))
     with pytest.raises(ValueError, match=r"PrototypeEdit.block_writes must hold integers in \[0, 5\), got \(5,\)"):
-        m.internals(_inputs(0)[0])
+        m.edit = PrototypeEdit(block_writes=(5,))
+    with pytest.raises(ValueError, match=r"edit must be a PrototypeEdit or None, got dict"):
+        m.edit = {"block_writes": (1,)}
+    assert m.edit is None
     model = build_model(dataclasses.replace(CFG, mixer_options=SMALL), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"PrototypeEdit.pin_reads must hold integers in \[0, 20\)"):
         hooks.edit_prototypes(model, {0: PrototypeEdit(pin_reads=((20, 1.0),))})
@@ -313,10 +314,20 @@ def test_edited_model_is_a_copy_and_decodes_like_its_forward():
     tokens = jax.random.randint(jax.random.key(4), (B, 8), 0, 64, dtype=jnp.int32)
     edits = {0: PrototypeEdit(block_writes=(0, 1, 2)), 1: PrototypeEdit(pin_reads=((3, 1.0),))}
     edited = hooks.edit_prototypes(model, edits)
-    assert hooks.layer_mixer(model, 0).edit is None and hooks.layer_mixer(edited, 0).edit.block_writes == (0, 1, 2)
-    forward, decode = nnx.jit(lambda m, t: m(t)), nnx.jit(lambda m, t, c: m.decode(t, c))
+    assert hooks.layer_mixer(model, 0).edit is None
+    write_keep = np.asarray(hooks.layer_mixer(edited, 0).edit.get_value()["write_keep"])
+    np.testing.assert_array_equal(write_keep, [[0.0, 0.0, 0.0, 1.0, 1.0]])  # [H, K₀]: one head
+    traces = []
+    forward = nnx.jit(lambda m, t: (traces.append(m.cfg.scan_layers), m(t))[1])
+    decode = nnx.jit(lambda m, t, c: m.decode(t, c))
     logits = forward(edited, tokens)
-    assert float(jnp.abs(logits - forward(model, tokens)).max()) > 1e-4
+    plain = forward(model, tokens)
+    assert float(jnp.abs(logits - plain).max()) > 1e-4
+    # The edits are traced arrays: an unedited copy (identity masks, the same outputs bit for bit) and
+    # another edit reuse the edited copy's program; only the unedited (scanned) model traced again.
+    np.testing.assert_array_equal(forward(hooks.edit_prototypes(model, {}), tokens), plain)
+    other = forward(hooks.edit_prototypes(model, {1: PrototypeEdit(scale_reads=((0, 3.0),))}), tokens)
+    assert float(jnp.abs(other - plain).max()) > 1e-4 and traces == [False, True]
     first, cache = decode(edited, tokens[:, :5], edited.init_cache(B))
     second, _ = decode(edited, tokens[:, 5:], cache)
     np.testing.assert_allclose(jnp.concatenate([first, second], axis=1), logits, **F32)

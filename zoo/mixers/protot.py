@@ -29,8 +29,11 @@ value_dim (d_v, d_model), num_heads (1; cfg.num_heads is not used), eps (1e-6), 
 implementation (None). Init: P ~ N(0, 1/d_p); W_w, W_r, W_v, W_s ~ N(0, 0.02); W_o ~
 N(0, 0.02/√(2L)); β = 0.
 
-Edits: `self.edit`, a static protot_parts.PrototypeEdit or None, blocks writes, zeroes memories,
-pins or scales read weights (set it through zoo.mixers.protot_hooks.edit_prototypes).
+Edits: `self.edit = protot_parts.PrototypeEdit(...)` (or through zoo.mixers.protot_hooks.edit_prototypes)
+blocks writes, zeroes memories, pins or scales read weights. The edit is stored as arrays,
+`self.edit_masks` (a protot_parts.PrototypeEditMasks or None), not as a static attribute, so one compiled
+program serves every edit of the same shapes; `self.edit = None` removes them (the mixer is then exactly
+the unedited one, parameters only).
 
 Decode cache: "memory" [B, H, d_v/H, K] and "count" [B, H, K], float32, whatever max_len: O(K·d_v) per
 token. T > 1 tokens are prefilled by the chunked op from the cached state, one token by `ssd_step`.
@@ -50,6 +53,7 @@ from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds
 from icml26zoo.mixers.protot_parts import (
     LOG_DECAY_FLOOR,
     PrototypeEdit,
+    PrototypeEditMasks,
     channel_counts,
     fixed_log_decay,
     learned_decay_init,
@@ -90,7 +94,7 @@ class ProtoT(nnx.Module):
         self.num_scales = len(opts.scale_exponents) if opts.decay == "fixed" else 1
         self.num_channels = self.num_prototypes * self.num_scales
         self.head_value_dim = opts.value_dim // opts.num_heads
-        self.edit: PrototypeEdit | None = None
+        self.edit_masks: PrototypeEditMasks | None = nnx.data(None)
         heads, d_p = opts.num_heads, opts.prototype_dim
 
         def linear(n_out: int, init: Any = _SMALL_INIT, n_in: int = cfg.d_model) -> nnx.Linear:
@@ -127,6 +131,19 @@ class ProtoT(nnx.Module):
         new_cache = None if cache is None else {"memory": parts.memory, "count": parts.count}
         return out, new_cache
 
+    @property
+    def edit(self) -> PrototypeEditMasks | None:
+        """The edit's masks (see protot_parts.PrototypeEditMasks), or None when the mixer is unedited."""
+        return self.edit_masks
+
+    @edit.setter
+    def edit(self, edit: PrototypeEdit | None) -> None:
+        """Sets a PrototypeEdit (validated against this mixer's sizes) as masks, or None to remove them."""
+        if edit is not None and not isinstance(edit, PrototypeEdit):
+            raise ValueError(f"edit must be a PrototypeEdit or None, got {type(edit).__name__}")
+        masks = None if edit is None else edit.mask_state(self.num_heads, self.num_prototypes, self.num_channels)
+        self.edit_masks = nnx.data(masks)
+
     def decays(self) -> tuple[jax.Array, jax.Array]:
         """(log λ, 1 − λ), each [H, K] float32; λ ∈ [0, 1) for any θ."""
         heads, channels = self.num_heads, self.num_channels
@@ -161,10 +178,11 @@ class ProtoT(nnx.Module):
     ) -> ProtoTInternals:
         """Write/read weights, normalizers, reads [B, T, H, d_v/H] and the final state (see ProtoTInternals)."""
         opts, (batch, length) = self.options, x.shape[:2]
-        masks = None if self.edit is None else self.edit.masks(self.num_heads, self.num_prototypes, self.num_channels)
+        # The masks are data, not weights: no gradient reaches them.
+        masks = None if self.edit_masks is None else jax.lax.stop_gradient(self.edit_masks.get_value())
         write_weights = jax.nn.softmax(self._match(self.write_proj, x), axis=-1)
         if masks is not None:
-            write_weights = write_weights * masks[0]
+            write_weights = write_weights * masks["write_keep"]
         log_lam, one_minus = self.decays()
         write = jnp.repeat(write_weights, self.num_scales, axis=-1) * one_minus
         counts, count = channel_counts(
@@ -173,10 +191,10 @@ class ProtoT(nnx.Module):
         )
         read_weights = jax.nn.softmax(self._read_logits(x, counts), axis=-1)
         if masks is not None:
-            read_weights = jnp.where(masks[2], masks[3], read_weights) * masks[4]
+            read_weights = jnp.where(masks["pinned"] > 0, masks["pin_value"], read_weights) * masks["read_scale"]
         coeff = read_weights / (counts + jnp.float32(opts.eps)) if opts.memory == "avg" else read_weights
         if masks is not None:
-            coeff = coeff * masks[1]
+            coeff = coeff * masks["memory_keep"]
         values = self.value_proj(x).astype(jnp.float32).reshape(batch, length, self.num_heads, self.head_value_dim)
         reads, memory = read_memories(
             values, write, coeff, log_lam, segment_ids=segment_ids,

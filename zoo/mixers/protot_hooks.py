@@ -146,9 +146,8 @@ def channel_memories(
         values, write, parts.read_weights, log_lam, memory=mixer.options.memory, eps=mixer.options.eps,
         segment_ids=segment_ids,
     )
-    if mixer.edit is not None:
-        keep = mixer.edit.masks(mixer.num_heads, mixer.num_prototypes, mixer.num_channels)[1]
-        memories = memories * keep[..., None]
+    if mixer.edit_masks is not None:
+        memories = memories * mixer.edit_masks.get_value()["memory_keep"][..., None]
     return memories, counts
 
 
@@ -164,13 +163,17 @@ def edit_prototypes(model: nnx.Module, edits: dict[int, PrototypeEdit | None]) -
     """An unrolled copy of `model` whose ProtoT layers carry `edits` ({layer: edit}; None removes one).
 
     The model itself is not changed. The copy runs forward and decoding as usual, with the edits applied.
+    Every ProtoT layer of the copy holds edit masks (the identity where it has no edit, which changes no
+    output), so every copy of one model has the same structure: one compiled program serves them all,
+    `edit_prototypes(model, {})` included.
     """
     edited = _unrolled_copy(model)
     for layer, edit in edits.items():
+        if edit is not None and not isinstance(edit, PrototypeEdit):
+            raise ValueError(f"edits[{layer}] must be a PrototypeEdit or None, got {type(edit).__name__}")
+        layer_mixer(edited, layer).edit = PrototypeEdit() if edit is None else edit
+    for layer in range(model.cfg.num_layers):
         mixer = layer_mixer(edited, layer)
-        if edit is not None:
-            if not isinstance(edit, PrototypeEdit):
-                raise ValueError(f"edits[{layer}] must be a PrototypeEdit or None, got {type(edit).__name__}")
-            edit.masks(mixer.num_heads, mixer.num_prototypes, mixer.num_channels)  # validates the indices
-        mixer.edit = edit
+        if mixer.edit_masks is None:
+            mixer.edit = PrototypeEdit()
     return edited

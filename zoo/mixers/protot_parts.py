@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax import lax
 
 from icml26zoo.kernels.ssd import CHUNK_SIZES, ssd, ssd_step
@@ -107,9 +108,19 @@ def learned_decay_init(exponents: tuple[float, ...], num_prototypes: int) -> np.
     return np.log(np.expm1(e * np.log(2.0))).astype(np.float32)  # logit(1 − 2^−e) = log(2^e − 1)
 
 
+class PrototypeEditMasks(nnx.Param):
+    """An edit of one ProtoT layer as arrays (PrototypeEdit.mask_state): {"write_keep": [H, K₀],
+    "memory_keep", "pinned" (1 = pinned), "pin_value", "read_scale": [H, K]}, float32.
+
+    Arrays rather than a static attribute, so jit traces them: one compiled program serves every edit of the
+    same shapes. A Param subclass only so that `nnx.split(model, nnx.Param)` (decoding, the trainer) carries
+    them; they are not weights: the mixer stops their gradient, and an edited copy is not meant to be trained.
+    """
+
+
 @dataclasses.dataclass(frozen=True)
 class PrototypeEdit:
-    """A targeted edit of one ProtoT layer, static: it is part of the module's graph definition.
+    """A targeted edit of one ProtoT layer (the mixer holds it as PrototypeEditMasks arrays).
 
     block_writes: base prototypes j with a_{·,j} = 0 (no token writes to concept j, at any scale).
     zero_memories: channels k with m̄_{·,k} = 0 (read out as empty).
@@ -150,6 +161,12 @@ class PrototypeEdit:
         for k, factor in self.scale_reads:
             read_scale[rows, k] *= factor
         return write_keep, memory_keep, pinned, pin_value, read_scale
+
+    def mask_state(self, heads: int, num_prototypes: int, channels: int) -> PrototypeEditMasks:
+        """The validated masks as the mixer holds them (see PrototypeEditMasks)."""
+        names = ("write_keep", "memory_keep", "pinned", "pin_value", "read_scale")
+        arrays = self.masks(heads, num_prototypes, channels)
+        return PrototypeEditMasks({n: jnp.asarray(a, jnp.float32) for n, a in zip(names, arrays, strict=True)})
 
     @staticmethod
     def _check(name: str, ids: tuple[int, ...], size: int) -> None:

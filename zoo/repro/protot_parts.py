@@ -24,9 +24,9 @@ from icml26zoo.models.config import ModelConfig
 from icml26zoo.repro.common import parameter_count
 from icml26zoo.train.data.bytes_codec import decode
 
-__all__ = ["EDIT_KINDS", "LABELS", "PRESETS", "WHITESPACE", "class_share", "concept_prototype", "edit_effects",
-           "layer_weights", "match_mlp_dims", "prompt_usage", "prototype_edit", "prototype_rows", "show_bytes",
-           "top_writers", "usage_figure"]
+__all__ = ["EDIT_KINDS", "LABELS", "PRESETS", "WHITESPACE", "class_share", "concept_prototype", "divergence",
+           "edit_effects", "layer_weights", "match_mlp_dims", "prompt_usage", "prototype_edit", "prototype_rows",
+           "sampled_generations", "show_bytes", "top_writers", "usage_figure"]
 
 # The compared mixers and the tiny preset each starts from (2 layers, d_model 64, byte corpus).
 PRESETS = {"protot": "protot_tiny", "attention": "llama_tiny", "mamba2": "mamba2_tiny",
@@ -180,6 +180,7 @@ def concept_prototype(rows: Sequence[Mapping], layer: int) -> int:
 
 def edit_effects(model: nnx.Module, prompt: str, edits: Mapping[str, tuple[int, hooks.PrototypeEdit]], *,
                  new_tokens: int, tokens: jax.Array, segment_ids: jax.Array, byte_class: bytes = WHITESPACE,
+                 generations: Mapping[str, np.ndarray] | None = None,
                  ) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
     """Greedy continuations of `prompt` by the unedited model ("none") and by one copy per edit, and how much
     each edit moves the next-byte distribution on held-out tokens [B, T] (segment id 0 = padding, ignored).
@@ -190,7 +191,8 @@ def edit_effects(model: nnx.Module, prompt: str, edits: Mapping[str, tuple[int, 
     in `byte_class`); an edit's also holds mean_tv (mean total-variation distance of its next-byte
     distribution from the unedited model's) and argmax_changed (share of positions whose most likely byte
     changes), both over the real held-out positions, so an edit is measured even when the greedy text does
-    not change.
+    not change. `generations` ({"none" | name: token ids}, e.g. from `sampled_generations`) replaces the
+    greedy continuations (and their compiled program) when given.
     """
     prompt_tokens = _prompt_tokens(prompt)
     real = np.asarray(segment_ids) != 0
@@ -200,8 +202,11 @@ def edit_effects(model: nnx.Module, prompt: str, edits: Mapping[str, tuple[int, 
     texts, probabilities, effects = {}, {}, {}
     for name, edit in variants.items():
         edited = hooks.edit_prototypes(model, {} if edit is None else {edit[0]: edit[1]})
-        out = np.asarray(generate(edited, prompt_tokens, max_new_tokens=new_tokens, key=jax.random.key(0),
-                                  temperature=0.0)[0])
+        if generations is None:
+            out = np.asarray(generate(edited, prompt_tokens, max_new_tokens=new_tokens, key=jax.random.key(0),
+                                      temperature=0.0)[0])
+        else:
+            out = np.asarray(generations[name])
         texts[name] = decode(out)
         logits = _segmented_logits(edited, tokens, segment_ids)
         probabilities[name] = np.asarray(jax.nn.softmax(logits.astype(jnp.float32), axis=-1))[real]
@@ -213,6 +218,36 @@ def edit_effects(model: nnx.Module, prompt: str, edits: Mapping[str, tuple[int, 
             effects[name] |= {"mean_tv": float(0.5 * np.abs(probs - base).sum(-1).mean()),
                               "argmax_changed": float((probs.argmax(-1) != base.argmax(-1)).mean())}
     return texts, effects
+
+
+def sampled_generations(model: nnx.Module, prompts: jax.Array, edits: Mapping[str, tuple[int, hooks.PrototypeEdit]],
+                        *, new_tokens: int, keys: Sequence[int], temperature: float = 1.0) -> dict[str, np.ndarray]:
+    """Sampled continuations of prompts [B, P] by the unedited model ("none") and one copy per edit
+    ({name: (layer, PrototypeEdit)}), every variant with the same PRNG keys: {name: tokens [len(keys), B, N]}.
+
+    With one key every variant draws the same noise at every step (`generate` samples by the Gumbel trick),
+    so two variants emit the same bytes until their next-byte distributions first differ enough to matter.
+    The unedited model runs as an edited copy with identity masks (the same outputs): one compiled program.
+    """
+    texts = {}
+    for name, edit in ({"none": None} | dict(edits)).items():
+        edited = hooks.edit_prototypes(model, {} if edit is None else {edit[0]: edit[1]})
+        texts[name] = np.stack([np.asarray(generate(edited, prompts, max_new_tokens=new_tokens, key=jax.random.key(k),
+                                                    temperature=temperature)) for k in keys])
+    return texts
+
+
+def divergence(base: np.ndarray, other: np.ndarray) -> dict[str, float | None]:
+    """How generations other differ from base (token arrays of one shape [..., N]): bytes_changed (share of
+    positions that differ), rows_changed (share of generations that differ anywhere) and first_divergence
+    (mean index of the first differing byte over the generations that differ; None if none does)."""
+    if base.shape != other.shape:
+        raise ValueError(f"other must have the shape of base {base.shape}, got {other.shape}")
+    differ = np.asarray(base) != np.asarray(other)
+    changed = differ.any(-1)
+    first = np.argmax(differ, -1)[changed]
+    return {"bytes_changed": float(differ.mean()), "rows_changed": float(changed.mean()),
+            "first_divergence": float(first.mean()) if changed.any() else None}
 
 
 @nnx.jit
