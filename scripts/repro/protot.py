@@ -26,12 +26,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "most, and the one whose strongest writers are most often whitespace)")
     parser.add_argument("--amplify", type=float, default=4.0, help="amplify edit: read weights x (1 + this)")
     parser.add_argument("--prompt", default="    def __init__(self", help="prompt of the edited generations")
-    parser.add_argument("--new-tokens", type=int, default=48, help="bytes generated per variant")
+    parser.add_argument("--new-tokens", type=int, default=48, help="bytes generated per variant, prompt and key")
+    parser.add_argument("--sample-keys", type=int, default=4,
+                        help="PRNG keys of the sampled generations, each shared by every variant")
     args, budget = parse_budget(parser, argv, quick=protot.QUICK, full=protot.FULL)
     results = protot.run(
         args.out, budget=budget, mixers=tuple(m for m in args.mixers.split(",") if m),
         edit_layer=args.edit_layer, edit_prototype=args.edit_prototype, amplify=args.amplify, prompt=args.prompt,
-        new_tokens=args.new_tokens, resume=args.resume,
+        new_tokens=args.new_tokens, sample_keys=args.sample_keys, resume=args.resume,
     )
     print_results(results)
 
