@@ -254,7 +254,7 @@ class PBSPrefill:
     and single-token decode steps run the mixer's dense attention.
     """
 
-    def __init__(self, options: PBSOptions | None):
+    def __init__(self, options: PBSOptions | None) -> None:
         self.options = options
 
     @classmethod
