@@ -27,19 +27,22 @@ def spec_adam(learning_rate: float) -> OptimConfig:
                        b2=0.999, grad_clip_norm=0.0)
 
 
-def boolean_chain(mode: str, learning_rate: float, num_steps: int) -> TrainConfig:
-    """The spec-16 model (one layer, one head, learned absolute positions, no RoPE) on k-PARITY chains.
+def boolean_chain(mode: str, learning_rate: float, num_steps: int, *, d_model: int = 64,
+                  batch_size: int = 256) -> TrainConfig:
+    """The spec-16 model (one layer, one head, learned absolute positions, no RoPE; MLP 4 x d_model) on
+    k-PARITY chains.
 
     One example per row: seq_len = d + k - 2 next-token positions, the chain steps weighted 1.
     """
     data = DataConfig(name="sparse_boolean", task_options=(
         ("num_bits", NUM_BITS), ("sparsity", SPARSITY), ("train_examples", 65_536), ("eval_examples", 1024)))
     model = ModelConfig(name="one_layer", mixer="attention", mixer_options=(("position", "none"),),
-                        vocab_size=3, d_model=64, num_layers=1, num_heads=1, num_kv_heads=1, mlp_dim=256,
+                        vocab_size=3, d_model=d_model, num_layers=1, num_heads=1, num_kv_heads=1,
+                        mlp_dim=4 * d_model,
                         mlp_activation="gelu", max_seq_len=NUM_BITS + SPARSITY - 2,
                         model_options=(("max_positions", NUM_BITS + SPARSITY - 2),))
     return TrainConfig(model=model, data=data, optim=spec_adam(learning_rate),
-                       objective="boolean_chain", objective_options=(("mode", mode),), batch_size=256,
+                       objective="boolean_chain", objective_options=(("mode", mode),), batch_size=batch_size,
                        seq_len=NUM_BITS + SPARSITY - 2, num_steps=num_steps, log_every=25, eval_every=100,
                        eval_batches=0, checkpoint_every=0, sample_length=0)
 
