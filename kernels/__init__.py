@@ -1,5 +1,5 @@
 """Pure array ops: one folder per op (reference, xla, pallas, api, decode), re-exported here with each op's
-single-step decode form.
+single-step decode form (block-sparse attention is a prefill op and has none).
 
 Every op validates its arguments (shapes, dtypes, gate ranges that NaN fails) and raises a ValueError naming
 the op and the argument. The value checks need concrete arrays, so under `jit` they are skipped; wrap an op
@@ -10,6 +10,7 @@ in `checked` to keep them (as `jax.experimental.checkify` checks):
 A NaN or inf in one packed segment never reaches another segment (docs/numerics.md, "Bad values").
 """
 
+from icml26zoo.kernels.block_sparse_attention import block_sparse_attention
 from icml26zoo.kernels.checked import checked
 from icml26zoo.kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
 from icml26zoo.kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
@@ -20,6 +21,7 @@ from icml26zoo.kernels.ssd import ssd, ssd_step
 from icml26zoo.kernels.value_forget_attention import value_forget_attention, value_forget_attention_step
 
 __all__ = [
+    "block_sparse_attention",
     "causal_long_conv",
     "causal_long_conv_step",
     "checked",
