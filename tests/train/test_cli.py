@@ -40,7 +40,8 @@ BAD_INPUTS = [
     ("unknown_mixer", ["model.mixer=foxx"], "model.mixer must be one of ['attention', 'circulation',"),
     ("unknown_mixer_option", ["model.mixer_options=(('gate', 'full'),)"],
      "model.mixer_options: unknown attention mixer option 'gate'; valid options: ['fp8_headroom', 'fp8_logits', "
-     "'fp8_scale', 'output_gate', 'position', 'qk_norm', 'sink']"),
+     "'fp8_scale', 'output_gate', 'pbs_block', 'pbs_max_blocks', 'pbs_segment', 'pbs_tau', 'position', 'prefill', "
+     "'qk_norm', 'sink']"),
     ("unknown_optimizer", ["optim.name=adamx"], "optim.name must be one of ['adam', 'adamw',"),
     ("unknown_optimizer_option", ["optim.options=(('rho', 0.1),)"],
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),

@@ -1,5 +1,5 @@
-"""ISA (spec mixers-13-isa): reductions to dense attention, the Taylor sparse path against a float64 loop of the
-spec's formula, the invariants of §5, gradients of approximated blocks, and bad input."""
+"""ISA (Shao et al., arXiv 2605.04569): reductions to dense attention, the Taylor sparse path against a float64
+loop of the paper's formula, the paper's invariants, gradients of approximated blocks, and bad input."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""PBS-Attn (zoo/longctx/pbs.py, spec mixers-07): the dense limit, the fast path against the reference under
-the same plan, causality on original positions, the τ-mass selection rule, the permutation, bad options, and
-the attention mixer's prefill option. Shapes: B 2, T 63 (a padded tail), H 4 on Hkv 2, D 16, blocks of 8,
+"""PBS-Attn (zoo/longctx/pbs.py; Wang et al., arXiv 2510.21270): the dense limit, the fast path against the
+reference under the same plan, causality on original positions, the τ-mass selection rule, the permutation, bad
+options, and the attention mixer's prefill option. Shapes: B 2, T 63 (a padded tail), H 4 on Hkv 2, D 16, blocks of 8,
 segments of 16 (three complete segments and a 15-token tail)."""
 
 from __future__ import annotations

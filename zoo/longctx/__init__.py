@@ -1,7 +1,7 @@
 """Long-context attention at inference: PBS-Attn block-sparse prefill, HARD-KV cache compression, ISA routing.
 
-Specs: mixers-07-pbs-attn, mixers-12-hard-kv, mixers-13-isa. The block-sparse attention op they share is
-`icml26zoo.kernels.block_sparse_attention`.
+Papers: PBS-Attn (arXiv 2510.21270), HARD-KV (arXiv 2606.28831), ISA (arXiv 2605.04569). The block-sparse
+attention op they share is `icml26zoo.kernels.block_sparse_attention`.
 """
 
 from icml26zoo.longctx.hard_kv import HardKVConfig, cache_rows, compress_cache

@@ -2,7 +2,7 @@
 
 Each runner returns rows {"method", "cost", "accuracy", "agree_with_dense", "rel_error"}; cost is the fraction
 of dense attention each method pays: PBS, listed key blocks over causal blocks; HARD-KV, cache rows over T
-(memory and per-token attention work); ISA, attention FLOPs (spec 13 §2). Used by
+(memory and per-token attention work); ISA, attention FLOPs (the ISA paper's cost model). Used by
 scripts/bench_long_context.py and notebooks/long_context.ipynb.
 """
 

@@ -1,4 +1,4 @@
-"""ISA, in-context sparse attention (Shao et al., ICML 2026, arXiv 2605.04569; spec mixers-13-isa).
+"""ISA, in-context sparse attention (Shao et al., ICML 2026, arXiv 2605.04569).
 
 Bidirectional attention over `[source part ; context part]` (N = n_src + n_ctx tokens; see
 `icml26zoo.longctx.isa_plan` for the naming map to the paper's code):
@@ -77,7 +77,7 @@ def sparse_path(q_sparse: jax.Array, k_pruned: jax.Array, v_pruned: jax.Array, e
     """0-th-order Taylor sparse attention of q blocks [B, H, S, b, D] over K', V' [B, H, NB', b, D].
 
     Exact tokens of the blocks `exact_ids` [B, H, S, k_e]; every other block J enters as one logit
-    q·k̂_J/√D + log b with value v̄_J (spec 13 §1 step 7). Returns [B, H, S, b, D].
+    q·k̂_J/√D + log b with value v̄_J (the paper's sparse path). Returns [B, H, S, b, D].
     """
     b, h, s, blk, d = q_sparse.shape
     nbp = k_pruned.shape[2]
@@ -140,7 +140,7 @@ def isa_gate(x: jax.Array, w: jax.Array) -> jax.Array:
 
 
 def isa_flop_fraction(sizes: IsaSizes) -> float:
-    """Attention FLOPs of ISA over those of dense attention (spec 13 §2; the head dim cancels)."""
+    """Attention FLOPs of ISA over those of dense attention (the head dim cancels)."""
     b, nb = sizes.block, sizes.n_blocks
     n, t_pruned = nb * b, sizes.n_pruned_blocks * b
     pooled = nb * nb

@@ -1,10 +1,10 @@
-"""ISA's decisions: block pooling, pooled attention, context pre-selection and sharpness routing (spec 13 §1-5).
+"""ISA's decisions: block pooling, pooled attention, context pre-selection and sharpness routing.
 
 Everything here is computed from block means, in float32, and returns integer index arrays whose shapes
 depend only on static sizes, so one jit compilation serves each (N, n_src, H, D, block). The attention paths
 that use the plan live in `icml26zoo.longctx.isa`.
 
-Naming (spec 13 §0): the sequence is `[source part ; context part]`. The *source* part (first `n_src`
+Naming: the sequence is `[source part ; context part]`. The *source* part (first `n_src`
 tokens) keeps all its keys; the *context* part is pruned by pre-selection. The paper's code calls these
 the "target" ("t-part") and the "source" ("s-part") respectively; its `flat_indices` are the sharp blocks
 that go to full attention. The zoo uses the paper's words only.
@@ -22,7 +22,7 @@ OP = "isa_attention"
 
 
 class IsaSizes(NamedTuple):
-    """Static counts of one ISA call (spec 13 §1)."""
+    """Static counts of one ISA call."""
 
     block: int
     n_blocks: int  # NB: blocks of the whole sequence

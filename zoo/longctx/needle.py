@@ -18,8 +18,6 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from icml26zoo.train.data.pystdlib import stdlib_files, stdlib_root
-
 
 class NeedleTask(NamedTuple):
     """q, k, v [1, T, H, D] float32; question positions and answers [n]; codes [256, H, D] value codes."""
@@ -35,6 +33,10 @@ class NeedleTask(NamedTuple):
 @functools.lru_cache(maxsize=1)
 def _corpus(max_bytes: int = 1 << 21) -> np.ndarray:
     """The first `max_bytes` bytes of the standard-library corpus (sorted file order), as uint8."""
+    # The corpus's file list is the data layer's, which needs the [train] extra; importing it here keeps
+    # icml26zoo.longctx importable without that extra.
+    from icml26zoo.train.data.pystdlib import stdlib_files, stdlib_root
+
     root, chunks, total = stdlib_root(), [], 0
     for path in stdlib_files(root):
         data = (root / path).read_bytes()

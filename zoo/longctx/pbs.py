@@ -1,4 +1,4 @@
-"""PBS-Attn: permuted block-sparse attention for prefill (spec mixers-07; Wang et al., arXiv 2510.21270).
+"""PBS-Attn: permuted block-sparse attention for prefill (Wang et al., arXiv 2510.21270).
 
 Three phases, all in JAX, on q [B, T, H, D] and k, v [B, T, Hkv, D]:
 
@@ -17,7 +17,7 @@ Prefill only: the permutation and the selection read the LAST query block, i.e. 
 sparsity pattern of early queries depends on later ones (outputs never read a future key). Do not use it in
 training or decode. τ = 1 lists every causal block and equals dense causal attention for any permutation.
 
-Deviations from the paper's code (read from code, spec 07): GQA keeps the key/value heads and sorts each
+Deviations from the paper's code (read from the authors' code): GQA keeps the key/value heads and sorts each
 by the mean score of its query heads (the spec's per-group variant; the repository repeats KV heads); the
 block estimate is the spec's mean pooling (no antidiagonal scoring); `max_blocks` optionally caps the list
 length (a static budget for the XLA path, whose cost follows the list length), keeping the diagonal, the
