@@ -214,16 +214,9 @@ class Attention(nnx.Module):
 
     def fp8_scales(self, x: jax.Array) -> jax.Array:
         """The per-head FP8 logit scales s [H] float32 for mixer input x [B, T, D] (option fp8_logits)."""
-        heads, kv_heads, logit_scale = self.num_heads, self.num_kv_heads, self.head_dim**-0.5
-
-        def bound() -> jax.Array:
-            if self.q_norm is not None:
-                return fp8_scaling.gain_bound(self.q_norm.scale[...], self.k_norm.scale[...], heads, kv_heads,
-                                              self.head_dim, logit_scale)
-            return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], heads, kv_heads, x,
-                                            rotary=self.position == "rope", logit_scale=logit_scale)
-
-        return self.fp8.scales(heads, bound)
+        return fp8_scaling.projection_scales(self.fp8, x, q_proj=self.q_proj, k_proj=self.k_proj, q_norm=self.q_norm,
+                                             k_norm=self.k_norm, heads=self.num_heads, kv_heads=self.num_kv_heads,
+                                             head_dim=self.head_dim, rotary=self.position == "rope")
 
     def gate_heads(self, x: jax.Array, heads: jax.Array) -> jax.Array:
         """Applies the output gate: heads [B, T, H, Dh] ⊙ σ(x W_g) with x [B, T, D]; identity without a gate."""

@@ -139,16 +139,9 @@ class ForgettingAttention(nnx.Module):
 
     def fp8_scales(self, x: jax.Array) -> jax.Array:
         """Per-head FP8 scales s [H] float32 of q·k/√d for mixer input x [B, T, D] (option fp8_logits)."""
-        heads, kv_heads, logit_scale = self.num_heads, self.num_kv_heads, self.head_dim**-0.5
-
-        def bound() -> jax.Array:
-            if self.q_norm is not None:
-                return fp8_scaling.gain_bound(self.q_norm.scale[...], self.k_norm.scale[...], heads, kv_heads,
-                                              self.head_dim, logit_scale)
-            return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], heads, kv_heads, x,
-                                            rotary=self.options.rope, logit_scale=logit_scale)
-
-        return self.fp8.scales(heads, bound)
+        return fp8_scaling.projection_scales(self.fp8, x, q_proj=self.q_proj, k_proj=self.k_proj, q_norm=self.q_norm,
+                                             k_norm=self.k_norm, heads=self.num_heads, kv_heads=self.num_kv_heads,
+                                             head_dim=self.head_dim, rotary=self.options.rope)
 
     def log_forget_gate(self, x: jax.Array) -> jax.Array | None:
         """x: [B, T, D] -> log f [B, T, H] float32 (≤ 0, finite for finite pre-activations), or None.

@@ -300,3 +300,19 @@ def logit_stats(q: jax.Array, k: jax.Array, mask: jax.Array, scale: jax.Array, *
         "max_abs_logit": jnp.max(jnp.abs(inside)),
         "utilization": jnp.max(jnp.abs(inside) * s) / E4M3_MAX,
     }
+
+
+def projection_scales(fp8: FP8Logits, x: jax.Array, *, q_proj: Any, k_proj: Any, q_norm: Any, k_norm: Any,
+                      heads: int, kv_heads: int, head_dim: int, rotary: bool) -> jax.Array:
+    """Per-head scales s [H] float32 for a mixer whose q, k are linear projections of x [B, T, D] with logits
+    q·k/√d: the QK-norm gain bound when q_norm is set, else the W_Q W_Kᵀ weight bound."""
+    logit_scale = head_dim**-0.5
+
+    def bound() -> jax.Array:
+        if q_norm is not None:
+            return gain_bound(q_norm.scale[...], k_norm.scale[...], heads, kv_heads, head_dim, logit_scale)
+        return weight_bound(q_proj.kernel[...], k_proj.kernel[...], heads, kv_heads, x, rotary=rotary,
+                            logit_scale=logit_scale)
+
+    return fp8.scales(heads, bound)
+
