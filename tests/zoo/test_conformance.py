@@ -16,7 +16,14 @@ import pytest
 from flax import nnx
 
 from icml26zoo.mixers.base import conformance_options
-from icml26zoo.models import ModelConfig, build_model, convert_layer_layout, count_params, stack_layers
+from icml26zoo.models import (
+    ModelConfig,
+    build_model,
+    convert_layer_layout,
+    count_params,
+    language_model_names,
+    stack_layers,
+)
 from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -54,7 +61,7 @@ def _cases(primary_only: bool = False):
     enters with those cases instead of once per mixer, since its mixers already enter through the other models,
     and not among the primary cases: the stacking checks are the shared Block stack's, which "llama" covers.
     """
-    for model_name in MODELS.names():
+    for model_name in language_model_names():
         declared = getattr(MODELS.get(model_name), "CONFORMANCE_CONFIGS", None)
         if declared is not None:
             for i, overrides in enumerate(() if primary_only else declared):

@@ -20,7 +20,7 @@ from flax import nnx
 from icml26zoo.decode import generate, sample_logits, sampling_logits
 from icml26zoo.decode.loop import _generate
 from icml26zoo.mixers.base import conformance_options
-from icml26zoo.models import ModelConfig, build_model
+from icml26zoo.models import ModelConfig, build_model, language_model_names
 from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -39,7 +39,7 @@ def _loop_cases():
     """Every registered model x mixer, or, for a model declaring CONFORMANCE_CONFIGS, its declared cases (at
     the conformance harness's sizes), as the harness enumerates them."""
     sizes = {"vocab_size": VOCAB, "d_model": 32, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "max_seq_len": 32}
-    for model in MODELS.names():
+    for model in language_model_names():
         declared = getattr(MODELS.get(model), "CONFORMANCE_CONFIGS", None)
         if declared is None:
             for mixer in MIXERS.names():

@@ -18,7 +18,7 @@ from flax import nnx
 from icml26zoo import functional
 from icml26zoo.functional import MixerConfig
 from icml26zoo.mixers.base import conformance_options
-from icml26zoo.models import ModelConfig
+from icml26zoo.models import ModelConfig, language_model_names
 from icml26zoo.registry import MIXERS, MODELS
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -84,7 +84,7 @@ def _check_pure_function(config: ModelConfig | MixerConfig, *, compare_nnx_grad:
         chex.assert_trees_all_close(grads, nnx.to_pure_dict(want), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", MODELS.names())
+@pytest.mark.parametrize("name", language_model_names())
 def test_model_init_apply_jit_grad_vmap(name: str):
     config = dataclasses.replace(CFG, name=name)
     _check_pure_function(config, compare_nnx_grad=True)

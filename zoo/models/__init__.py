@@ -27,6 +27,18 @@ def build_model(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
     return model_class(cfg, rngs=rngs)
 
 
+def is_language_model(name: str) -> bool:
+    """Whether the registered model `name` maps tokens [B, T] to next-token logits [B, T, V] (the LM harnesses'
+    contract: causality, decoding, packing). A model over point sets, meshes or other features declares
+    `LANGUAGE_MODEL = False` and is tested by its own family's harness instead."""
+    return bool(getattr(MODELS.get(name), "LANGUAGE_MODEL", True))
+
+
+def language_model_names() -> list[str]:
+    """The registered language models (`is_language_model`), in registration order."""
+    return [name for name in MODELS.names() if is_language_model(name)]
+
+
 def count_params(model: nnx.Module) -> int:
     """Total number of scalar parameters (nnx.Param leaves) in model."""
     return sum(int(leaf.size) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
@@ -39,6 +51,8 @@ __all__ = [
     "build_model",
     "convert_layer_layout",
     "count_params",
+    "is_language_model",
+    "language_model_names",
     "generate",
     "sample_logits",
     "stack_layers",
