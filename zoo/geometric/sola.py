@@ -44,7 +44,7 @@ def _max_real_error(reference: jax.Array, other: jax.Array, weights: jax.Array) 
     """max |other − reference| over real tokens (per-point outputs) or over examples (pooled outputs)."""
     difference = jnp.abs(other - reference)
     if difference.ndim == 3:
-        difference = difference * (weights > 0)[:, :, None]
+        difference = jnp.where((weights > 0)[:, :, None], difference, 0.0)
     return float(jnp.max(difference))
 
 

@@ -22,6 +22,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from icml26zoo.geometric.common import check_point_inputs, is_concrete, masked_mean, point_mask
@@ -152,12 +153,12 @@ def check_unit_directions(points: jax.Array, weights: jax.Array) -> None:
         raise ValueError(f"points must be unit directions [B, N, 3], got shape {list(points.shape)}")
     if not is_concrete(points, weights):
         return
-    error = jnp.abs(jnp.linalg.norm(points, axis=-1) - 1.0) * (weights > 0)
-    worst = float(jnp.max(error))
-    if worst > UNIT_TOLERANCE:
-        index = [int(i) for i in jnp.unravel_index(jnp.argmax(error), error.shape)]
+    lengths = np.linalg.norm(np.asarray(points, np.float64), axis=-1)
+    error = np.abs(lengths - 1.0) * (np.asarray(weights) > 0)
+    if error.max() > UNIT_TOLERANCE:
+        index = [int(i) for i in np.unravel_index(np.argmax(error), error.shape)]
         raise ValueError(f"points must be unit directions (| |u| - 1 | <= {UNIT_TOLERANCE}) at real tokens, "
-                         f"got |u| = {float(jnp.linalg.norm(points[tuple(index)]))} at index {index}")
+                         f"got |u| = {lengths[tuple(index)]:.6g} at index {index} of shape {list(points.shape)}")
 
 
 @register_model("sola")
