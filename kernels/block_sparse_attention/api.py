@@ -33,8 +33,8 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
     if q.ndim != 4 or q.shape[1] < 1:
         raise _bad("q", q, "[B, T, H, D] with T ≥ 1")
     checks.check_gqa_keys(q, k, _bad)
-    if v.shape != k.shape:
-        raise _bad("v", v, f"the shape of k {tuple(k.shape)}")
+    if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
+        raise _bad("v", v, f"[B, T, Hkv, Dv] with [B, T, Hkv] = {tuple(k.shape[:3])} (those of k)")
     if not jnp.issubdtype(q.dtype, jnp.floating) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"{_NAME}: q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     checks.check_segment_ids(_NAME, segment_ids, q.shape[0], q.shape[1])
@@ -42,7 +42,8 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Arr
 
 def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indices: jax.Array, *,
                            block_size: int, scale: float | None = None, segment_ids: jax.Array | None = None,
-                           key_positions: jax.Array | None = None,
+                           key_positions: jax.Array | None = None, query_bias: jax.Array | None = None,
+                           key_bias: jax.Array | None = None,
                            implementation: None | str | Sequence[str] = None) -> jax.Array:
     """Causal softmax attention over a per-query-block list of key blocks (exact softmax on the union).
 
@@ -51,7 +52,8 @@ def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indic
     dense causal attention.
 
     Args:
-      q: [B, T, H, D]. k, v: [B, T, Hkv, D], same dtype; query head h reads kv head h // (H // Hkv).
+      q: [B, T, H, D]. k: [B, T, Hkv, D], v: [B, T, Hkv, Dv], same dtype; query head h reads kv head
+        h // (H // Hkv). Dv ≠ D is not taken by "pallas".
       block_indices: int [B, H, N, S], N = ceil(T / block_size): for query block i of head h, the key
         blocks it reads, each 0 ≤ j ≤ i, the diagonal block i included, no block twice, -1 for unused
         slots; any order (see `lists.py`). Causality and the diagonal are checked on concrete arrays
@@ -64,6 +66,11 @@ def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indic
         keys (and values) were permuted (PBS-Attn, `icml26zoo.longctx.pbs`). The causal mask then compares
         key positions with query positions, so a listed block j > i is legal; every query must still see
         at least one key (PBS lists its whole own segment). Not with `segment_ids`, and not on "pallas".
+      query_bias, key_bias: [B, T, H] floating or None: separable additive logit terms, the logit of query t
+        and key slot s being scale·q_t·k_s + query_bias_t + key_bias_s (per query head; key_bias in key-slot
+        order, i.e. permuted with the keys). They carry the rank-1 biases of the softmax-family mixers
+        (FoX's Λ_t − Λ_s, GOAT's recency slope); the query term cancels in the softmax but is kept so that
+        the logits are the mixer's. Differentiable; not on "pallas".
       implementation: None (XLA), "reference", "xla", "pallas", or a sequence tried in order.
 
     Returns:
@@ -75,12 +82,28 @@ def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indic
                       permuted=key_positions is not None)
     checks.check_scale(_NAME, scale)
     fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, _DEFAULT)
-    extra = {}
+    if fn is pallas.block_sparse_attention and v.shape != k.shape:
+        raise _bad("v", v, f"the shape of k {tuple(k.shape)} on implementation='pallas' (Dv = D)")
+    extra = _checked_biases(q, query_bias, key_bias, fn)
     if key_positions is not None:
         _check_key_positions(key_positions, k, segment_ids, fn)
         extra["key_positions"] = key_positions.astype(jnp.int32)
     return fn(q, k, v, block_indices.astype(jnp.int32), block_size=int(block_size), scale=scale,
               segment_ids=segment_ids, **extra)
+
+
+def _checked_biases(q: jax.Array, query_bias: jax.Array | None, key_bias: jax.Array | None,
+                    fn: Callable) -> dict[str, jax.Array]:
+    """query_bias, key_bias [B, T, H] floating, on a path that takes them -> the keyword arguments to pass."""
+    given = {name: x for name, x in (("query_bias", query_bias), ("key_bias", key_bias)) if x is not None}
+    checks.require_arrays(_NAME, given)
+    for name, x in given.items():
+        if x.shape != q.shape[:3] or not jnp.issubdtype(x.dtype, jnp.floating):
+            raise _bad(name, x, f"[B, T, H] = {list(q.shape[:3])}, floating")
+        if fn is pallas.block_sparse_attention:
+            raise ValueError(f"{_NAME}: `{name}` is not supported by implementation='pallas'; expected "
+                             "implementation='xla' or 'reference'")
+    return given
 
 
 def _check_key_positions(key_positions: jax.Array, k: jax.Array, segment_ids: jax.Array | None,

@@ -13,6 +13,12 @@ Three phases, all in JAX, on q [B, T, H, D] and k, v [B, T, Hkv, D]:
    mask on ORIGINAL positions (`kernels.block_sparse_attention`, `key_positions=`), outputs in the original
    query order.
 
+Softmax-family mixers whose logits carry a separable term a_i + b_j (FoX's Λ_i − Λ_j, GOAT's recency slope)
+pass it as `query_bias` / `key_bias` [B, T, H]: the kernel adds it to every logit, the permutation score and
+the pooled block score add the (mean-pooled) key term; the query term is constant along each softmax row, so
+it changes neither the ranking nor the selection. `original_token_mask` gives a plan's mask in the original
+key order for mixers that apply it to materialized logits (FiX, circulation with a blend).
+
 Prefill only: the permutation and the selection read the LAST query block, i.e. future tokens, so the
 sparsity pattern of early queries depends on later ones (outputs never read a future key). Do not use it in
 training or decode. τ = 1 lists every causal block and equals dense causal attention for any permutation.
@@ -39,6 +45,7 @@ from icml26zoo.kernels._common.layout import pad_time
 from icml26zoo.kernels._common.precision import einsum_f32
 from icml26zoo.kernels.block_sparse_attention import lists as bsa_lists
 from icml26zoo.kernels.block_sparse_attention.api import block_sparse_attention
+from icml26zoo.kernels.block_sparse_attention.reference import token_mask
 
 OP = "pbs_attn"
 
@@ -101,8 +108,11 @@ def _scale(q: jax.Array, scale: float | None) -> float:
 
 
 def permutation(q: jax.Array, k: jax.Array, *, block_size: int, segment_size: int,
-                scale: float | None = None) -> jax.Array:
-    """Phase 1: perm [B, Hkv, T] int32, each complete segment's keys by descending last-block attention mass."""
+                scale: float | None = None, key_bias: jax.Array | None = None) -> jax.Array:
+    """Phase 1: perm [B, Hkv, T] int32, each complete segment's keys by descending last-block attention mass.
+
+    key_bias: [B, T, H] or None, added to the last block's logits (the mixer's key-side logit term).
+    """
     b, t, h, _ = q.shape
     hkv = k.shape[2]
     complete = (t // segment_size) * segment_size
@@ -111,6 +121,9 @@ def permutation(q: jax.Array, k: jax.Array, *, block_size: int, segment_size: in
         return identity
     q_last = q[:, max(0, t - block_size):].reshape(b, -1, hkv, h // hkv, q.shape[3])
     logits = einsum_f32("bqkgd,bskd->bkgqs", q_last, k[:, :complete]) * _scale(q, scale)
+    if key_bias is not None:
+        per_head = key_bias[:, :complete].astype(jnp.float32).reshape(b, complete, hkv, h // hkv)
+        logits = logits + jnp.transpose(per_head, (0, 2, 3, 1))[:, :, :, None, :]
     score = jnp.mean(jax.nn.softmax(logits, axis=-1), axis=(2, 3))  # [B, Hkv, complete]
     per_segment = score.reshape(b, hkv, -1, segment_size)
     order = jnp.argsort(-per_segment, axis=-1, stable=True).astype(jnp.int32)
@@ -122,6 +135,23 @@ def permutation(q: jax.Array, k: jax.Array, *, block_size: int, segment_size: in
 def permute_keys(x: jax.Array, perm: jax.Array) -> jax.Array:
     """x [B, T, Hkv, D] in slot order: out[b, s, h] = x[b, perm[b, h, s], h]."""
     return jnp.take_along_axis(x, jnp.swapaxes(perm, 1, 2)[..., None], axis=1)
+
+
+def permute_key_bias(key_bias: jax.Array, perm: jax.Array) -> jax.Array:
+    """key_bias [B, T, H] in slot order: query head h takes the permutation of its kv head h // (H // Hkv)."""
+    per_head = jnp.repeat(perm, key_bias.shape[2] // perm.shape[1], axis=1)  # [B, H, T]
+    return jnp.take_along_axis(key_bias, jnp.swapaxes(per_head, 1, 2), axis=1)
+
+
+def original_token_mask(plan: PBSPlan, length: int, block_size: int) -> jax.Array:
+    """The plan's token mask in ORIGINAL key order: bool [B, H, T, T], [b, h, i, j] = query i reads key j.
+
+    Causal on original positions (j ≤ i) and limited to the listed blocks of the permuted keys.
+    """
+    slots = token_mask(plan.block_indices, length, block_size, None, plan.perm)  # [B, H, Tq, slot]
+    heads = slots.shape[1]
+    inverse = jnp.argsort(jnp.repeat(plan.perm, heads // plan.perm.shape[1], axis=1), axis=-1)  # key -> slot
+    return jnp.take_along_axis(slots, inverse[:, :, None, :], axis=-1)
 
 
 def _pooled(x: jax.Array, block_size: int) -> jax.Array:
@@ -144,21 +174,26 @@ def _mass_selection(scores: jax.Array, candidate: jax.Array, tau: float) -> jax.
     return keep & candidate
 
 
-def select_blocks(q: jax.Array, k: jax.Array, *, options: PBSOptions, scale: float | None = None) -> PBSPlan:
+def select_blocks(q: jax.Array, k: jax.Array, *, options: PBSOptions, scale: float | None = None,
+                  key_bias: jax.Array | None = None) -> PBSPlan:
     """Phases 1-2: the permutation and the block lists of one prefill.
 
-    q [B, T, H, D]; k [B, T, Hkv, D] (original order). Returns a `PBSPlan` whose lists index the permuted
-    keys (`permute_keys(k, plan.perm)`).
+    q [B, T, H, D]; k [B, T, Hkv, D] (original order); key_bias [B, T, H] or None (original order), the
+    mixer's key-side logit term, added to the permutation score and (block-mean) to the pooled scores.
+    Returns a `PBSPlan` whose lists index the permuted keys (`permute_keys(k, plan.perm)`).
     """
     _check_qkv(q, k, None)
     c, seg_len = options.block_size, options.segment_size
     b, t, h, _ = q.shape
     hkv, n = k.shape[2], bsa_lists.num_blocks(t, c)
-    perm = (permutation(q, k, block_size=c, segment_size=seg_len, scale=scale) if options.permute
-            else jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, hkv, t)))
+    perm = (permutation(q, k, block_size=c, segment_size=seg_len, scale=scale, key_bias=key_bias)
+            if options.permute else jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, hkv, t)))
     q_bar = _pooled(q, c)
     k_bar = jnp.repeat(_pooled(permute_keys(k, perm), c), h // hkv, axis=2)
     scores = einsum_f32("bihd,bjhd->bhij", q_bar, k_bar) * _scale(q, scale)
+    if key_bias is not None:
+        pooled_bias = _pooled(permute_key_bias(key_bias, perm)[..., None], c)[..., 0]  # [B, N, H]
+        scores = scores + jnp.transpose(pooled_bias, (0, 2, 1))[:, :, None, :]
 
     blk = jnp.arange(n)
     seg_of = (blk * c) // seg_len
@@ -211,14 +246,22 @@ def pbs_prefill(q: jax.Array, k: jax.Array, v: jax.Array, *, tau: float = 0.9, b
 
 
 def prefill(q: jax.Array, k: jax.Array, v: jax.Array, *, options: PBSOptions, scale: float | None = None,
-            implementation: str | None = None,
-            return_plan: bool = False) -> jax.Array | tuple[jax.Array, PBSPlan]:
-    """`pbs_prefill` with a `PBSOptions` (the form the softmax-family mixers call)."""
-    _check_qkv(q, k, v)
-    plan = select_blocks(q, k, options=options, scale=scale)
+            implementation: str | None = None, return_plan: bool = False, query_bias: jax.Array | None = None,
+            key_bias: jax.Array | None = None) -> jax.Array | tuple[jax.Array, PBSPlan]:
+    """`pbs_prefill` with a `PBSOptions` (the form the softmax-family mixers call).
+
+    q [B, T, H, D]; k [B, T, Hkv, D]; v [B, T, Hkv, Dv]; query_bias, key_bias [B, T, H] or None: the
+    mixer's separable logit term a_i + b_j (original order). Returns o [B, T, H, Dv] (and the plan).
+    """
+    _check_qkv(q, k, None)
+    if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"{OP}: `v` has shape {tuple(v.shape)}; expected [B, T, Hkv, Dv] with [B, T, Hkv] = "
+                         f"{tuple(k.shape[:3])}")
+    plan = select_blocks(q, k, options=options, scale=scale, key_bias=key_bias)
+    slot_bias = None if key_bias is None else permute_key_bias(key_bias, plan.perm)
     o = block_sparse_attention(q, permute_keys(k, plan.perm), permute_keys(v, plan.perm), plan.block_indices,
                                block_size=options.block_size, scale=scale, key_positions=plan.perm,
-                               implementation=implementation)
+                               query_bias=query_bias, key_bias=slot_bias, implementation=implementation)
     return (o, plan) if return_plan else o
 
 
@@ -275,11 +318,27 @@ class PBSPrefill:
     def enabled(self) -> bool:
         return self.options is not None
 
-    def cached(self, q: jax.Array, k: jax.Array, v: jax.Array, index: jax.Array,
-               dense: Callable[[], jax.Array]) -> jax.Array:
-        """q [B, T', H, D], the chunk's k, v [B, T', Hkv, D] (cache dtype), the cache's write index, and the
-        mixer's dense attention `dense()` -> [B, T', H, D]: PBS when enabled, T' > 1 and index == 0."""
+    def cached(self, q: jax.Array, k: jax.Array, v: jax.Array, index: jax.Array, dense: Callable[[], jax.Array],
+               *, scale: float | None = None, query_bias: jax.Array | None = None,
+               key_bias: jax.Array | None = None) -> jax.Array:
+        """q [B, T', H, D], the chunk's k [B, T', Hkv, D], v [B, T', Hkv, Dv] (cache dtype), the cache's write
+        index, and the mixer's dense attention `dense()` -> [B, T', H, Dv]: PBS when enabled, T' > 1 and
+        index == 0. scale, query_bias, key_bias [B, T', H]: the mixer's logit scale and separable terms."""
         if self.options is None or q.shape[1] == 1:
             return dense()
-        sparse = lambda: prefill(q, k, v, options=self.options).astype(q.dtype)
+        sparse = lambda: prefill(q, k, v, options=self.options, scale=scale, query_bias=query_bias,
+                                 key_bias=key_bias).astype(q.dtype)
         return jax.lax.cond(index == 0, sparse, lambda: dense().astype(q.dtype))
+
+    def mask(self, q: jax.Array, k: jax.Array, index: jax.Array, num_slots: int, *, scale: float | None = None,
+             key_bias: jax.Array | None = None) -> jax.Array | None:
+        """For mixers that mask materialized logits: the PBS token mask of a chunk written into an empty cache,
+        bool [B, H, T', num_slots] (slots past the chunk False), all True when index > 0; None when disabled
+        or T' = 1. q [B, T', H, D], k [B, T', Hkv, D], key_bias [B, T', H] or None."""
+        if self.options is None or q.shape[1] == 1:
+            return None
+        length = q.shape[1]
+        plan = select_blocks(q, k, options=self.options, scale=scale, key_bias=key_bias)
+        chunk = original_token_mask(plan, length, self.options.block_size)
+        padded = jnp.pad(chunk, ((0, 0), (0, 0), (0, 0), (0, num_slots - length)))
+        return padded | (index > 0)

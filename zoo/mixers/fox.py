@@ -19,6 +19,10 @@ computed by `kernels.forgetting_attention`. Options (`cfg.mixer_options`):
   rope (bool, False): RoPE on q and k with cfg.rope_theta. FoX uses no positional encoding by default.
   implementation (None | "reference" | "xla" | "pallas" | a sequence): the op's path; None = best for
     the backend.
+  prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
+    as the attention mixer's: "pbs" runs PBS-Attn (`zoo.longctx.pbs`) on a multi-token chunk written into an
+    empty decode cache, the gate term Λ_i − Λ_j passed to the block-sparse op as the separable pair
+    (Λ_i, −Λ_j) (`fox_parts.forget_gate_bias`); decode steps and the training forward stay dense.
   Pro flags (FoX's "Pro" block), each a bool; pro=True turns all four on, an individually given flag overrides:
     qk_norm: per-head RMSNorm of q and k (scale [H, Dh]); token_shift: data-dependent shift of k and v,
     k̃_t = α_t·k_{t−1} + (1 − α_t)·k_t with α_t = σ(W_α x_t) one scalar per kv head (own W_α for v),
@@ -57,13 +61,16 @@ from icml26zoo.kernels.forgetting_attention import (
     forgetting_attention,
     forgetting_attention_step,
 )
+from icml26zoo.kernels.forgetting_attention.decode import cached_forgetting_attention
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from icml26zoo.layers import projections
 from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from icml26zoo.mixers.fox_parts import (
     decay_bias,
+    forget_gate_bias,
     parse_options,
     token_shift,
 )
@@ -115,6 +122,7 @@ class ForgettingAttention(nnx.Module):
         self.out_norm = HeadRMSNorm(cfg.num_heads, self.head_dim, eps=cfg.norm_eps) if opts.output_norm else None
         self.out_gate = gate_linear(width) if opts.output_gate else None
         self.fp8 = fp8_scaling.FP8Logits.from_options("fox mixer", opts)
+        self.pbs = pbs.PBSPrefill.from_options("fox mixer", opts)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -199,11 +207,34 @@ class ForgettingAttention(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Writes k, v [B, T', Hkv, Dh] and log f [B, T', H] at the cache index; attends q to slots ≤ its own."""
         state = ForgettingAttentionState(cache["k"], cache["v"], cache.get("log_fgate"), cache["index"])
-        out, state = forgetting_attention_step(q, k, v, log_fgate, state=state)
+        if self.pbs.enabled:
+            out, state = self._attend_cached_pbs(q, k, v, log_fgate, state)
+        else:
+            out, state = forgetting_attention_step(q, k, v, log_fgate, state=state)
         new_cache = {"k": state.k, "v": state.v, "index": state.index}
         if state.log_fgate is not None:
             new_cache["log_fgate"] = state.log_fgate
         return out.astype(self.dtype), new_cache
+
+    def _attend_cached_pbs(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, state: ForgettingAttentionState
+    ) -> tuple[jax.Array, ForgettingAttentionState]:
+        """The cache write of `forgetting_attention_step`, then PBS-Attn for a chunk written into an empty cache
+        (`pbs.PBSPrefill.cached`) or the step's dense attention: (out [B, T', H, Dh], the new state)."""
+        zero = jnp.zeros((), jnp.int32)
+
+        def write(buffer: jax.Array, new: jax.Array) -> jax.Array:
+            start = (zero, state.index) + (zero,) * (buffer.ndim - 2)
+            return jax.lax.dynamic_update_slice(buffer, new.astype(buffer.dtype), start)
+
+        keys, values = write(state.k, k), write(state.v, v)
+        log_gates = None if log_fgate is None else write(state.log_fgate, log_fgate)
+        dense = lambda: cached_forgetting_attention(q, keys, values, log_gates, state.index)
+        query_bias, key_bias = forget_gate_bias(log_fgate)
+        out = self.pbs.cached(q.astype(keys.dtype), k.astype(keys.dtype), v.astype(values.dtype), state.index,
+                              dense, query_bias=query_bias, key_bias=key_bias)
+        index = state.index + jnp.asarray(q.shape[1], jnp.int32)
+        return out, ForgettingAttentionState(keys, values, log_gates, index)
 
     def _cache_shapes(self, batch_size: int, max_len: int) -> dict[str, tuple[int, ...]]:
         """Shape of every cache entry but the index: the single source for init_cache and its check."""

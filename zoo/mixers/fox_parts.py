@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
@@ -29,8 +30,9 @@ LLAMA_MLP_RATIO = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
-class FoxOptions(fp8_scaling.FP8LogitOptions):
-    """The FoX mixer's `cfg.mixer_options` (fp8_* inherited), validated (see `parse_options`)."""
+class FoxOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
+    """The FoX mixer's `cfg.mixer_options` (fp8_* and the PBS prefill's prefill/pbs_* inherited), validated
+    (see `parse_options`)."""
 
     gate: str = "full"
     rope: bool = False  # FoX uses no positional encoding by default (FoX's config: `use_rope: false`)
@@ -70,7 +72,9 @@ def parse_options(cfg: ModelConfig) -> FoxOptions:
     check_implementation("fox mixer", values["implementation"], IMPLEMENTATIONS)
     _check_decay_times(values["decay_time_min"], values["decay_time_max"])
     fp8_scaling.FP8Logits.from_options("fox mixer", values)
-    return FoxOptions(**values)
+    options = FoxOptions(**values)
+    pbs.PBSPrefill.from_options("fox mixer", options)
+    return options
 
 
 def pro_mlp_dim(d_model: int, hidden_ratio: float = PRO_MLP_RATIO, multiple_of: int = 256) -> int:
@@ -99,6 +103,19 @@ def decay_bias(num_heads: int, t_min: float, t_max: float) -> np.ndarray:
     """
     tau = np.exp(np.linspace(math.log(t_min), math.log(t_max), num_heads))
     return (-np.log(np.expm1(1.0 / tau))).astype(np.float32)
+
+
+def forget_gate_bias(log_fgate: jax.Array | None) -> tuple[jax.Array | None, jax.Array | None]:
+    """The gate term of FoX's logits, Λ_i − Λ_j with Λ_t = Σ_{l≤t} log f_l, as the separable pair
+    (query_bias Λ, key_bias −Λ), each [B, T, H] float32, for the PBS prefill (None, None without a gate).
+
+    A difference of two float32 prefix sums carries the rounding of |Λ_T| (about 6e-8·|Λ_T|) into every logit,
+    where the dense kernels sum each span on its own (kernels/_common/gate_sums.py); the prefill accepts it.
+    """
+    if log_fgate is None:
+        return None, None
+    lam = jnp.cumsum(log_fgate.astype(jnp.float32), axis=1)
+    return lam, -lam
 
 
 def segment_starts(segment_ids: jax.Array) -> jax.Array:

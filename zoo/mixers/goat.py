@@ -39,6 +39,10 @@ Options (`cfg.mixer_options`):
       "rank_aware" bounds the logit by ρ²σ_max(W_Q,c W_K,cᵀ)/√D_c (content channels, ρ the largest token
       norm of the call) plus Σ_r √(A_r² + B_r²) (the Fourier lanes) plus max|u_bounded(j)| over the call's
       positions, so it cannot overflow. Cached decoding keeps float32 logits.
+  prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
+      as the attention mixer's: "pbs" runs PBS-Attn (`zoo.longctx.pbs`) on q_total, k_total (scale 1) for a
+      multi-token chunk written into an empty decode cache, the recency bias −s·softplus(ρ)·(i − j) passed as
+      the separable pair (−slope·i, slope·j) (`recency_terms`); decode steps and the training forward stay dense.
 Not implemented: the optional query-norm prior gate and the 2D (ViT) mode of GOAT.
 
 q/k/v/o projections follow the zoo's attention mixer (nnx.Linear defaults), so GOAT and the baseline
@@ -64,6 +68,7 @@ from flax import nnx
 from icml26zoo.layers import projections
 from icml26zoo.layers.alibi import alibi_slopes
 from icml26zoo.layers.options import check_choice
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
@@ -89,9 +94,9 @@ def sink_features(positions: jax.Array, abs_rank: int, train_len: int) -> jax.Ar
 
 
 @dataclasses.dataclass(frozen=True)
-class GOATOptions(fp8_scaling.FP8LogitOptions):
-    """The GOAT mixer's `cfg.mixer_options` (see the module docstring; fp8_* inherited), validated by
-    `parse_options`."""
+class GOATOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
+    """The GOAT mixer's `cfg.mixer_options` (see the module docstring; fp8_* and prefill/pbs_* inherited),
+    validated by `parse_options`."""
 
     pos_rank: int = 4
     abs_rank: int = 4
@@ -111,6 +116,7 @@ def parse_options(cfg: ModelConfig) -> GOATOptions:
             raise ValueError(f"goat mixer option {name!r} must be an integer >= {low}, got {opts[name]!r}")
     check_choice("goat mixer", "init", opts["init"], INITS)
     fp8_scaling.FP8Logits.from_options("goat mixer", opts)
+    pbs.PBSPrefill.from_options("goat mixer", GOATOptions(**opts))
     num_prior = 2 * opts["pos_rank"] + int(opts["key_bias"])
     if cfg.resolved_head_dim <= num_prior:
         raise ValueError(
@@ -136,6 +142,7 @@ class GOATAttention(nnx.Module):
         self.dtype = jnp.dtype(cfg.compute_dtype)
         self.content_dim = self.head_dim - 2 * opts.pos_rank - int(opts.key_bias)
         self.fp8 = fp8_scaling.FP8Logits.from_options("goat mixer", opts)
+        self.pbs = pbs.PBSPrefill.from_options("goat mixer", opts)
         seeded = opts.init == "seeded"
 
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
@@ -218,6 +225,15 @@ class GOATAttention(nnx.Module):
         lag = (q_positions[:, :, None] - k_positions[:, None, :]).astype(jnp.float32)  # [B, T, S]
         return -slope[None, :, None, None] * lag[:, None]
 
+    def recency_terms(self, positions: jax.Array) -> tuple[jax.Array | None, jax.Array | None]:
+        """The recency bias −slope_h·(i − j) as the separable pair (−slope_h·i, slope_h·j) at positions [B, T]:
+        (query_bias, key_bias), each [B, T, H] float32 (None, None without key_bias). For the PBS prefill."""
+        if not self.options.key_bias:
+            return None, None
+        slope = self.options.prior_scale * jax.nn.softplus(self._group(self.recency_raw[...], 0))  # [H]
+        scaled = positions.astype(jnp.float32)[..., None] * slope
+        return -scaled, scaled
+
     def augmented_qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x [B, T, D] -> q_total [B, T, H, Dh], k_total and v [B, T, Hkv, Dh] in the compute dtype.
 
@@ -254,7 +270,10 @@ class GOATAttention(nnx.Module):
         key_pos = jax.lax.dynamic_update_slice(cache["pos"], positions.astype(jnp.int32), (zero, index))
         mask = decode_mask(index, q.shape[1], keys.shape[1])
         bias = self.recency_bias(positions, key_pos)
-        out = _dot_product_attention(q.astype(keys.dtype), keys, values, bias=bias, mask=mask, scale=1.0)
+        dense = lambda: _dot_product_attention(q.astype(keys.dtype), keys, values, bias=bias, mask=mask, scale=1.0)
+        query_bias, key_bias = self.recency_terms(positions)
+        out = self.pbs.cached(q.astype(keys.dtype), k.astype(keys.dtype), v.astype(values.dtype), index, dense,
+                              scale=1.0, query_bias=query_bias, key_bias=key_bias)
         new_index = index + jnp.asarray(q.shape[1], jnp.int32)
         return out.astype(self.dtype), {"k": keys, "v": values, "pos": key_pos, "index": new_index}
 

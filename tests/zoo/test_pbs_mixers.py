@@ -1,0 +1,119 @@
+"""PBS-Attn prefill (`prefill="pbs"`) in the softmax-family mixers with logit terms: fox, goat, circulation, fix.
+
+Per mixer, one jitted "prefill a chunk into an empty cache, then decode one token" function runs three mixers
+with shared parameters: dense, PBS at τ = 1 and PBS at τ = 0.3. Checked: τ = 1 equals the dense prefill
+(outputs, the written cache, the next decode step); τ = 0.3 drops blocks, writes the same cache as the dense
+prefill, decodes the next token as the dense mixer does, and its prefill equals a dense reference restricted
+to the SAME token set: the mixer's own softmax weights (its `attention_weights`, biases included) masked by the
+plan's token mask (`pbs.original_token_mask` of `pbs.select_blocks` on the mixer's q, k and key-side logit
+term) and renormalized. Shapes: B 2, T 48 (three segments of 16, blocks of 8), H 4 on Hkv 2, head dim 8.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from icml26zoo.longctx import pbs
+from icml26zoo.mixers.circulation import CirculationAttention
+from icml26zoo.mixers.fix import FineGrainedForgettingAttention
+from icml26zoo.mixers.fox import ForgettingAttention
+from icml26zoo.mixers.fox_parts import forget_gate_bias
+from icml26zoo.mixers.goat import GOATAttention
+from icml26zoo.models import ModelConfig
+
+B, T, D_MODEL, H, HKV, DH, C, SEG = 2, 48, 32, 4, 2, 8, 8, 16
+TAU = 0.3
+TOL = 1e-5  # tests/tolerances.py "default" float32 bound (max-normalized): the paths reorder float32 sums
+PBS = {"prefill": "pbs", "pbs_block": C, "pbs_segment": SEG}
+pytestmark = pytest.mark.usefixtures("fast_compile")
+POSITIONS = jnp.broadcast_to(jnp.arange(T + 1, dtype=jnp.int32), (B, T + 1))
+
+
+MIXERS = {"fox": ForgettingAttention, "goat": GOATAttention, "circulation": CirculationAttention,
+          "fix": FineGrainedForgettingAttention}
+
+
+def _mixer(name: str, **options):
+    cfg = ModelConfig(vocab_size=64, d_model=D_MODEL, num_layers=1, num_heads=H, num_kv_heads=HKV, head_dim=DH,
+                      max_seq_len=T + 1, mixer_options=tuple(options.items()))
+    return MIXERS[name](cfg, rngs=nnx.Rngs(0))
+
+
+def _inputs(seed: int) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    # A few loud tokens make the pooled block scores peaked, so τ < 1 drops blocks.
+    loud = 1.0 + 4.0 * (rng.random((B, T + 1, 1)) < 0.1)
+    return jnp.asarray(rng.standard_normal((B, T + 1, D_MODEL)) * loud, jnp.float32)
+
+
+@nnx.jit
+def _prefill_then_decode(mixer, x):
+    cache = mixer.init_cache(B, T + 1, jnp.float32)
+    y, cache = mixer(x[:, :T], positions=POSITIONS[:, :T], cache=cache)
+    y_next, _ = mixer(x[:, T:], positions=POSITIONS[:, T:], cache=cache)
+    return y, cache, y_next
+
+
+def _err(got, want) -> float:
+    got, want = jnp.asarray(got, jnp.float32), jnp.asarray(want, jnp.float32)
+    return float(jnp.max(jnp.abs(got - want)) / max(1.0, float(jnp.max(jnp.abs(want)))))
+
+
+def _masked(weights: jax.Array, mask: jax.Array) -> jax.Array:
+    """The dense softmax weights [B, H, T, T] restricted to the mask and renormalized (= the masked softmax)."""
+    kept = jnp.where(mask, weights, 0.0)
+    return kept / jnp.sum(kept, axis=-1, keepdims=True)
+
+
+def _grouped(v: jax.Array) -> jax.Array:
+    return jnp.repeat(v.astype(jnp.float32), H // v.shape[2], axis=2)
+
+
+@nnx.jit
+def _fox_reference(mixer, x):
+    q, k, v, _ = mixer._project_qkv(x, None, POSITIONS[:, :T], None)
+    _, key_bias = forget_gate_bias(mixer.log_forget_gate(x))
+    plan = pbs.select_blocks(q, k, options=mixer.pbs.options, key_bias=key_bias)
+    probs = _masked(mixer.attention_weights(x, positions=POSITIONS[:, :T]), pbs.original_token_mask(plan, T, C))
+    out = jnp.einsum("bhij,bjhd->bihd", probs, _grouped(v), precision="highest")
+    return mixer._output(out, x), plan
+
+
+@nnx.jit
+def _goat_reference(mixer, x):
+    positions = POSITIONS[:, :T]
+    q, k, v = mixer.augmented_qkv(x, positions)
+    _, key_bias = mixer.recency_terms(positions)
+    plan = pbs.select_blocks(q, k, options=mixer.pbs.options, scale=1.0, key_bias=key_bias)
+    probs = _masked(mixer.attention_weights(x, positions=positions), pbs.original_token_mask(plan, T, C))
+    out = jnp.einsum("bhij,bjhd->bihd", probs, _grouped(v), precision="highest")
+    return mixer.o_proj(out.reshape(B, T, H * DH)), plan
+
+
+REFERENCES = {"fox": (_fox_reference, {}), "goat": (_goat_reference, {"pos_rank": 2})}
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_pbs_prefill(name):
+    reference, options = REFERENCES[name]
+    x = _inputs(0)
+    dense = _mixer(name, **options)
+    want_y, want_cache, want_next = _prefill_then_decode(dense, x)
+    for tau in (1.0, TAU):
+        mixer = _mixer(name, **options, **PBS, pbs_tau=tau)
+        nnx.update(mixer, nnx.state(dense))
+        y, cache, y_next = _prefill_then_decode(mixer, x)
+        for key in want_cache:
+            assert _err(cache[key], want_cache[key]) < TOL, f"τ = {tau}: cache entry {key!r} differs from dense"
+        assert _err(y_next, want_next) < TOL, f"τ = {tau}: the decode step after the PBS prefill"
+        if tau == 1.0:
+            assert _err(y, want_y) < TOL, "τ = 1 must equal the dense prefill"
+            continue
+        ref_y, plan = reference(mixer, x[:, :T])
+        assert float(plan.density) < 0.95, "τ = 0.3 should drop blocks here"
+        assert _err(y, want_y) > 1e-3, "τ = 0.3 should change the prefill"
+        assert _err(y, ref_y) < TOL, "PBS prefill vs the masked dense reference of the same blocks"
