@@ -3,7 +3,8 @@
 
 Interface (issue 20): `model(points, features, weights)` with points = unit directions u_i [B, N, 3],
 features = signal values at them [B, N, F], weights [B, N] (0 = padding). Blocks: x + SoLA(LN x), then
-x + MLP(LN x) with a 4x GELU MLP. The input embedding sees only the features, so with
+x + MLP(LN x), a GELU MLP of width cfg.resolved_mlp_dim (4·D when cfg.mlp_activation is "gelu", the spec's 4x;
+the activation is GELU either way). The input embedding sees only the features, so with
 `position_embedding="none"` nothing depends on the absolute orientation and every output is invariant under a
 global rotation of the directions (the scalar-field form of SO(3) equivariance).
 
@@ -64,7 +65,7 @@ class SolaOptions:
     # "point": [B, N, num_outputs] (zoo_sphere's per-token regression); "pool": weighted mean, then the head.
     readout: str = "point"
     # Input features F per token (the last axis of `features`); 0 gives every token one learned embedding.
-    num_features: int = 1
+    feature_dim: int = 1
     # "local": softmax over the k geodesic nearest neighbours; "linear": the softmax-free global variant A.
     attention: str = "local"
     # k of the local attention (capped at the number of tokens N of the call).
@@ -76,7 +77,7 @@ class SolaOptions:
 
     def __post_init__(self) -> None:
         _check_int("num_outputs", self.num_outputs, 1)
-        _check_int("num_features", self.num_features, 0)
+        _check_int("feature_dim", self.feature_dim, 0)
         _check_int("neighbours", self.neighbours, 1)
         _check_int("lpe_degree", self.lpe_degree, 1)
         _check_choice("readout", self.readout, READOUTS)
@@ -118,15 +119,15 @@ class SolaAttention(nnx.Module):
 
 
 class SolaBlock(nnx.Module):
-    """Pre-norm block: x + SoLA(LN x), then x + MLP(LN x) (4x GELU). x [B, N, D] -> [B, N, D]."""
+    """Pre-norm block: x + SoLA(LN x), then x + MLP(LN x) (GELU, width cfg.resolved_mlp_dim). [B, N, D] -> [B, N, D]."""
 
     def __init__(self, cfg: ModelConfig, attention: str, *, rngs: nnx.Rngs) -> None:
         d_model = cfg.d_model
         self.attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
         self.attention = SolaAttention(d_model, cfg.num_heads, cfg.resolved_head_dim, attention, rngs=rngs)
         self.mlp_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        self.mlp_up = _linear(rngs, d_model, 4 * d_model)
-        self.mlp_down = _linear(rngs, 4 * d_model, d_model)
+        self.mlp_up = _linear(rngs, d_model, cfg.resolved_mlp_dim)
+        self.mlp_down = _linear(rngs, cfg.resolved_mlp_dim, d_model)
 
     def __call__(self, x: jax.Array, directions: jax.Array, mask: jax.Array,
                  table: tuple[jax.Array, jax.Array] | None) -> jax.Array:
@@ -171,7 +172,7 @@ class SolaModel(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         options = sola_options(cfg)
         self.cfg, self.options = cfg, options
-        self.embed = _linear(rngs, max(options.num_features, 1), cfg.d_model)
+        self.embed = _linear(rngs, max(options.feature_dim, 1), cfg.d_model)
         if options.position_embedding == "spherical_harmonics":
             self.position = _linear(rngs, (options.lpe_degree + 1) ** 2 - 1, cfg.d_model)
         self.blocks = nnx.List([SolaBlock(cfg, options.attention, rngs=rngs) for _ in range(cfg.num_layers)])
@@ -179,7 +180,7 @@ class SolaModel(nnx.Module):
         self.head = _linear(rngs, cfg.d_model, options.num_outputs)
 
     def _embed(self, points: jax.Array, features: jax.Array) -> jax.Array:
-        if self.options.num_features == 0:
+        if self.options.feature_dim == 0:
             features = jnp.zeros((*features.shape[:2], 1), jnp.float32)
         x = self.embed(features.astype(jnp.float32))
         if self.options.position_embedding == "spherical_harmonics":
@@ -190,8 +191,8 @@ class SolaModel(nnx.Module):
         """points [B, N, 3] unit, features [B, N, F], weights [B, N] -> [B, N, O] ("point") or [B, O] ("pool")."""
         check_point_inputs(points, features, weights, dim=3)
         check_unit_directions(points, weights)
-        if features.shape[-1] != self.options.num_features:
-            raise ValueError(f"features must have F = num_features = {self.options.num_features} "
+        if features.shape[-1] != self.options.feature_dim:
+            raise ValueError(f"features must have F = feature_dim = {self.options.feature_dim} "
                              f"({FIELD}), got shape {list(features.shape)}")
         mask = point_mask(weights)
         table = None

@@ -24,13 +24,18 @@ ROTATION_TOL = 1e-5
 BROKEN = 1e-2
 
 
-def unit_directions(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    x = jax.random.normal(key, (*shape, 3), jnp.float32)
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+def unit_directions(seed: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    """Random unit directions [*shape, 3] (numpy: no eager JAX programs to compile)."""
+    x = np.random.default_rng(seed).normal(size=(*shape, 3))
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(dtype)
+
+
+def normal(seed: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
 
 
 def make_model(num_layers: int = 2, **options):
-    options = {"neighbours": NEIGHBOURS, "num_features": FEATURES, **options}
+    options = {"neighbours": NEIGHBOURS, "feature_dim": FEATURES, **options}
     cfg = ModelConfig(name="sola", d_model=16, num_layers=num_layers, num_heads=2, num_kv_heads=2,
                       model_options=tuple(options.items()))
     model = build_model(cfg, rngs=nnx.Rngs(0))
@@ -41,11 +46,10 @@ def make_model(num_layers: int = 2, **options):
 
 @pytest.fixture(scope="module")
 def inputs():
-    keys = jax.random.split(jax.random.PRNGKey(0), 2)
-    points = unit_directions(keys[0], (BATCH, POINTS))
-    features = jax.random.normal(keys[1], (BATCH, POINTS, FEATURES), jnp.float32)
-    weights = jnp.ones((BATCH, POINTS), jnp.float32).at[1, 50:].set(0.0)
-    return points, features, weights
+    weights = np.ones((BATCH, POINTS), np.float32)
+    weights[1, 50:] = 0.0
+    return (jnp.asarray(unit_directions(0, (BATCH, POINTS))), jnp.asarray(normal(1, (BATCH, POINTS, FEATURES))),
+            jnp.asarray(weights))
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +66,10 @@ def local_forward():
 def test_lifted_scores_are_rotation_invariant_and_match_closed_form():
     """Invariants 1 and 2: s_ij = (q_i·k_j)(a² + b² cos θ_ij), unchanged by a global rotation, equal for two
     different pairs at the same distance."""
-    keys = jax.random.split(jax.random.PRNGKey(1), 4)
     heads, head_dim, num = 2, 4, 16
     alpha = jnp.asarray([math.pi / 4, 0.3], jnp.float32)
-    directions = unit_directions(keys[0], (1, num))
-    queries = jax.random.normal(keys[1], (1, num, heads, head_dim)) / 2
-    key_vectors = jax.random.normal(keys[2], (1, num, heads, head_dim)) / 2
+    directions = unit_directions(2, (1, num))
+    queries, key_vectors = (normal(seed, (1, num, heads, head_dim)) / 2 for seed in (3, 4))
 
     @jax.jit
     def scores_at(directions, queries, key_vectors):
@@ -75,7 +77,7 @@ def test_lifted_scores_are_rotation_invariant_and_match_closed_form():
         return sola.lifted_scores(queries, key_vectors, phi, phi)
 
     scores = scores_at(directions, queries, key_vectors)
-    rotated_scores = scores_at(rotate_points(directions, random_rotation(keys[3])), queries, key_vectors)
+    rotated_scores = scores_at(rotate_points(directions, random_rotation(jax.random.PRNGKey(5))), queries, key_vectors)
     assert float(jnp.max(jnp.abs(rotated_scores - scores))) <= 1e-6
 
     u, q, k, a = (np.asarray(x, np.float64) for x in (directions[0], queries[0], key_vectors[0], alpha))
@@ -84,12 +86,12 @@ def test_lifted_scores_are_rotation_invariant_and_match_closed_form():
     np.testing.assert_allclose(np.asarray(scores[0]), expected, atol=1e-5)
 
     theta = 0.7
-    pair_one = jnp.asarray([[0.0, 0.0, 1.0], [math.sin(theta), 0.0, math.cos(theta)]], jnp.float32)
-    pair_two = jnp.asarray([[1.0, 0.0, 0.0], [math.cos(theta), math.sin(theta), 0.0]], jnp.float32)
+    pair_one = [[0.0, 0.0, 1.0], [math.sin(theta), 0.0, math.cos(theta)]]
+    pair_two = [[1.0, 0.0, 0.0], [math.cos(theta), math.sin(theta), 0.0]]
     # Tokens 0, 1 at the first pair and 2, 3 at the second, with q_2 = q_0 and k_3 = k_1.
-    pairs = jnp.concatenate([pair_one, pair_two, directions[0, 4:]])[None]
-    pair_queries = queries.at[:, 2].set(queries[:, 0])
-    pair_keys = key_vectors.at[:, 3].set(key_vectors[:, 1])
+    pairs = np.concatenate([np.asarray(pair_one + pair_two, np.float32), directions[0, 4:]])[None]
+    pair_queries, pair_keys = queries.copy(), key_vectors.copy()
+    pair_queries[:, 2], pair_keys[:, 3] = queries[:, 0], key_vectors[:, 1]
     pair_scores = scores_at(pairs, pair_queries, pair_keys)[0]
     assert float(jnp.max(jnp.abs(pair_scores[:, 0, 1] - pair_scores[:, 2, 3]))) <= 1e-6
 
@@ -115,8 +117,7 @@ def test_local_attention_matches_reference_and_linear_variant_matches_brute_forc
     """Local softmax attention over the geodesic k-NN table = a float64 loop; invariant 5: variant A's O(N)
     sums = the O(N²) kernel evaluation (1e-5)."""
     points, _, weights = inputs
-    keys = jax.random.split(jax.random.PRNGKey(2), 3)
-    q, k, v = (jax.random.normal(key, (BATCH, POINTS, 2, 4)) / 2 for key in keys)
+    q, k, v = (normal(seed, (BATCH, POINTS, 2, 4)) / 2 for seed in (6, 7, 8))
     phi = sola.direction_lift(points, jnp.asarray([math.pi / 4, 0.4], jnp.float32))
     mask = (weights > 0).astype(jnp.float32)
 
@@ -163,7 +164,7 @@ def test_model_is_permutation_equivariant_and_ignores_padding(inputs, local_forw
     assert float(jnp.max(jnp.abs(permuted - outputs[:, order]))) <= ROTATION_TOL
 
     padding = weights == 0
-    other_points = jnp.where(padding[..., None], unit_directions(jax.random.PRNGKey(5), points.shape[:2]), points)
+    other_points = jnp.where(padding[..., None], unit_directions(9, points.shape[:2]), points)
     other_features = jnp.where(padding[..., None], 100.0, features)
     changed = local_forward(other_points, other_features, weights)
     assert float(jnp.max(jnp.abs(changed - outputs))) == 0.0
@@ -187,10 +188,8 @@ def test_linear_model_pooled_readout_is_rotation_invariant(inputs):
 def test_float64_layer_rotation_error():
     """Invariant 3 in float64: one local SoLA layer's outputs under a rotation agree to 1e-10."""
     with jax.enable_x64(True):
-        keys = jax.random.split(jax.random.PRNGKey(7), 5)
-        x = jax.random.normal(keys[0], (1, 32, 3), jnp.float64)
-        points = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        q, k, v = (jax.random.normal(key, (1, 32, 2, 4), jnp.float64) for key in keys[1:4])
+        points = jnp.asarray(unit_directions(10, (1, 32), np.float64))
+        q, k, v = (jnp.asarray(normal(seed, (1, 32, 2, 4), np.float64)) for seed in (11, 12, 13))
         alpha = jnp.asarray([0.6, 0.9], jnp.float64)
         mask = jnp.ones((1, 32), jnp.float64)
 
@@ -199,8 +198,8 @@ def test_float64_layer_rotation_error():
             return sola.local_softmax_attention(q, k, v, sola.direction_lift(points, alpha),
                                                 *sola.neighbour_table(points, mask, NEIGHBOURS))
 
-        quaternion = jax.random.normal(keys[4], (4,), jnp.float64)
-        rotation = rotation_from_quaternion(quaternion / jnp.linalg.norm(quaternion))
+        quaternion = normal(14, (4,), np.float64)
+        rotation = rotation_from_quaternion(jnp.asarray(quaternion / np.linalg.norm(quaternion)))
         error = jnp.max(jnp.abs(layer(rotate_points(points, rotation)) - layer(points)))
         assert float(error) <= 1e-10
 
@@ -211,7 +210,7 @@ def test_float64_layer_rotation_error():
         (lambda p, f, w: (p * 1.01, f, w), "unit directions"),
         (lambda p, f, w: (p.at[0, 3, 1].set(jnp.nan), f, w), "points must be finite"),
         (lambda p, f, w: (p, f, w.at[1].set(0.0)), "zero real points"),
-        (lambda p, f, w: (p, f[..., :1], w), "num_features"),
+        (lambda p, f, w: (p, f[..., :1], w), "feature_dim"),
         (lambda p, f, w: (p[..., :2], f, w), r"points must have shape \[B, N, 3\]"),
         (lambda p, f, w: (p, f, w[0]), "weights must be a float array"),
     ],
