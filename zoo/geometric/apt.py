@@ -56,9 +56,9 @@ class AptOptions:
     # Only "point" (one output per node): APT is an operator from fields to fields.
     readout: str = "point"
     # Coordinate dimension d of points [B, N, d] (2 for the zoo's meshes).
-    coord_dim: int = 2
-    # Input field channels F of features [B, N, F].
-    num_features: int = 1
+    point_dim: int = 2
+    # Input field channels F of features [B, N, F] (3 for zoo_darcy_amr: p_a, k, q / SOURCE).
+    feature_dim: int = 3
     # "attention" (GAOT-like, + log w_j) or "kernel" (GNO kernel integral with w-normalized sums).
     local_operator: Literal["attention", "kernel"] = "attention"
     # Neighbourhood radius r and cap k_max of the local branch (the spec's small setting: 0.08 and 32).
@@ -77,10 +77,10 @@ class AptOptions:
     residual_channels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("num_outputs", "coord_dim", "num_features", "max_neighbours", "num_latents",
+        for name in ("num_outputs", "point_dim", "feature_dim", "max_neighbours", "num_latents",
                      "fourier_features"):
             value = getattr(self, name)
-            minimum = 0 if name == "num_features" else 1
+            minimum = 0 if name == "feature_dim" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"{FIELD}: apt option {name!r} must be an integer >= {minimum}, got {value!r}")
         if self.readout != "point":
@@ -101,9 +101,9 @@ class AptOptions:
         if channels and len(channels) != self.num_outputs:
             raise ValueError(f"{FIELD}: apt option 'residual_channels' must name one feature channel per output "
                              f"(num_outputs = {self.num_outputs}), got {channels!r}")
-        if any(not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < self.num_features for c in channels):
+        if any(not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < self.feature_dim for c in channels):
             raise ValueError(f"{FIELD}: apt option 'residual_channels' must be feature channels in "
-                             f"[0, num_features = {self.num_features}), got {channels!r}")
+                             f"[0, feature_dim = {self.feature_dim}), got {channels!r}")
 
 
 def apt_options(cfg: ModelConfig) -> AptOptions:
@@ -157,9 +157,9 @@ class AdaptivePhysicsTransformer(nnx.Module):
         if d_model % cfg.num_heads:
             raise ValueError(f"d_model must be divisible by num_heads for apt, got d_model={d_model}, "
                              f"num_heads={cfg.num_heads}")
-        self.embed = Mlp(options.num_features + options.fourier_features, d_model, d_model, rngs=rngs)
+        self.embed = Mlp(options.feature_dim + options.fourier_features, d_model, d_model, rngs=rngs)
         self.local_layers = nnx.List([
-            LocalGNOLayer(d_model, cfg.num_heads, options.coord_dim, options.local_operator, rngs=rngs)
+            LocalGNOLayer(d_model, cfg.num_heads, options.point_dim, options.local_operator, rngs=rngs)
             for _ in range(cfg.num_layers)
         ])
         self.global_branch = PerceiverBranch(d_model, cfg.num_heads, options.num_latents, options.latent_layers,
@@ -172,12 +172,12 @@ class AdaptivePhysicsTransformer(nnx.Module):
                  edges: jax.Array | None = None) -> jax.Array:
         """points [B, N, d], features [B, N, F], weights [B, N] (0 = padding), edges [B, E, 2] -> [B, N, O]."""
         options = self.options
-        check_point_inputs(points, features, weights, dim=options.coord_dim)
-        if features.shape[-1] != options.num_features:
-            raise ValueError(f"features must have shape [B, N, {options.num_features}] (model option "
-                             f"num_features), got shape {list(features.shape)}")
+        check_point_inputs(points, features, weights, dim=options.point_dim)
+        if features.shape[-1] != options.feature_dim:
+            raise ValueError(f"features must have shape [B, N, {options.feature_dim}] (model option "
+                             f"feature_dim), got shape {list(features.shape)}")
         adjacency = None if edges is None else edge_adjacency(edges, points.shape[1])
-        basis = fourier_basis(options.fourier_seed, options.coord_dim, options.fourier_features,
+        basis = fourier_basis(options.fourier_seed, options.point_dim, options.fourier_features,
                               options.fourier_scale)
         fourier = fourier_features(points, basis)
         h = self.embed(jnp.concatenate([features, fourier], axis=-1))
@@ -237,7 +237,7 @@ def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, fe
       random half is duplicated: that half then weighs twice as much as it should.
     The inputs are validated eagerly, then every forward runs compiled at one padded shape [B, N + N // 2].
     """
-    check_point_inputs(points, features, weights, dim=model.options.coord_dim)
+    check_point_inputs(points, features, weights, dim=model.options.point_dim)
     permute_key, choose_key = jax.random.split(key)
     num_nodes = points.shape[1]
     chosen = jax.random.permutation(choose_key, num_nodes)[: max(1, num_nodes // 2)]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile")
 BATCH, NODES, FEATURES = 2, 12, 2
 # Radius large enough that the kept neighbourhoods are not trivial; the cap exceeds 2N, so no neighbourhood is
 # truncated (the quadrature invariances hold exactly only without truncation: the cap is a deliberate cut).
-OPTIONS = {"num_features": FEATURES, "radius": 0.45, "max_neighbours": 4 * NODES, "num_latents": 4,
+OPTIONS = {"feature_dim": FEATURES, "radius": 0.45, "max_neighbours": 4 * NODES, "num_latents": 4,
            "latent_layers": 1, "fourier_features": 8}
 # float32 bound on outputs of O(1) (measured ~1e-6): sums in another order, log(w/2) + log 2 vs log w.
 INVARIANCE_TOL = 1e-5
@@ -201,7 +201,7 @@ def test_bad_input(attention_model, nodes):
     ({"local_operator": "fourier"}, "local_operator"),
     ({"gate": "both"}, "gate"),
     ({"residual_channels": (0, 1)}, "one feature channel per output"),
-    ({"residual_channels": (2,)}, r"\[0, num_features = 2\)"),
+    ({"residual_channels": (2,)}, r"\[0, feature_dim = 2\)"),
     ({"fourier_features": 7}, "even"),
     ({"radius": 0.0}, "radius"),
 ])
