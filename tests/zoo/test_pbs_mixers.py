@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.kernels.value_forget_attention.reference import value_decays
+from icml26zoo.layers import projections
 from icml26zoo.longctx import pbs
 from icml26zoo.mixers.circulation import CirculationAttention
 from icml26zoo.mixers.fix import FineGrainedForgettingAttention
@@ -94,13 +96,62 @@ def _goat_reference(mixer, x):
     return mixer.o_proj(out.reshape(B, T, H * DH)), plan
 
 
-REFERENCES = {"fox": (_fox_reference, {}), "goat": (_goat_reference, {"pos_rank": 2})}
+def _circulation_plan(mixer, x):
+    q = projections.project_heads(x, mixer.q_proj, H, DH)
+    k = _grouped(projections.project_heads(x, mixer.k_proj, HKV, DH))
+    stats = mixer._prefix_stats(x, mixer.mask(None, B, T)[:, 0]) if mixer.options.adaptive else None
+    q_t, k_t = mixer.pbs_query_key(q, k, stats)
+    return pbs.select_blocks(q_t, k_t, options=mixer.pbs.options, scale=1.0), q, k
+
+
+@nnx.jit
+def _circulation_reference(mixer, x):
+    """β = 1: the masked softmax of ℓ_α over the values. With a blend (β ≠ 1): H_org and H_α over the inputs,
+    both restricted to the plan's tokens, blended, rescaled by clip(‖H_α‖/‖H_new‖), then W_V."""
+    plan, q, k = _circulation_plan(mixer, x)
+    mask = pbs.original_token_mask(plan, T, C)
+    probs = _masked(mixer.attention_weights(x), mask)
+    w_v = mixer.v_proj.kernel[...].reshape(D_MODEL, HKV, DH)
+    if not mixer.retrieve_inputs:
+        out = jnp.einsum("bhij,bjc,chd->bihd", probs, x, _grouped(w_v[None])[0], precision="highest")
+        return mixer.o_proj(out.reshape(B, T, H * DH)), plan
+    logits = jnp.einsum("bihd,bjhd->bhij", q, k, precision="highest") / DH**0.5
+    probs_org = _masked(jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((T, T), bool)), logits, -jnp.inf)), mask)
+    h_alpha = jnp.einsum("bhij,bjc->bihc", probs, x, precision="highest")
+    h_org = jnp.einsum("bhij,bjc->bihc", probs_org, x, precision="highest")
+    h_new = h_org + mixer.options.beta * (h_alpha - h_org)
+    norm = lambda h: jnp.maximum(jnp.linalg.norm(h, axis=-1, keepdims=True), 1e-6)
+    h_new = h_new * jnp.clip(norm(h_alpha) / norm(h_new), mixer.options.ratio_min, mixer.options.ratio_max)
+    out = jnp.einsum("bihc,chd->bihd", h_new, _grouped(w_v[None])[0], precision="highest")
+    return mixer.o_proj(out.reshape(B, T, H * DH)), plan
+
+
+@nnx.jit
+def _fix_reference(mixer, x):
+    q, k, v = mixer._project_qkv(x, POSITIONS[:, :T])
+    log_fgate = mixer.log_scalar_gate(x)
+    _, key_bias = forget_gate_bias(log_fgate)
+    plan = pbs.select_blocks(q, k, options=mixer.pbs.options, key_bias=key_bias)
+    probs = _masked(mixer.attention_weights(x, positions=POSITIONS[:, :T]), pbs.original_token_mask(plan, T, C))
+    decays = value_decays(mixer.log_value_gate(x), None)
+    u = jnp.einsum("bhij,bhcij,bjhc->bihc", probs, decays, _grouped(v), precision="highest")
+    return mixer._output(u, x), plan
+
+
+REFERENCES = {
+    "fox": (_fox_reference, {}),
+    "goat": (_goat_reference, {"pos_rank": 2}),
+    "circulation": (_circulation_reference, {"alpha": 0.6}),
+    "circulation_blend": (_circulation_reference, {"alpha": 0.6, "beta": 2.0, "adaptive": "dev"}),
+    "fix": (_fix_reference, {}),
+}
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_pbs_prefill(name):
     reference, options = REFERENCES[name]
     x = _inputs(0)
+    name = name.removesuffix("_blend")
     dense = _mixer(name, **options)
     want_y, want_cache, want_next = _prefill_then_decode(dense, x)
     for tau in (1.0, TAU):

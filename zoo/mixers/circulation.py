@@ -41,6 +41,13 @@ Options (`cfg.mixer_options`):
     s_h·ℓ_α/√d_h (and the base logits of H_org) to E4M3 and divides by s_h. "rank_aware": q_i·k_j and k_i·q_j
     are both bounded by ρ²σ_max(W_Q,h W_K,gᵀ), so B̂_h = max(1, max|c₁| + |c₂|)·ρ²σ_h/√d_h (ρ the call's
     largest token norm; per-token c₁, c₂ when adaptive). Cached decoding keeps float32 logits.
+  prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
+    as the attention mixer's: "pbs" runs PBS-Attn (`zoo.longctx.pbs`) for a multi-token chunk written into an
+    empty decode cache, with the blocks selected on ℓ_α itself (q̃·k̃ above, scale 1). Without a blend (β = 1,
+    no adaptive β) the block-sparse op attends q̃ over k̃ (2·Dh channels, H heads) and the values; with a blend
+    both softmaxes (H_α and H_org) keep only the selected tokens of ℓ_α's plan, through the materialized path
+    (this mixer's forward is materialized anyway). Needs causal=True; decode steps and the training forward
+    stay dense.
 Adaptive, causal (my extension): η_M is computed per row and token from the token's own prefix (same
 segment, centered over it), averaged over heads, not over the batch (which would mix rows); gradient-free.
 Non-causal, the "prefix" is the token's whole segment, so η_M is the paper's per-sequence value.
@@ -64,6 +71,7 @@ from flax import nnx
 
 from icml26zoo.layers import projections
 from icml26zoo.layers.options import check_choice
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.attention import causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
@@ -109,9 +117,9 @@ def reference_logits(
 
 
 @dataclasses.dataclass(frozen=True)
-class CirculationOptions(fp8_scaling.FP8LogitOptions):
-    """The circulation mixer's `cfg.mixer_options` (see the module docstring; fp8_* inherited), validated by
-    `parse_options`."""
+class CirculationOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
+    """The circulation mixer's `cfg.mixer_options` (see the module docstring; fp8_* and prefill/pbs_*
+    inherited), validated by `parse_options`."""
 
     alpha: float = 1.0
     beta: float = 1.0
@@ -134,7 +142,11 @@ def parse_options(cfg: ModelConfig) -> CirculationOptions:
     if opts["adaptive_beta"] and opts["adaptive"] is None:
         raise ValueError("circulation mixer option 'adaptive_beta' needs 'adaptive' set, got adaptive=None")
     fp8_scaling.FP8Logits.from_options("circulation mixer", opts)
-    return CirculationOptions(**opts)
+    options = CirculationOptions(**opts)
+    if pbs.PBSPrefill.from_options("circulation mixer", options).enabled and not options.causal:
+        raise ValueError("circulation mixer option prefill='pbs' needs causal=True (PBS is a cached prefill; "
+                         "the bidirectional mode has no cache); got causal=False")
+    return options
 
 
 @register_mixer("circulation")
@@ -157,6 +169,7 @@ class CirculationAttention(nnx.Module):
         # Retrieval over X is needed only when the blend is nonlinear (β ≠ 1 or a per-token β).
         self.retrieve_inputs = self.options.beta != 1.0 or self.options.adaptive_beta
         self.fp8 = fp8_scaling.FP8Logits.from_options("circulation mixer", self.options)
+        self.pbs = pbs.PBSPrefill.from_options("circulation mixer", self.options)
 
         # Bias-free q/k are required: a bias breaks the bilinear form x_iᵀ A x_j.
         linear = functools.partial(projections.linear, dtype=self.dtype, rngs=rngs)
@@ -208,7 +221,12 @@ class CirculationAttention(nnx.Module):
                 stats = (sum_x, sum_xx, jnp.broadcast_to(count, (batch, length)))
                 new_cache["sum_x"], new_cache["sum_xx"] = sum_x[:, -1], sum_xx[:, -1]
             fp8_scales = None
-        out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats, fp8_scales)
+        if cache is not None and self.pbs.enabled:
+            out = self._attend_pbs(q, self._group(k), v, q_cols, self._group(k_cols), v_cols, x_cols, mask, stats,
+                                   cache["index"])
+        else:
+            out = self._attend(q, self._group(k), q_cols, self._group(k_cols), v_cols, x_cols, mask, stats,
+                               fp8_scales)
         return self.o_proj(out.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 
     def mask(self, segment_ids: jax.Array | None, batch: int, length: int) -> jax.Array:
@@ -275,6 +293,31 @@ class CirculationAttention(nnx.Module):
         w_v = self.v_proj.kernel[...].astype(self.dtype).reshape(self.d_model, self.num_kv_heads, self.head_dim)
         w_v = jnp.repeat(w_v, self.num_heads // self.num_kv_heads, axis=1)  # [C, H, Dh]
         return jnp.einsum("bthc,chd->bthd", h_new, w_v)
+
+    def pbs_query_key(self, q: jax.Array, k: jax.Array,
+                      stats: tuple[jax.Array, jax.Array, jax.Array] | None) -> tuple[jax.Array, jax.Array]:
+        """q̃ = [c₁q, c₂k]/√Dh and k̃ = [k, q], each [B, T, H, 2·Dh] float32 (q, k [B, T, H, Dh], k grouped), so
+        that q̃_i·k̃_j = ℓ_α/√Dh: the PBS prefill's queries and keys (scale 1)."""
+        alpha, _ = self.blend_coefficients(stats)
+        c1, c2 = (1.0 + alpha) / 2.0, (1.0 - alpha) / 2.0
+        q32, k32 = q.astype(jnp.float32), k.astype(jnp.float32)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        return jnp.concatenate([c1 * scale * q32, c2 * scale * k32], -1), jnp.concatenate([k32, q32], -1)
+
+    def _attend_pbs(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, q_cols: jax.Array, k_cols: jax.Array, v_cols: jax.Array,
+        x_cols: jax.Array, mask: jax.Array, stats: tuple[jax.Array, jax.Array, jax.Array] | None, index: jax.Array,
+    ) -> jax.Array:
+        """The cached attention with the PBS prefill (option prefill="pbs"): q, k [B, T', H, Dh] (k grouped),
+        v [B, T', Hkv, Dh] of the chunk, the cache columns and decode mask of `_attend` -> out [B, T', H, Dh]."""
+        q_t, k_t = self.pbs_query_key(q, k, stats)
+        dense = lambda: self._attend(q, k, q_cols, k_cols, v_cols, x_cols, mask, stats)
+        if not self.retrieve_inputs:
+            out = self.pbs.cached(q_t, k_t, self._group(v).astype(jnp.float32), index, dense, scale=1.0)
+            return out.astype(self.dtype)
+        kept = self.pbs.mask(q_t, k_t, index, mask.shape[-1], scale=1.0)
+        kept = mask if kept is None else mask & kept
+        return self._attend(q, k, q_cols, k_cols, v_cols, x_cols, kept, stats)
 
     def _probabilities(
         self, q: jax.Array, k: jax.Array, q_cols: jax.Array, k_cols: jax.Array, mask: jax.Array,

@@ -38,6 +38,14 @@ Options (`cfg.mixer_options`):
       ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE), ρ the call's largest token norm. Cached
       decoding keeps float32 logits.
 
+  prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
+      as the attention mixer's: "pbs" restricts the softmax of a multi-token chunk written into an empty
+      decode cache to PBS-Attn's selected tokens (`zoo.longctx.pbs`; blocks chosen on q·k/√d plus the scalar
+      gate term, the value decays act after P). A CORRECTNESS PATH, not a fast one: the per-channel decay
+      exp(Λ_i − Λ_j)[c] factors as exp(Λ_i)·exp(−Λ_j) only through factors that overflow float32
+      (exp(−Λ_j) grows like e^{T/τ}), so the block-sparse op cannot carry it; the chunk's P and decays are
+      materialized (O(T²·Dv), as the fp8 path). The written cache is the dense prefill's; decode stays dense.
+
 Decode cache: keys [B, S, Hkv, D] in the compute dtype and the decayed values
 ṽ_j = exp(Λ_t − Λ_j) ⊙ v_j per QUERY head in float32, multiplied by the new gates at every step (no Λ is
 stored), with the scalar gate's suffix sums kept the same way; "pruned" additionally frees a slot once
@@ -67,9 +75,11 @@ from icml26zoo.kernels.value_forget_attention.reference import attention_weights
 from icml26zoo.kernels.value_forget_attention.reference import value_decays
 from icml26zoo.layers import projections
 from icml26zoo.layers.norms import HeadRMSNorm
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
 from icml26zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
+from icml26zoo.mixers.fox_parts import forget_gate_bias
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer
 
@@ -119,6 +129,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         self.out_norm = HeadRMSNorm(cfg.num_heads, self.head_dim, eps=_OUTPUT_NORM_EPS)
         self.out_gate = gate_linear(cfg.d_model, width) if opts.output_gate else None
         self.fp8 = fp8_scaling.FP8Logits.from_options("fix mixer", opts)
+        self.pbs = pbs.PBSPrefill.from_options("fix mixer", opts)
 
     def __call__(
         self, x: jax.Array, *, segment_ids: SegmentIds = None, positions: Positions, cache: MixerCache = None
@@ -205,10 +216,34 @@ class FineGrainedForgettingAttention(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Appends T' ≥ 1 tokens to the op's decode cache and attends their queries: u [B, T', H, Dv]."""
         prune_eps = self.options.prune_eps if self.options.cache == "pruned" else None
-        u, state = value_forget_attention_step(
-            q, k, v, log_vgate, log_fgate, state=ValueForgetAttentionState(**cache), prune_eps=prune_eps
-        )
-        return u, state._asdict()
+        state = ValueForgetAttentionState(**cache)
+        step = lambda: value_forget_attention_step(q, k, v, log_vgate, log_fgate, state=state, prune_eps=prune_eps)
+        u, new_state = step()
+        if self.pbs.enabled and q.shape[1] > 1:
+            # The step's output is unused on this path; the branch recomputes it only for a non-empty cache.
+            empty = jnp.all(state.length == 0)
+            u = jax.lax.cond(empty, lambda: self._pbs_prefill(q, k, v, log_vgate, log_fgate),
+                             lambda: step()[0])
+        return u, new_state._asdict()
+
+    def _pbs_prefill(self, q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array,
+                     log_fgate: jax.Array | None) -> jax.Array:
+        """u [B, T, H, Dv] (v.dtype) of a chunk into an empty cache with the softmax restricted to PBS-Attn's
+        tokens: q [B, T, H, D], k [B, T, Hkv, D], v [B, T, Hkv, Dv], log_vgate [B, T, H, Dv], log_fgate
+        [B, T, H] or None. Materialized (see the module docstring)."""
+        scale, groups = self.head_dim**-0.5, self.num_heads // self.num_kv_heads
+        _, key_bias = forget_gate_bias(log_fgate)
+        plan = pbs.select_blocks(q, k, options=self.pbs.options, scale=scale, key_bias=key_bias)
+        keep = pbs.original_token_mask(plan, q.shape[1], self.pbs.options.block_size)  # causal on positions
+        keys = jnp.repeat(k.astype(jnp.float32), groups, axis=2)
+        logits = jnp.einsum("bthd,bshd->bhts", q.astype(jnp.float32), keys, precision=fp8_scaling.HIGHEST) * scale
+        if log_fgate is not None:
+            logits = logits + segment_sums(jnp.transpose(log_fgate.astype(jnp.float32), (0, 2, 1)))
+        probs = jax.nn.softmax(jnp.where(keep, logits, -jnp.inf), axis=-1)
+        values = jnp.repeat(v.astype(jnp.float32), groups, axis=2)
+        u = jnp.einsum("bhij,bhcij,bjhc->bihc", probs, value_decays(log_vgate, None), values,
+                       precision=fp8_scaling.HIGHEST)
+        return u.astype(v.dtype)
 
     def attention_weights(
         self, x: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array

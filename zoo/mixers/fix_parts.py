@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.layers.options import check_choice, check_implementation
+from icml26zoo.longctx import pbs
 from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
@@ -30,8 +31,8 @@ MAMBA_DT_RANGE = (1e-3, 1e-1)
 
 
 @dataclasses.dataclass(frozen=True)
-class FixOptions(fp8_scaling.FP8LogitOptions):
-    """The FiX mixer's `cfg.mixer_options` (fp8_* inherited), validated (see `parse_options`)."""
+class FixOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
+    """The FiX mixer's `cfg.mixer_options` (fp8_* and prefill/pbs_* inherited), validated (see `parse_options`)."""
 
     vgate: str = "low_rank"
     vgate_rank: int = 16  # r of the low-rank gate projection W_up W_down (16 at zoo scale)
@@ -82,7 +83,9 @@ def parse_options(cfg: ModelConfig) -> FixOptions:
     _check_numbers(values)
     _check_pruning_options(values, {name for name, _ in cfg.mixer_options})
     fp8_scaling.FP8Logits.from_options("fix mixer", values)
-    return FixOptions(**values)
+    options = FixOptions(**values)
+    pbs.PBSPrefill.from_options("fix mixer", options)
+    return options
 
 
 def low_rank_gate_bias(num_heads: int, head_dim: int) -> np.ndarray:
