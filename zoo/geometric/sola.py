@@ -8,11 +8,13 @@ direction must leave every output unchanged (the outputs are scalar fields attac
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.geometric.common import random_rotation, rotate_points
+from icml26zoo.geometric.common import check_point_inputs, random_rotation, rotate_points
 from icml26zoo.geometric.sola_attention import (
     direction_lift,
     lifted_scores,
@@ -40,6 +42,16 @@ def stretch_directions(points: jax.Array, key: jax.Array) -> jax.Array:
     return jnp.where(norm > 0, mapped / jnp.where(norm > 0, norm, 1.0), 0.0)
 
 
+def compiled(model: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+             ) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """An nnx model as one jitted function of (points, features, weights); any other callable unchanged."""
+    if not isinstance(model, nnx.Module):
+        return model
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, points, features, weights: nnx.merge(graphdef, state)(points, features, weights))
+    return lambda points, features, weights: forward(state, points, features, weights)
+
+
 def _max_real_error(reference: jax.Array, other: jax.Array, weights: jax.Array) -> float:
     """max |other − reference| over real tokens (per-point outputs) or over examples (pooled outputs)."""
     difference = jnp.abs(other - reference)
@@ -56,8 +68,12 @@ def equivariance_errors(model: nnx.Module, points: jax.Array, features: jax.Arra
     outputs must not change (float32 round-off only). "out_of_group": `stretch_directions`, a non-orthogonal
     linear map renormalized onto S², which changes the geodesic distances the attention reads, so the outputs
     must change. The same call on a model with position_embedding="spherical_harmonics" (the negative control)
-    gives a large "in_group" error. Works for any model with the issue-20 call signature.
+    gives a large "in_group" error. Works for any model with the issue-20 call signature (the set_transformer
+    baseline too). The inputs are validated eagerly, then every forward runs compiled (`compiled`).
     """
+    check_point_inputs(points, features, weights, dim=3)
+    check_unit_directions(points, weights)
+    model = compiled(model)
     rotation_key, stretch_key = jax.random.split(key)
     reference = model(points, features, weights)
     rotations = random_rotation(rotation_key, (NUM_ROTATIONS,))
@@ -75,6 +91,7 @@ __all__ = [
     "SolaModel",
     "SolaOptions",
     "check_unit_directions",
+    "compiled",
     "direction_lift",
     "equivariance_errors",
     "lifted_scores",
