@@ -1,7 +1,8 @@
 """The set_transformer baseline (icml26zoo.geometric.baseline) on zoo_shapes: 8 surfaces, 128 points per cloud.
 
 Trained in the canonical pose and evaluated on randomly rotated clouds (the dataset's default), so eval/accuracy
-measures what a non-equivariant model keeps under rotation (chance 1/8). `python -m icml26zoo.train --config
+measures what a non-equivariant model keeps under rotation (chance 1/8). About the size of the platonic and
+spikenet presets on the same task (60k parameters against 54k and 52k). `python -m icml26zoo.train --config
 geo_shapes_baseline --workdir /tmp/geo`; `data.task_options="(('eval_rotate', False),)"` evaluates unrotated.
 """
 
@@ -12,7 +13,7 @@ NUM_POINTS = 128
 
 
 def get_config() -> TrainConfig:
-    model = ModelConfig(name="set_transformer", d_model=64, num_layers=2, num_heads=4, mlp_dim=128,
+    model = ModelConfig(name="set_transformer", d_model=48, num_layers=2, num_heads=4, mlp_activation="gelu",
                         model_options=(("num_outputs", 8), ("readout", "pool")))
     data = DataConfig(name="zoo_shapes", task_options=(("num_points", NUM_POINTS),))
     return TrainConfig(model=model, data=data, objective="set_classification",
