@@ -242,7 +242,7 @@ def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, fe
     num_nodes = points.shape[1]
     chosen = jax.random.permutation(choose_key, num_nodes)[: max(1, num_nodes // 2)]
     size = num_nodes + chosen.shape[0]
-    capped, uncapped = _compiled(model), _compiled(model, max_neighbours=2 * size)
+    capped, uncapped = compiled_forward(model), compiled_forward(model, max_neighbours=2 * size)
     padded = _pad_nodes(points, features, weights, size)
     reference = capped(*padded)[:, :num_nodes]
     order = jax.random.permutation(permute_key, num_nodes)
@@ -257,7 +257,7 @@ def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, fe
     return errors
 
 
-def _compiled(model: AdaptivePhysicsTransformer, max_neighbours: int | None = None):
+def compiled_forward(model: AdaptivePhysicsTransformer, max_neighbours: int | None = None):
     """The model's forward (points, features, weights) -> outputs under jit; optionally with another cap."""
     if max_neighbours is not None:
         model = nnx.clone(model)
