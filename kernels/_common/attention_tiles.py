@@ -232,15 +232,18 @@ class Specs:
     """BlockSpecs over the grid (batch, query head, block) for one geometry.
 
     `groups` query heads share one key/value head (GQA): `kv=True` maps query head h to h // groups.
+    Every index map takes and ignores trailing arguments (`*_`): under a scalar-prefetch grid
+    (`pltpu.PrefetchScalarGridSpec`, the block-sparse kernels) Pallas passes the prefetched refs after the
+    grid indices, so one set of specs serves both kinds of grid.
     """
 
     def __init__(self, geo: Geometry, groups: int):
         self.geo, self.groups = geo, groups
         n, c = geo.blocks, geo.block
-        self.row_tile = pl.BlockSpec((None, None, None, 1, c), lambda b, h, i: (b, h, i, 0, 0))
-        self.row_full = pl.BlockSpec((None, None, n, 1, c), lambda b, h, i: (b, h, 0, 0, 0))
-        self.seg_rows = pl.BlockSpec((None, n, 1, c), lambda b, h, i: (b, 0, 0, 0))
-        self.seg_col = pl.BlockSpec((None, None, c, 1), lambda b, h, i: (b, i, 0, 0))
+        self.row_tile = pl.BlockSpec((None, None, None, 1, c), lambda b, h, i, *_: (b, h, i, 0, 0))
+        self.row_full = pl.BlockSpec((None, None, n, 1, c), lambda b, h, i, *_: (b, h, 0, 0, 0))
+        self.seg_rows = pl.BlockSpec((None, n, 1, c), lambda b, h, i, *_: (b, 0, 0, 0))
+        self.seg_col = pl.BlockSpec((None, None, c, 1), lambda b, h, i, *_: (b, i, 0, 0))
 
     def _head(self, kv: bool) -> Callable[[Any], Any]:
         # lax.div, not //: floor division of a traced int goes through `sign`, whose Mosaic lowering asks
@@ -252,15 +255,15 @@ class Specs:
         """The [C, F] tile of the program's block (query block, or key block in the dk/dv kernel)."""
         c, head = self.geo.block, self._head(kv)
         if self.geo.tpu:
-            return pl.BlockSpec((None, None, c, width), lambda b, h, i: (b, head(h), i, 0))
-        return pl.BlockSpec((None, c, None, width), lambda b, h, i: (b, i, head(h), 0))
+            return pl.BlockSpec((None, None, c, width), lambda b, h, i, *_: (b, head(h), i, 0))
+        return pl.BlockSpec((None, c, None, width), lambda b, h, i, *_: (b, i, head(h), 0))
 
     def full(self, width: int, kv: bool = False) -> pl.BlockSpec:
         """The whole padded sequence [Tp, F], sliced in the kernel with `tile_at`."""
         tp, head = self.geo.padded, self._head(kv)
         if self.geo.tpu:
-            return pl.BlockSpec((None, None, tp, width), lambda b, h, i: (b, head(h), 0, 0))
-        return pl.BlockSpec((None, tp, None, width), lambda b, h, i: (b, 0, head(h), 0))
+            return pl.BlockSpec((None, None, tp, width), lambda b, h, i, *_: (b, head(h), 0, 0))
+        return pl.BlockSpec((None, tp, None, width), lambda b, h, i, *_: (b, 0, head(h), 0))
 
 
 def grid_call(kernel: Callable[..., None], name: str, geo: Geometry, tuning: Any,

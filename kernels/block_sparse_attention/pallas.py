@@ -23,7 +23,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -43,34 +42,6 @@ def _geometry(mode: lowering.Mode, length: int, block: int) -> tiles.Geometry:
         raise ValueError(f"{OP}: `block_size` is {block}; implementation='pallas' needs {rule} for the "
                          f"{mode} lowering (the block lists fix the tile)")
     return geo
-
-
-class _Specs:
-    """BlockSpecs over the grid (b, h, block); index maps ignore the scalar-prefetch refs (`*_`)."""
-
-    def __init__(self, geo: tiles.Geometry, groups: int):
-        self.geo, self.groups = geo, groups
-        n, c = geo.blocks, geo.block
-        self.row_tile = pl.BlockSpec((None, None, None, 1, c), lambda b, h, i, *_: (b, h, i, 0, 0))
-        self.row_full = pl.BlockSpec((None, None, n, 1, c), lambda b, h, i, *_: (b, h, 0, 0, 0))
-        self.seg_rows = pl.BlockSpec((None, n, 1, c), lambda b, h, i, *_: (b, 0, 0, 0))
-        self.seg_col = pl.BlockSpec((None, None, c, 1), lambda b, h, i, *_: (b, i, 0, 0))
-
-    def _head(self, kv: bool) -> Callable[[Any], Any]:
-        groups = self.groups
-        return (lambda h: lax.div(h, jnp.int32(groups))) if kv else (lambda h: h)
-
-    def tile(self, width: int, kv: bool = False) -> pl.BlockSpec:
-        c, head = self.geo.block, self._head(kv)
-        if self.geo.tpu:
-            return pl.BlockSpec((None, None, c, width), lambda b, h, i, *_: (b, head(h), i, 0))
-        return pl.BlockSpec((None, c, None, width), lambda b, h, i, *_: (b, i, head(h), 0))
-
-    def full(self, width: int, kv: bool = False) -> pl.BlockSpec:
-        tp, head = self.geo.padded, self._head(kv)
-        if self.geo.tpu:
-            return pl.BlockSpec((None, None, tp, width), lambda b, h, i, *_: (b, head(h), 0, 0))
-        return pl.BlockSpec((None, tp, None, width), lambda b, h, i, *_: (b, 0, head(h), 0))
 
 
 def _next_power_of_two(x: int) -> int:
@@ -122,7 +93,7 @@ def _list_call(body: Callable[..., None], name: str, geo: tiles.Geometry, idx: j
 
 def _layouts(mode: lowering.Mode, q: jax.Array, k: jax.Array, seg: jax.Array | None, block: int) -> tuple:
     geo = _geometry(mode, q.shape[1], block)
-    return geo, _Specs(geo, q.shape[2] // k.shape[2]), tiles.segment_layouts(seg, geo)
+    return geo, tiles.Specs(geo, q.shape[2] // k.shape[2]), tiles.segment_layouts(seg, geo)
 
 
 def _forward_kernels(q: jax.Array, k: jax.Array, v: jax.Array, idx: jax.Array, cnt: jax.Array,

@@ -112,6 +112,40 @@ def test_permuted_keys_with_positions_equal_dense():
         assert_close(out, _dense_causal(q, k, v), TOL, what=f"{impl} permuted")
 
 
+def test_separable_biases_and_narrow_values_match_reference():
+    """query_bias a_t and key_bias b_s (logit scale·q·k + a_t + b_s), values narrower than keys (Dv = 5) and
+    permuted keys with positions, on a density-0.5 list: XLA equals the reference in the output and in the
+    gradients of q, k, v and both biases; and the biases change the output (they are not ignored)."""
+    q, k, _, _ = _inputs(13)
+    rng = np.random.default_rng(14)
+    v, ct = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((B, T, HKV, 5), (B, T, H, 5)))
+    qb, kb = (jnp.asarray(3.0 * rng.standard_normal((B, T, H)), jnp.float32) for _ in range(2))
+    perm = jnp.asarray(rng.permutation(T), jnp.int32)
+    pos = jnp.broadcast_to(perm, (B, HKV, T))
+    # Permuted keys may list any slot block; every list holds its diagonal and the block of the slot holding
+    # position 0, so that every query sees a key.
+    blocks = jnp.arange(N)
+    keep = (jax.random.bernoulli(jax.random.key(15), 0.5, (B, H, N, N)) | (blocks[:, None] == blocks)
+            | (blocks == int(jnp.argmax(perm == 0)) // C))
+    idx = lists.normalize(jnp.where(keep, blocks, -1))[0]
+
+    def value_and_grads(fn):
+        def run(q, k, v, qb, kb):
+            return fn(q, k, v, idx, block_size=C, key_positions=pos, query_bias=qb, key_bias=kb)
+
+        out, pullback = jax.vjp(run, q, k, v, qb, kb)
+        return (out, *pullback(ct))
+
+    got = jax.jit(lambda: value_and_grads(xla.block_sparse_attention))()
+    want = jax.jit(lambda: value_and_grads(reference.block_sparse_attention))()
+    for name, g, w in zip(["o", "dq", "dk", "dv", "dquery_bias", "dkey_bias"], got, want, strict=True):
+        assert_close(g, w, TOL, kind="fwd" if name == "o" else "grad", what=f"xla {name}")
+    unbiased = reference.block_sparse_attention(q, k, v, idx, block_size=C, key_positions=pos)
+    assert float(jnp.max(jnp.abs(unbiased - want[0]))) > 1e-2
+    # The query term is constant along each softmax row: it cancels, so its gradient is zero.
+    assert float(jnp.max(jnp.abs(want[4]))) < 1e-4
+
+
 def test_pallas_interpret_matches_reference():
     """The Pallas kernels (GPU-shaped, generic interpreter; the TPU-shaped kernels are checked by the lowering
     rows): T = 45 on blocks of 16 (padded tail), GQA, packed segments, a shuffled list; fwd and gradients."""
@@ -149,7 +183,11 @@ def test_bad_inputs_raise_naming_the_argument():
         (dict(idx=good, block_size=0), "block_size"),
         (dict(idx=good, block_size=8.0), "block_size"),
         (dict(idx=good, k=k[:, :-1]), "`k`"),
-        (dict(idx=good, v=v[..., :8]), "`v`"),
+        (dict(idx=good, v=v[:, :-1]), "`v`"),
+        (dict(idx=good, v=v[..., :8], implementation="pallas"), "`v`"),  # Dv ≠ D: XLA and reference only
+        (dict(idx=good, query_bias=jnp.zeros((1, T, HKV))), "query_bias"),
+        (dict(idx=good, key_bias=jnp.zeros((1, T, H), jnp.int32)), "key_bias"),
+        (dict(idx=good, key_bias=jnp.zeros((1, T, H)), implementation="pallas"), "key_bias"),
         (dict(idx=good, segment_ids=jnp.zeros((1, T - 1), jnp.int32)), "segment_ids"),
         (dict(idx=good, implementation="pallas"), "power of two"),
         (dict(idx=good, key_positions=jnp.zeros((1, HKV, T), jnp.int32),

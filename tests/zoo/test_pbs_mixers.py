@@ -168,3 +168,19 @@ def test_pbs_prefill(name):
         assert float(plan.density) < 0.95, "τ = 0.3 should drop blocks here"
         assert _err(y, want_y) > 1e-3, "τ = 0.3 should change the prefill"
         assert _err(y, ref_y) < TOL, "PBS prefill vs the masked dense reference of the same blocks"
+
+
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_bad_prefill_options_raise(name):
+    """Unknown options list the PBS ones; a bad mode or pbs_* value raises naming it (no compilation here)."""
+    with pytest.raises(ValueError, match="pbs_max_blocks"):
+        _mixer(name, pbs_threshold=0.5)
+    with pytest.raises(ValueError, match="prefill"):
+        _mixer(name, prefill="sparse")
+    with pytest.raises(ValueError, match="pbs_.*tau"):
+        _mixer(name, **PBS, pbs_tau=1.5)
+    with pytest.raises(ValueError, match="segment_size"):
+        _mixer(name, **{**PBS, "pbs_segment": 12})
+    if name == "circulation":
+        with pytest.raises(ValueError, match="causal"):
+            _mixer(name, **PBS, causal=False)
