@@ -85,8 +85,11 @@ def transformed_batch(group: str, seed: int):
 
 @pytest.fixture(scope="module")
 def octahedral():
-    """Octahedral group, softmax attention, per-point readout: (model, outputs of transformed_batch, rotations)."""
+    """Octahedral group, softmax attention, per-point readout: (model, inputs, outputs, rotations) for
+    transformed_batch plus one row made only of padding (the eval pipeline pads its last batch with such rows)."""
     *inputs, rotations = transformed_batch("octahedral", seed=0)
+    inputs[2] = jnp.concatenate([inputs[2], jnp.zeros_like(inputs[2][:1])])
+    inputs = [inputs[2] if i == 2 else jnp.concatenate([x, x[:1]]) for i, x in enumerate(inputs)]
     model, outputs = build_and_predict("octahedral", inputs, readout="point", attention="softmax")
     return model, inputs, outputs, rotations
 
@@ -148,10 +151,12 @@ def test_whole_model_octahedral(octahedral):
     rotated_back = np.einsum("kji,kncj->knci", rotations[: order + 2], vectors[: order + 2])
     in_group_vectors = np.abs(rotated_back - vectors[0]).max()
     assert in_group <= F32_TOL and in_group_vectors <= F32_TOL, (in_group, in_group_vectors)
-    out_of_group = np.abs(scalars[order + 2:] - scalars[0]).max(axis=(1, 2))
+    out_of_group = np.abs(scalars[order + 2: len(rotations)] - scalars[0]).max(axis=(1, 2))
     assert (out_of_group > BROKEN).all() and out_of_group.min() > 1e3 * max(in_group, 1e-7), out_of_group
-    np.testing.assert_array_equal(np.asarray(scalars.shape), [len(rotations), real.sum(), 3])
+    np.testing.assert_array_equal(np.asarray(scalars.shape), [len(rotations) + 1, real.sum(), 3])
     assert float(jnp.abs(octahedral[2][0][:, ~real]).max()) == 0.0
+    all_padding = [np.asarray(output[-1]) for output in octahedral[2]]
+    assert all(np.all(output == 0.0) for output in all_padding), all_padding
 
 
 def test_whole_model_icosahedral_linear_pooled():
