@@ -1,4 +1,4 @@
-"""Platonic Transformer (spec geo-02): the spec's testable invariants 1-7, padding and bad input.
+"""Platonic Transformer (arXiv 2510.03511): the seven testable invariants of its design notes, padding, bad input.
 
 Two compiled models (octahedral softmax with per-point readout, icosahedral linear with pooled readout), each
 run once on a batch that stacks all the transformed copies of one example; the layer checks run eagerly on
