@@ -9,7 +9,7 @@ fusion). Per node i with coordinates x_i, fields a_i and quadrature weight w_i:
     h^glob  = PerceiverBranch(h⁰)                     num_latents latents, logits + log w_i, latent_layers blocks
     g_i     = σ(W_g [h^loc_i; h^glob_i] + b_g)        b_g = 0 at init (equal mixing)
     h_i     = g_i ⊙ h^loc_i + (1 − g_i) ⊙ h^glob_i
-    Δu_i    = MLP(LN(h_i));   output_i = a_i[residual_channels] + Δu_i   (one time step; Δu alone without them)
+    Δu_i    = MLP(LN(h_i))                            one time step: the next state is uⁿ + Δu
 The two branches read h⁰ in parallel. Model option gate = "local" / "global" fixes g ≡ 1 / g ≡ 0 (a pure GNO /
 a pure Perceiver, the spec's invariant 6) with the same parameters, so a trained model can be ablated.
 The readout is at the input nodes (readout "point"); the spec's separate query decoder (super-resolution at
@@ -73,8 +73,6 @@ class AptOptions:
     fourier_seed: int = 0
     # "learned" gate, or the ablations g ≡ 1 ("local", pure GNO) and g ≡ 0 ("global", pure Perceiver).
     gate: Literal["learned", "local", "global"] = "learned"
-    # Feature channels holding the current fields u^n, one per output: the model then returns u^n + Δu.
-    residual_channels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_outputs", "point_dim", "feature_dim", "max_neighbours", "num_latents",
@@ -94,16 +92,6 @@ class AptOptions:
                              f"got {self.radius!r} and {self.fourier_scale!r}")
         if self.latent_layers < 0:
             raise ValueError(f"{FIELD}: apt option 'latent_layers' must be >= 0, got {self.latent_layers!r}")
-        self._check_residual_channels()
-
-    def _check_residual_channels(self) -> None:
-        channels = self.residual_channels
-        if channels and len(channels) != self.num_outputs:
-            raise ValueError(f"{FIELD}: apt option 'residual_channels' must name one feature channel per output "
-                             f"(num_outputs = {self.num_outputs}), got {channels!r}")
-        if any(not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < self.feature_dim for c in channels):
-            raise ValueError(f"{FIELD}: apt option 'residual_channels' must be feature channels in "
-                             f"[0, feature_dim = {self.feature_dim}), got {channels!r}")
 
 
 def apt_options(cfg: ModelConfig) -> AptOptions:
@@ -183,8 +171,6 @@ class AdaptivePhysicsTransformer(nnx.Module):
         h = self.embed(jnp.concatenate([features, fourier], axis=-1))
         fused = self._fuse(h, points, fourier, weights, adjacency)
         outputs = self.readout(self.readout_norm(fused))
-        if options.residual_channels:
-            outputs = outputs + features[..., jnp.asarray(options.residual_channels)]
         return outputs * point_mask(weights)[..., None]
 
     def _fuse(self, h, points, fourier, weights, adjacency) -> jax.Array:

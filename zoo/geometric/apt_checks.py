@@ -9,10 +9,14 @@ grows, whatever the sampling; with w = 1 the adaptive sets converge to another o
 counts more). The model is untrained (the property is architectural) and its neighbour cap is set above the
 densest neighbourhood (about 250 nodes within r = 0.08 at N = 2048): a cap truncates the kernel integral.
 
-    python -m icml26zoo.geometric.apt_checks
+    python -m icml26zoo.geometric.apt_checks [--run LABEL=WORKDIR ...] [--figure PATH]
 """
 
 from __future__ import annotations
+
+import argparse
+import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -96,7 +100,47 @@ def convergence_table(seeds: int = 3) -> list[dict[str, float]]:
     return rows
 
 
+def read_metrics(workdir: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of metric `key` in a trainer run's metrics.jsonl."""
+    steps, values = [], []
+    with open(os.path.join(workdir, "metrics.jsonl")) as handle:
+        for line in handle:
+            record = json.loads(line)
+            if key in record:
+                steps.append(record["step"])
+                values.append(record[key])
+    return steps, values
+
+
+def save_figure(rows: list[dict[str, float]], runs: dict[str, str], path: str) -> None:
+    """Left: training loss (relative L2) of trainer runs {label: workdir}; right: the convergence table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, workdir in runs.items():
+        left.plot(*read_metrics(workdir, "train/loss"), label=label)
+    left.set(xlabel="step", ylabel="train relative L2 (increment)", yscale="log", title="zoo_darcy_amr, one step")
+    left.legend(fontsize=8)
+    nodes = [row["nodes"] for row in rows]
+    for name, label in (("uniform", "uniform, w = 1"), ("adaptive_quadrature", "adaptive, w = 1/ρ"),
+                        ("adaptive_unweighted", "adaptive, w = 1")):
+        right.plot(nodes, [row[name] for row in rows], marker="o", label=label)
+    right.set(xlabel="nodes N", ylabel="rel. difference to 64² grid", xscale="log", yscale="log",
+              title="discretisation convergence (untrained)")
+    right.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", action="append", default=[], metavar="LABEL=WORKDIR",
+                        help="a trainer run to plot (repeatable)")
+    parser.add_argument("--figure", help="write the PNG here")
+    args = parser.parse_args()
     with jax.default_matmul_precision("highest"):
         rows = convergence_table()
     print("| nodes N | uniform, w = 1 | adaptive, w = 1/ρ | adaptive, w = 1 (no quadrature) |")
@@ -104,6 +148,8 @@ def main() -> None:
     for row in rows:
         print(f"| {row['nodes']} | {row['uniform']:.4f} | {row['adaptive_quadrature']:.4f} | "
               f"{row['adaptive_unweighted']:.4f} |")
+    if args.figure:
+        save_figure(rows, dict(run.split("=", 1) for run in args.run), args.figure)
 
 
 if __name__ == "__main__":

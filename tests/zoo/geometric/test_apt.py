@@ -200,8 +200,8 @@ def test_bad_input(attention_model, nodes):
     ({"readout": "pool"}, "readout"),
     ({"local_operator": "fourier"}, "local_operator"),
     ({"gate": "both"}, "gate"),
-    ({"residual_channels": (0, 1)}, "one feature channel per output"),
-    ({"residual_channels": (2,)}, r"\[0, feature_dim = 2\)"),
+    ({"max_neighbours": 0}, "max_neighbours"),
+    ({"latent_layers": -1}, "latent_layers"),
     ({"fourier_features": 7}, "even"),
     ({"radius": 0.0}, "radius"),
 ])
