@@ -208,7 +208,7 @@ def duplicate_nodes(points: jax.Array, features: jax.Array, weights: jax.Array, 
             jnp.concatenate([new_weights, new_weights[:, chosen]], axis=1))
 
 
-def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, features: jax.Array,
+def equivariance_errors(model: nnx.Module, points: jax.Array, features: jax.Array,
                         weights: jax.Array, key: jax.Array) -> dict[str, float]:
     """Max abs change of the node outputs under APT's symmetries (and one transformation outside them).
 
@@ -222,8 +222,9 @@ def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, fe
       would only scale all weights by 2, which the model ignores (it normalizes every quadrature), so a
       random half is duplicated: that half then weighs twice as much as it should.
     The inputs are validated eagerly, then every forward runs compiled at one padded shape [B, N + N // 2].
+    Any model of the interface works (e.g. the set_transformer baseline); only APT has a cap to lift.
     """
-    check_point_inputs(points, features, weights, dim=model.options.point_dim)
+    check_point_inputs(points, features, weights)
     permute_key, choose_key = jax.random.split(key)
     num_nodes = points.shape[1]
     chosen = jax.random.permutation(choose_key, num_nodes)[: max(1, num_nodes // 2)]
@@ -243,9 +244,9 @@ def equivariance_errors(model: AdaptivePhysicsTransformer, points: jax.Array, fe
     return errors
 
 
-def compiled_forward(model: AdaptivePhysicsTransformer, max_neighbours: int | None = None):
-    """The model's forward (points, features, weights) -> outputs under jit; optionally with another cap."""
-    if max_neighbours is not None:
+def compiled_forward(model: nnx.Module, max_neighbours: int | None = None):
+    """The model's forward (points, features, weights) -> outputs under jit; an APT optionally with another cap."""
+    if max_neighbours is not None and hasattr(model, "max_neighbours"):
         model = nnx.clone(model)
         model.max_neighbours = max_neighbours
     graphdef, state = nnx.split(model)
