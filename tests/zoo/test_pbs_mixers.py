@@ -1,4 +1,5 @@
-"""PBS-Attn prefill (`prefill="pbs"`) in the softmax-family mixers with logit terms: fox, goat, circulation, fix.
+"""PBS-Attn prefill (`prefill="pbs"`) in the softmax-family mixers with logit terms: fox, goat, circulation
+(without a blend: the block-sparse op; with β ≠ 1 and adaptive α: the plan's mask on materialized logits), fix.
 
 Per mixer, one jitted "prefill a chunk into an empty cache, then decode one token" function runs three mixers
 with shared parameters: dense, PBS at τ = 1 and PBS at τ = 0.3. Checked: τ = 1 equals the dense prefill
@@ -149,6 +150,7 @@ REFERENCES = {
 
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_pbs_prefill(name):
+    """τ = 1 is the dense prefill; τ = 0.3 is the masked dense reference of its plan; cache and decode as dense."""
     reference, options = REFERENCES[name]
     x = _inputs(0)
     name = name.removesuffix("_blend")
