@@ -45,7 +45,8 @@ def query_points() -> np.ndarray:
 
 
 def cluster_density(points: np.ndarray) -> np.ndarray:
-    """Density on [0, 1]² of the adaptive sampler: half uniform, half a Gaussian cluster (tails folded off)."""
+    """Density on [0, 1]² of the adaptive sampler: half uniform, half a Gaussian cluster (the ~0.1% of its mass
+    outside the square is rejected by the sampler and ignored here)."""
     squared = np.sum((points - CLUSTER_CENTRE) ** 2, axis=1)
     return 0.5 + 0.5 * np.exp(-squared / (2 * CLUSTER_WIDTH**2)) / (2 * np.pi * CLUSTER_WIDTH**2)
 
@@ -130,6 +131,8 @@ def save_figure(rows: list[dict[str, float]], runs: dict[str, str], path: str) -
         right.plot(nodes, [row[name] for row in rows], marker="o", label=label)
     right.set(xlabel="nodes N", ylabel="rel. difference to 64² grid", xscale="log", yscale="log",
               title="discretisation convergence (untrained)")
+    right.set_xticks(nodes, [str(size) for size in nodes], minor=False)
+    right.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     right.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -149,7 +152,7 @@ def main() -> None:
         print(f"| {row['nodes']} | {row['uniform']:.4f} | {row['adaptive_quadrature']:.4f} | "
               f"{row['adaptive_unweighted']:.4f} |")
     if args.figure:
-        save_figure(rows, dict(run.split("=", 1) for run in args.run), args.figure)
+        save_figure(rows, dict(run.rsplit("=", 1) for run in args.run), args.figure)
 
 
 if __name__ == "__main__":
