@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -177,7 +178,7 @@ def _apply_token_map(maps: jax.Array, values: jax.Array) -> jax.Array:
     return jnp.einsum("bij,bjc->bic", maps, values)
 
 
-def _output_error(model: nnx.Module, maps: jax.Array, inputs: tuple[jax.Array, jax.Array, jax.Array],
+def _output_error(model: Callable, maps: jax.Array, inputs: tuple[jax.Array, jax.Array, jax.Array],
                   reference: jax.Array, *, move_weights: bool) -> float:
     """max |f(M x) − f(x)| (pooled [B, O]) or max over real tokens of |f(M x) − M f(x)| (per token [B, N, O]).
 
@@ -195,25 +196,44 @@ def _output_error(model: nnx.Module, maps: jax.Array, inputs: tuple[jax.Array, j
 
 @functools.partial(jax.jit, static_argnums=1)
 def random_token_maps(key: jax.Array, shape: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
-    """(random permutation matrices, Haar-random orthogonal matrices), both [B, N, N] for shape (B, N)."""
+    """(random permutation matrices, random orthogonal mixings), both [B, N, N] for shape (B, N).
+
+    A mixing is the product of two Householder reflections I − 2 v vᵀ / |v|² with Gaussian v: orthogonal,
+    dense, and (almost surely) not a permutation. Built without LAPACK (no QR), see pace_ops._cholesky.
+    """
     batch, num_tokens = shape
     permutation_key, mixing_key = jax.random.split(key)
     orders = jax.vmap(lambda k: jax.random.permutation(k, num_tokens))(jax.random.split(permutation_key, batch))
-    gaussian = jax.random.normal(mixing_key, (batch, num_tokens, num_tokens), jnp.float32)
-    return jax.nn.one_hot(orders, num_tokens, dtype=jnp.float32), jnp.linalg.qr(gaussian)[0]
+    vectors = jax.random.normal(mixing_key, (2, batch, num_tokens), jnp.float32)
+    vectors = vectors / jnp.linalg.norm(vectors, axis=-1, keepdims=True)
+    identity = jnp.eye(num_tokens, dtype=jnp.float32)
+    first, second = (identity - 2.0 * v[:, :, None] * v[:, None, :] for v in vectors)
+    return jax.nn.one_hot(orders, num_tokens, dtype=jnp.float32), first @ second
 
 
-def equivariance_errors(model: nnx.Module, points: jax.Array, features: jax.Array, weights: jax.Array,
+def _compiled(model: Callable) -> Callable:
+    """model(points, features, weights) as one jitted program when it is an nnx module, else unchanged."""
+    if not isinstance(model, nnx.Module):
+        return model
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, points, features, weights: nnx.merge(graphdef, state)(points, features, weights))
+    return lambda points, features, weights: forward(state, points, features, weights)
+
+
+def equivariance_errors(model: Callable, points: jax.Array, features: jax.Array, weights: jax.Array,
                         key: jax.Array, num_transforms: int = 3) -> dict[str, float]:
     """The pacenet symmetry check: {"in_group": ..., "out_of_group": ...}, max abs output errors.
 
     The group is the permutations of the tokens (a set model): "in_group" applies `num_transforms` random
     permutations per example to points, features and weights together (pooled outputs must not change;
-    per-token outputs must permute alongside). "out_of_group" applies random orthogonal N×N mixings (Haar) to
-    the tokens' points and features, weights left in place: a linear map of the set that is not a
-    permutation, under which the outputs change. The model runs deterministically (key=None).
+    per-token outputs must permute alongside). "out_of_group" applies random orthogonal N×N mixings to the
+    tokens' points and features, weights left in place: a linear map of the set that is not a
+    permutation, under which the outputs change (random_token_maps). The model runs deterministically
+    (key=None); an nnx model (pacenet or the baseline) is validated eagerly once, then compiled once.
     """
     inputs = (points, features, weights)
+    check_point_inputs(*inputs)
+    model = _compiled(model)
     reference = model(*inputs)
     in_group, out_of_group = 0.0, 0.0
     for transform_key in jax.random.split(key, num_transforms):

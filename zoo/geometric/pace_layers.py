@@ -17,6 +17,7 @@ or ToST's TSSA operator itself ("tssa": then λ_E = 0 reproduces TSSA).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +50,8 @@ class PaceLayerConfig:
 
 def _inverse_softplus(value: float) -> float:
     """The free parameter whose softplus is `value` (> 0)."""
-    return float(jnp.log(jnp.expm1(jnp.asarray(value, jnp.float32))))
+    # Python maths: the model is also built under nnx.eval_shape, where a jnp value would be a tracer.
+    return math.log(math.expm1(value))
 
 
 class _HeadAttention(nnx.Module):

@@ -32,17 +32,59 @@ def _token_count(weights: jax.Array) -> jax.Array:
     return jnp.where(total > 0, total, 1.0)
 
 
+def _cholesky(matrix: jax.Array) -> jax.Array:
+    """Lower Cholesky factor of symmetric positive definite [..., m, m] matrices, in plain XLA ops.
+
+    Written as m rank-1 steps instead of calling LAPACK: on CPU, jaxlib's batched LAPACK kernels split their
+    batch over the same thread pool that runs them, and two such kernels running at once on a 2-core
+    machine were seen to wait on each other forever (a training run of this model hung in strsm). The
+    matrices here are small (m = d or p) with eigenvalues >= 1, so no pivoting is needed.
+    """
+    size = matrix.shape[-1]
+    rows = jnp.arange(size)
+
+    def step(k, carry):
+        remainder, factor = carry
+        column = jnp.take(remainder, k, axis=-1)
+        pivot = jnp.sqrt(jnp.take(column, k, axis=-1))
+        column = jnp.where(rows >= k, column / pivot[..., None], 0.0)
+        remainder = remainder - column[..., :, None] * column[..., None, :]
+        factor = factor + column[..., :, None] * (rows == k).astype(matrix.dtype)
+        return remainder, factor
+
+    return jax.lax.fori_loop(0, size, step, (matrix, jnp.zeros_like(matrix)))[1]
+
+
+def _solve_lower(factor: jax.Array, rhs: jax.Array, *, transpose: bool) -> jax.Array:
+    """L⁻¹ rhs (transpose False) or L⁻ᵀ rhs (True) for lower-triangular factor [..., m, m], rhs [..., m, N]."""
+    size = factor.shape[-1]
+    rows = jnp.arange(size)
+    triangle = jnp.swapaxes(factor, -1, -2) if transpose else factor
+
+    def step(i, carry):
+        remainder, solution = carry
+        k = size - 1 - i if transpose else i
+        column = jnp.take(triangle, k, axis=-1)
+        value = jnp.take(remainder, k, axis=-2) / jnp.take(column, k, axis=-1)[..., None]
+        later = (rows < k) if transpose else (rows > k)
+        remainder = remainder - jnp.where(later, column, 0.0)[..., :, None] * value[..., None, :]
+        solution = solution + (rows == k).astype(rhs.dtype)[:, None] * value[..., None, :]
+        return remainder, solution
+
+    return jax.lax.fori_loop(0, size, step, (rhs, jnp.zeros_like(rhs)))[1]
+
+
 def _logdet_spd(matrix: jax.Array) -> jax.Array:
     """log det of symmetric positive definite [..., m, m] matrices via Cholesky -> [...]."""
-    factor = jnp.linalg.cholesky(matrix)
+    factor = _cholesky(matrix)
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(factor, axis1=-2, axis2=-1)), axis=-1)
 
 
 def _solve_spd_right(rows: jax.Array, matrix: jax.Array) -> jax.Array:
     """rows [..., N, m] times matrix⁻¹ for symmetric positive definite matrix [..., m, m] -> [..., N, m]."""
-    factor = jnp.linalg.cholesky(matrix)
-    solved = jax.scipy.linalg.cho_solve((factor, True), jnp.swapaxes(rows, -1, -2))
-    return jnp.swapaxes(solved, -1, -2)
+    factor = _cholesky(matrix)
+    half = _solve_lower(factor, jnp.swapaxes(rows, -1, -2), transpose=False)
+    return jnp.swapaxes(_solve_lower(factor, half, transpose=True), -1, -2)
 
 
 def _identity_plus(scale: jax.Array, covariance: jax.Array) -> jax.Array:
@@ -53,7 +95,7 @@ def _identity_plus(scale: jax.Array, covariance: jax.Array) -> jax.Array:
 
 def weighted_covariance(x: jax.Array, weights: jax.Array) -> jax.Array:
     """C = Xᵀ diag(w) X: x [B, N, d], weights [B, N] -> [B, d, d]."""
-    return jnp.einsum("bnd,bn,bne->bde", x, weights, x)
+    return jnp.einsum("bnd,bne->bde", weights[..., None] * x, x)
 
 
 def gaussian_sketch(key: jax.Array, num_tokens: int, rank: int, dtype: jnp.dtype = jnp.float32) -> jax.Array:
@@ -92,7 +134,7 @@ def subspace_coding_rate(x: jax.Array, weights: jax.Array, bases: jax.Array, eps
     """Σ_k R(X V_k) over the head subspaces bases [d, K, p], α = p / (n ε²): x [B, N, d] -> [B]."""
     y = jnp.einsum("bnd,dkp->bknp", x, bases)
     alpha = bases.shape[-1] / (_token_count(weights) * eps_sq)
-    covariance = jnp.einsum("bknp,bn,bknq->bkpq", y, weights, y)
+    covariance = jnp.einsum("bknp,bknq->bkpq", weights[:, None, :, None] * y, y)
     return 0.5 * jnp.sum(_logdet_spd(_identity_plus(alpha[:, None], covariance)), axis=-1)
 
 
@@ -100,7 +142,7 @@ def subspace_expand(x: jax.Array, weights: jax.Array, bases: jax.Array, eps_sq: 
     """∇_X Σ_k R(X V_k) [B, N, d] for bases V [d, K, p] (spec reading (b): random orthonormal subspaces)."""
     y = jnp.einsum("bnd,dkp->bknp", x, bases)
     alpha = bases.shape[-1] / (_token_count(weights) * eps_sq)
-    covariance = jnp.einsum("bknp,bn,bknq->bkpq", y, weights, y)
+    covariance = jnp.einsum("bknp,bknq->bkpq", weights[:, None, :, None] * y, y)
     scaled = (alpha[:, None, None] * weights[:, None, :])[..., None] * y
     solved = _solve_spd_right(scaled, _identity_plus(alpha[:, None], covariance))
     return jnp.einsum("bknp,dkp->bnd", solved, bases)
@@ -117,7 +159,7 @@ def _head_statistics(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(Π_k-weighted token weights [B, K, N], n_k [B, K], Y_kᵀ Π_k Y_k [B, K, p, p]) for y [B, K, N, p]."""
     head_weights = weights[:, None, :] * memberships
-    covariance = jnp.einsum("bknp,bkn,bknq->bkpq", y, head_weights, y)
+    covariance = jnp.einsum("bknp,bknq->bkpq", head_weights[..., None] * y, y)
     # A head that owns no token (or a row of padding only) would otherwise give α_k = p / 0.
     return head_weights, jnp.maximum(jnp.sum(head_weights, axis=-1), 1e-12), covariance
 

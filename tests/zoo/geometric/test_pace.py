@@ -44,47 +44,61 @@ def operator_inputs(dtype, seed=0, batch=2, tokens=12, dim=8, heads=2):
     return tuple(jnp.asarray(array, dtype) for array in (x, weights, memberships, bases))
 
 
-def gradient_pairs(x, weights, memberships, bases):
-    """{name: (operator, jax.grad of its rate)} for Expand (S = None and S = I_N), Compress (π fixed) and the
-    subspace expansion."""
-    total = lambda rate: jax.grad(lambda z: jnp.sum(rate(z)))(x)
-    want_expand = total(lambda z: pace_ops.coding_rate(z, weights, EPS_SQ))
-    want_compress = total(lambda z: pace_ops.compressed_rate(z, weights, memberships, bases, EPS_SQ))
-    want_subspace = total(lambda z: pace_ops.subspace_coding_rate(z, weights, bases, EPS_SQ))
+def operators(x, weights, memberships, bases):
+    """{name: operator output [B, N, d]}: Expand (S = None and S = I_N), Compress (π fixed), subspace Expand."""
     identity_sketch = jnp.eye(x.shape[1], dtype=x.dtype)
     return {
-        "expand": (pace_ops.expand(x, weights, EPS_SQ), want_expand),
-        "expand S=I": (pace_ops.expand(x, weights, EPS_SQ, identity_sketch), want_expand),
-        "compress": (pace_ops.compress(x, weights, memberships, bases, EPS_SQ), want_compress),
-        "subspace": (pace_ops.subspace_expand(x, weights, bases, EPS_SQ), want_subspace),
+        "expand": pace_ops.expand(x, weights, EPS_SQ),
+        "expand S=I": pace_ops.expand(x, weights, EPS_SQ, identity_sketch),
+        "compress": pace_ops.compress(x, weights, memberships, bases, EPS_SQ),
+        "subspace": pace_ops.subspace_expand(x, weights, bases, EPS_SQ),
     }
 
 
 @jax.jit
-def operator_checks(inputs, order, sketch):
-    """One compiled program for invariants 1 and 4: (gradient_pairs, permutation_pairs)."""
-    return gradient_pairs(*inputs), permutation_pairs(*inputs, order, sketch)
+def float64_checks(x, weights, memberships, bases):
+    """({name: operator}, {name: jax.grad of the operator's rate}) in one compiled program."""
+    total = lambda rate: jax.grad(lambda z: jnp.sum(rate(z)))(x)
+    want_expand = total(lambda z: pace_ops.coding_rate(z, weights, EPS_SQ))
+    gradients = {
+        "expand": want_expand,
+        "expand S=I": want_expand,
+        "compress": total(lambda z: pace_ops.compressed_rate(z, weights, memberships, bases, EPS_SQ)),
+        "subspace": total(lambda z: pace_ops.subspace_coding_rate(z, weights, bases, EPS_SQ)),
+    }
+    return operators(x, weights, memberships, bases), gradients
 
 
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
-def test_operators_are_rate_gradients_and_permutation_equivariant(dtype):
-    """Invariant 1: Expand (S = None and S = I_N) = ∇R, Compress (π fixed) = ∇R_c in the head subspaces,
-    the subspace expansion = ∇ Σ_k R(V_kᵀ X); all zero on padding tokens. Invariant 4: Compress, exact Expand
-    and Expand with the sketch's rows permuted alongside the tokens are permutation equivariant; an
-    unpermuted sketch is not."""
-    with jax.enable_x64(dtype == jnp.float64):
-        inputs = operator_inputs(dtype)
-        order = jnp.asarray(np.random.default_rng(5).permutation(inputs[0].shape[1]))
-        sketch = jnp.asarray(np.random.default_rng(6).standard_normal((inputs[0].shape[1], 8)) / np.sqrt(8), dtype)
-        gradients, pairs = operator_checks(inputs, order, sketch)
-        for name, (value, want) in gradients.items():
-            assert value.dtype == dtype, name
-            assert max_normalized(value, want) <= GRAD_TOL[dtype], name
-            assert float(jnp.max(jnp.abs(value[1, -3:]))) == 0.0, name
-        unpermuted = pairs.pop("unpermuted sketch")
-        for name, (permuted, want) in pairs.items():
-            assert max_normalized(permuted, want) <= PERMUTATION_TOL, name
-        assert max_normalized(unpermuted, pairs["sketch"][1]) > BROKEN
+@jax.jit
+def float32_checks(inputs, order, sketch):
+    """(operators of the float32 inputs, permutation_pairs) in one compiled program."""
+    return operators(*inputs), permutation_pairs(*inputs, order, sketch)
+
+
+def test_operators_are_rate_gradients_and_permutation_equivariant():
+    """Invariant 1: Expand (S = None and S = I_N) = ∇R, Compress (π fixed) = ∇R_c in the head subspaces, the
+    subspace expansion = ∇ Σ_k R(V_kᵀ X), all zero on padding tokens: in float64 against jax.grad (<= 1e-6),
+    in float32 against the same float64 gradients (<= 1e-4). Invariant 4 (float32): Compress, exact Expand and
+    Expand with the sketch's rows permuted alongside the tokens are permutation equivariant; an unpermuted
+    sketch is not."""
+    with jax.enable_x64(True):
+        got, gradients = float64_checks(*operator_inputs(jnp.float64))
+        for name, value in got.items():
+            assert value.dtype == jnp.float64, name
+            assert max_normalized(value, gradients[name]) <= GRAD_TOL[jnp.float64], name
+        gradients = {name: np.asarray(value) for name, value in gradients.items()}
+    inputs = operator_inputs(jnp.float32)
+    order = jnp.asarray(np.random.default_rng(5).permutation(inputs[0].shape[1]))
+    sketch = jnp.asarray(np.random.default_rng(6).standard_normal((inputs[0].shape[1], 8)) / np.sqrt(8), jnp.float32)
+    got, pairs = float32_checks(inputs, order, sketch)
+    for name, value in got.items():
+        assert value.dtype == jnp.float32, name
+        assert max_normalized(value, gradients[name]) <= GRAD_TOL[jnp.float32], name
+        assert float(jnp.max(jnp.abs(value[1, -3:]))) == 0.0, name
+    unpermuted = pairs.pop("unpermuted sketch")
+    for name, (permuted, want) in pairs.items():
+        assert max_normalized(permuted, want) <= PERMUTATION_TOL, name
+    assert max_normalized(unpermuted, pairs["sketch"][1]) > BROKEN
 
 
 def union_of_subspaces(seed, num_subspaces=4, subspace_dim=4, dim=16, per_subspace=50, noise=0.05):
@@ -208,7 +222,7 @@ def test_tssa_and_mssa_follow_their_formulas():
     assert max_normalized(mssa_out[0], mssa_reference(y)) <= 1e-5
 
 
-def make_model(num_layers=2, **options):
+def make_model(num_layers=1, **options):
     options = {"num_features": FEATURES, "num_outputs": 3, **options}
     cfg = ModelConfig(name="pacenet", d_model=16, num_layers=num_layers, num_heads=2, num_kv_heads=2, mlp_dim=32,
                       model_options=tuple(options.items()))
@@ -236,36 +250,32 @@ def eager_model():
     return make_model()
 
 
-@pytest.mark.parametrize("attention", ["pace", "mssa", "tssa"])
-def test_model_is_permutation_invariant_and_ignores_padding(attention, inputs):
-    """In-group (token permutations) error <= PERMUTATION_TOL, out-of-group (orthogonal token mixing) > BROKEN;
-    padding values never reach the real outputs; a row of padding only stays finite under jit."""
-    model = jitted(make_model(attention=attention))
+@pytest.mark.parametrize(("attention", "readout"), [("pace", "point"), ("mssa", "pool"), ("tssa", "pool")])
+def test_model_is_permutation_symmetric_and_ignores_padding(attention, readout, inputs):
+    """In-group (token permutations: pooled outputs invariant, per-token outputs permuted alongside) error <=
+    PERMUTATION_TOL, out-of-group (orthogonal token mixing) > BROKEN; padding values never reach the real
+    outputs; a row of padding only stays finite under jit. One block: the attention is where tokens meet."""
+    model = jitted(make_model(attention=attention, readout=readout, expand="exact"))
     errors = pace.equivariance_errors(model, *inputs, jax.random.key(9))
     assert errors["in_group"] <= PERMUTATION_TOL
     assert errors["out_of_group"] > BROKEN
     points, features, weights = inputs
     garbage = jnp.where(weights == 0, 100.0, 0.0)[..., None]
-    assert float(jnp.max(jnp.abs(model(points + garbage, features - garbage, weights)
-                                 - model(points, features, weights)))) == 0.0
+    real = (weights > 0)[..., None] if readout == "point" else True
+    changed = jnp.abs(model(points + garbage, features - garbage, weights) - model(points, features, weights))
+    assert float(jnp.max(jnp.where(real, changed, 0.0))) == 0.0
     assert bool(jnp.all(jnp.isfinite(model(points, features, weights.at[1].set(0.0)))))
 
 
-def test_sketch_keys_and_point_readout(inputs):
-    """key=None is deterministic (seeded sketch when N > sketch_rank); a key gives a fresh sketch; the point
-    readout is permutation equivariant; the model is registered outside the LM harnesses."""
+def test_sketch_keys(inputs):
+    """key=None is deterministic (seeded sketch when N > sketch_rank, the same as passing key(eval_seed)); another
+    key draws another sketch; the model is registered outside the LM harnesses."""
     assert not is_language_model("pacenet")
-    model = make_model(sketch_rank=4)
-    forward = jitted(model)
+    forward = jitted(make_model(sketch_rank=4))
     seeded = forward(*inputs)
     assert bool(jnp.all(seeded == forward(*inputs)))
     assert bool(jnp.all(seeded == forward(*inputs, jax.random.key(0))))
     assert float(jnp.max(jnp.abs(forward(*inputs, jax.random.key(1)) - seeded))) > 1e-4
-    point_model = jitted(make_model(num_layers=1, readout="point", attention="pace", expand="exact"))
-    assert point_model(*inputs).shape == (BATCH, TOKENS, 3)
-    errors = pace.equivariance_errors(point_model, *inputs, jax.random.key(10), num_transforms=1)
-    assert errors["in_group"] <= PERMUTATION_TOL
-    assert errors["out_of_group"] > BROKEN
 
 
 @pytest.mark.parametrize(
