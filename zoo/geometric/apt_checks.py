@@ -9,12 +9,13 @@ grows, whatever the sampling; with w = 1 the adaptive sets converge to another o
 counts more). The model is untrained (the property is architectural) and its neighbour cap is set above the
 densest neighbourhood (about 250 nodes within r = 0.08 at N = 2048): a cap truncates the kernel integral.
 
-    python -m icml26zoo.geometric.apt_checks [--run LABEL=WORKDIR ...] [--figure PATH]
+    python -m icml26zoo.geometric.apt_checks [--symmetry] [--run LABEL=WORKDIR ...] [--figure PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from icml26zoo.geometric.apt import compiled_forward
+from icml26zoo.geometric.apt import compiled_forward, duplicate_nodes, equivariance_errors
 from icml26zoo.models import ModelConfig, build_model
 
 SIZES = (256, 512, 1024, 2048)
@@ -101,6 +102,41 @@ def convergence_table(seeds: int = 3) -> list[dict[str, float]]:
     return rows
 
 
+def symmetry_rows(meshes: int = 4) -> dict[str, dict[str, float]]:
+    """equivariance_errors of the untrained geo_apt_darcy model (both local operators; with the preset's cap
+    kept too) and of the geo_darcy_baseline on the first `meshes` validation meshes of zoo_darcy_amr (built by
+    the trainer on first use)."""
+    from icml26zoo.configs import geo_apt_darcy, geo_darcy_baseline
+    from icml26zoo.train.data.features import open_rows
+
+    train_config = geo_apt_darcy.get_config()
+    rows = open_rows(train_config.data, train_config.data.eval_split, train_config.seq_len)
+    inputs = tuple(jnp.asarray(array[:meshes]) for array in (rows.points, rows.features, rows.weights))
+    results = {}
+    for operator in ("attention", "kernel"):
+        cfg = dataclasses.replace(train_config.model, model_options=(*train_config.model.model_options,
+                                                                     ("local_operator", operator)))
+        model = build_model(cfg, rngs=nnx.Rngs(0))
+        results[operator] = equivariance_errors(model, *inputs, jax.random.key(0))
+        results[operator]["duplication_with_cap"] = capped_duplication_error(model, *inputs)
+    baseline = build_model(geo_darcy_baseline.get_config().model, rngs=nnx.Rngs(0))
+    results["set_transformer"] = equivariance_errors(baseline, *inputs, jax.random.key(0))
+    return results
+
+
+def capped_duplication_error(model: nnx.Module, points, features, weights) -> float:
+    """The in-group duplication error (half the nodes, weights halved) with the model's own neighbour cap."""
+    forward = compiled_forward(model)
+    num_nodes = points.shape[1]
+    chosen = jnp.arange(num_nodes // 2)
+    duplicated = forward(*duplicate_nodes(points, features, weights, chosen, halve=True))
+    padding = (jnp.zeros_like(points[:, chosen]), jnp.zeros_like(features[:, chosen]),
+               jnp.zeros_like(weights[:, chosen]))
+    reference = forward(*(jnp.concatenate([x, pad], axis=1) for x, pad in zip((points, features, weights),
+                                                                               padding, strict=True)))
+    return float(jnp.max(jnp.abs(duplicated[:, :num_nodes] - reference[:, :num_nodes])))
+
+
 def read_metrics(workdir: str, key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of metric `key` in a trainer run's metrics.jsonl."""
     steps, values = [], []
@@ -143,7 +179,11 @@ def main() -> None:
     parser.add_argument("--run", action="append", default=[], metavar="LABEL=WORKDIR",
                         help="a trainer run to plot (repeatable)")
     parser.add_argument("--figure", help="write the PNG here")
+    parser.add_argument("--symmetry", action="store_true", help="also print the symmetry table on zoo_darcy_amr")
     args = parser.parse_args()
+    if args.symmetry:
+        for name, errors in symmetry_rows().items():
+            print(name, {key: f"{value:.2g}" for key, value in errors.items()})
     with jax.default_matmul_precision("highest"):
         rows = convergence_table()
     print("| nodes N | uniform, w = 1 | adaptive, w = 1/ρ | adaptive, w = 1 (no quadrature) |")
