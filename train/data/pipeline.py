@@ -30,6 +30,9 @@ Global row g is row g mod R of epoch g div R (R = rows per epoch, the same every
 is rows [i*B, (i+1)*B), and process p takes rows [i*B + p*b, i*B + (p+1)*b): processes see disjoint rows,
 and together exactly the rows a single process with batch B would see, whatever the process count.
 
+Datasets of the "features" layout (point sets, not tokens) are batched by `train.data.features` instead;
+the three entry points below hand them over.
+
 Since every row is a pure function of its index, the pipeline is a grain MapDataset over batch indices
 and the iterator state is grain's {"next_index": int}, JSON-serializable and exact to restore.
 """
@@ -44,7 +47,7 @@ import grain
 import numpy as np
 
 from icml26zoo.train.config import DataConfig
-from icml26zoo.train.data import sources
+from icml26zoo.train.data import features, sources
 from icml26zoo.train.data.documents import ArrayDocuments, Documents
 from icml26zoo.train.data.registry import LAYOUTS, dataset_for
 
@@ -209,6 +212,9 @@ def make_train_iterator(data: DataConfig, *, batch_size: int, seq_len: int, seed
     process_index, process_count = _check_args(batch_size, seq_len, process_index, process_count)
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if features.is_feature_data(data):
+        return features.train_iterator(data, batch_size=batch_size, seq_len=seq_len, seed=int(seed),
+                                       process_index=process_index, process_count=process_count)
     layout, documents = _layout(data, data.train_split, seq_len, int(seed))
     make_batch = _BatchMaker(layout, documents, batch_size, process_index, process_count, num_rows=None)
     # sys.maxsize batches: effectively infinite, and still an ordinary random-access MapDataset.
@@ -220,8 +226,11 @@ def num_eval_batches(data: DataConfig, *, batch_size: int, seq_len: int, max_bat
     """Batches in one eval pass: ceil(rows / batch_size), capped at max_batches when it is > 0."""
     if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0:
         raise ValueError(f"max_batches must be an integer >= 0, got {max_batches!r}")
-    layout, _ = _layout(data, data.eval_split, seq_len, None)
-    batches = math.ceil(layout.rows_per_epoch / batch_size)
+    if features.is_feature_data(data):
+        rows = len(features.open_rows(data, data.eval_split, seq_len))
+    else:
+        rows = _layout(data, data.eval_split, seq_len, None)[0].rows_per_epoch
+    batches = math.ceil(rows / batch_size)
     return min(batches, max_batches) if max_batches else batches
 
 
@@ -234,6 +243,10 @@ def make_eval_iterator(data: DataConfig, *, batch_size: int, seq_len: int, proce
     depend on the process count.
     """
     process_index, process_count = _check_args(batch_size, seq_len, process_index, process_count)
+    if features.is_feature_data(data):
+        count = num_eval_batches(data, batch_size=batch_size, seq_len=seq_len, max_batches=max_batches)
+        return features.eval_iterator(data, count, batch_size=batch_size, seq_len=seq_len,
+                                      process_index=process_index, process_count=process_count)
     layout, documents = _layout(data, data.eval_split, seq_len, None)
     count = num_eval_batches(data, batch_size=batch_size, seq_len=seq_len, max_batches=max_batches)
     make_batch = _BatchMaker(layout, documents, batch_size, process_index, process_count,

@@ -10,6 +10,7 @@ model's `lm_moe` lives with the MoE layer (`icml26zoo.moe.objective`, listed in 
 
 from icml26zoo.losses import (  # noqa: F401  (each module registers its objectives)
     boolean_chain,
+    geometric,
     ipw_scoring,
     masked_diffusion,
     membership,
