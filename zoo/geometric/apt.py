@@ -25,6 +25,7 @@ exception by design: when a refined region has more than k nodes within `radius`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 import jax
@@ -247,7 +248,7 @@ def equivariance_errors(model: nnx.Module, points: jax.Array, features: jax.Arra
     return errors
 
 
-def compiled_forward(model: nnx.Module, max_neighbours: int | None = None):
+def compiled_forward(model: nnx.Module, max_neighbours: int | None = None) -> Callable[..., jax.Array]:
     """The model's forward (points, features, weights) -> outputs under jit; an APT optionally with another cap."""
     if max_neighbours is not None and hasattr(model, "max_neighbours"):
         model = nnx.clone(model)

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -73,7 +74,7 @@ def build_probe_model(max_neighbours: int) -> nnx.Module:
     return build_model(cfg, rngs=nnx.Rngs(0))
 
 
-def query_outputs(forward, points: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def query_outputs(forward: Callable[..., jax.Array], points: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The outputs [QUERIES, 1] of a compiled forward at the query nodes of one point set."""
     outputs = forward(jnp.asarray(points)[None], jnp.asarray(input_field(points))[None], jnp.asarray(weights)[None])
     return np.asarray(outputs[0, :QUERIES])
@@ -124,7 +125,7 @@ def symmetry_rows(meshes: int = 4) -> dict[str, dict[str, float]]:
     return results
 
 
-def capped_duplication_error(model: nnx.Module, points, features, weights) -> float:
+def capped_duplication_error(model: nnx.Module, points: jax.Array, features: jax.Array, weights: jax.Array) -> float:
     """The in-group duplication error (half the nodes, weights halved) with the model's own neighbour cap."""
     forward = compiled_forward(model)
     num_nodes = points.shape[1]
