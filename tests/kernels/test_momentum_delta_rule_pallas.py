@@ -28,7 +28,7 @@ TOL = tolerance(PALLAS.name)
 WEAK = (-0.2, 0.0)
 
 # (T, chunk, packed, gate range): every T once, both chunk sizes, plain and packed rows, both regimes.
-PARITY_CASES = [(1, 16, False, STRONG), (63, 64, False, WEAK), (100, 64, True, STRONG), (257, 16, True, WEAK)]
+PARITY_CASES = [(1, 16, False, STRONG), (63, 64, False, WEAK), (100, 64, True, STRONG), (129, 16, True, WEAK)]
 
 
 @pytest.mark.parametrize("t, chunk, packed, gates", PARITY_CASES)

@@ -51,7 +51,7 @@ CASE = _case()
 WIDE = _case(d_in=40, n=3)
 
 
-@pytest.mark.parametrize("length", [1, 100, 257])
+@pytest.mark.parametrize("length", [1, 100, 129])
 def test_generic_interpret_matches_reference(length):
     harness.check_forward_and_grads(CASE, length, packed=True, impls=["pallas"], seed=length)
 

@@ -34,7 +34,7 @@ from icml26zoo.kernels._common import attention_tiles, lowering
 from icml26zoo.kernels.value_forget_attention import pallas, reference, tuning, value_forget_attention
 
 TOL = tolerance("value_forget_attention")
-BLOCK = 16  # small blocks so that T = 63, 100, 257 span several blocks plus a padded tail
+BLOCK = 16  # small blocks so that T = 63, 100, 129 span several blocks plus a padded tail
 INPUTS = FIX_CASE.time_inputs
 
 
