@@ -130,6 +130,8 @@ class PaceNet(nnx.Module):
     """(points [B, N, d], features [B, N, F], weights [B, N]) -> logits [B, O] ("pool") or [B, N, O] ("point")."""
 
     LANGUAGE_MODEL = False
+    # The objectives pass their key (zoo/losses/geometric.py): a fresh sketch every training step.
+    TAKES_KEY = True
     options_class = PaceNetOptions
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
@@ -151,10 +153,11 @@ class PaceNet(nnx.Module):
                              f"got shape {list(features.shape)}")
 
     def layer_keys(self, num_tokens: int, key: jax.Array | None) -> list[jax.Array | None]:
-        """One sketch key per block: from `key`, else seeded (N > sketch_rank) or None (exact covariance)."""
+        """One sketch key per block: None (exact covariance) when N <= sketch_rank, since a sketch then saves
+        nothing; else from `key`, or seeded by eval_seed without one."""
+        if num_tokens <= self.options.sketch_rank:
+            return [None] * len(self.blocks)
         if key is None:
-            if num_tokens <= self.options.sketch_rank:
-                return [None] * len(self.blocks)
             key = jax.random.key(self.options.eval_seed)
         return [jax.random.fold_in(key, index) for index in range(len(self.blocks))]
 

@@ -1,6 +1,7 @@
 """Objectives of the geometric models (issue 20): classification of point sets and per-point regression.
 
-Both call `model(batch["points"], batch["features"], batch["weights"])` (the interface of
+Both call `model(batch["points"], batch["features"], batch["weights"])` (plus `key=rng` for a model declaring
+`TAKES_KEY = True`; the interface of
 `icml26zoo.geometric`; batch format in `train.data.features`). A padding row (all weights 0) has weight 0
 in every sum, so evaluation can pad its last batch.
 
@@ -37,8 +38,13 @@ def _require(objective: str, batch: Batch, fields: tuple[str, ...], dataset: str
                          f"(e.g. data.name={dataset!r}); missing {missing}, got {sorted(batch)}")
 
 
-def _outputs(model: nnx.Module, batch: Batch) -> jax.Array:
-    return model(batch["points"], batch["features"], batch["weights"]).astype(jnp.float32)
+def _outputs(model: nnx.Module, batch: Batch, rng: jax.Array) -> jax.Array:
+    """The model's outputs; a model declaring `TAKES_KEY = True` (a randomized layer, e.g. PACE's sketch) also
+    gets the objective's key, so training draws fresh randomness every step and evaluation a fixed one."""
+    inputs = (batch["points"], batch["features"], batch["weights"])
+    if getattr(model, "TAKES_KEY", False):
+        return model(*inputs, key=rng).astype(jnp.float32)
+    return model(*inputs).astype(jnp.float32)
 
 
 def row_weights(weights: jax.Array) -> jax.Array:
@@ -49,9 +55,8 @@ def row_weights(weights: jax.Array) -> jax.Array:
 @register_objective("set_classification")
 def set_classification(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Cross-entropy of the model's pooled logits [B, C] (readout "pool") against batch["labels"] [B] int32."""
-    del rng  # Deterministic.
     _require("set_classification", batch, ("points", "features", "weights", "labels"), "zoo_shapes")
-    logits = _outputs(model, batch)
+    logits = _outputs(model, batch, rng)
     if logits.ndim != 2 or logits.shape[0] != batch["labels"].shape[0]:
         raise ValueError(f"objective 'set_classification' needs pooled logits [B, C] = [{batch['labels'].shape[0]}, C] "
                          f"(model.model_options readout='pool'), got shape {list(logits.shape)}")
@@ -93,9 +98,8 @@ def relative_l2(predictions: jax.Array, targets: jax.Array, weights: jax.Array) 
 def point_regression(model: nnx.Module, batch: Batch, rng: jax.Array, options: PointRegressionOptions = _DEFAULTS
                      ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean over real rows of the relative L2 error of per-point outputs [B, N, O] against batch["targets"]."""
-    del rng  # Deterministic.
     _require("point_regression", batch, ("points", "features", "weights", "targets"), "zoo_sphere")
-    predictions, targets = _outputs(model, batch), batch["targets"].astype(jnp.float32)
+    predictions, targets = _outputs(model, batch, rng), batch["targets"].astype(jnp.float32)
     if predictions.shape != targets.shape:
         raise ValueError(f"objective 'point_regression' needs per-point outputs shaped like batch['targets'] "
                          f"{list(targets.shape)} (model.model_options readout='point', num_outputs="

@@ -29,6 +29,26 @@ def _batch(weights, **fields):
     return {name: jnp.asarray(value) for name, value in {**batch, **fields}.items()}
 
 
+class KeyedOutputs(FixedOutputs):
+    """A stand-in for a randomized model: declares TAKES_KEY and records the key it gets."""
+
+    TAKES_KEY = True
+
+    def __call__(self, points, features, weights, *, key):
+        self.calls.append(key)
+        return self.outputs
+
+
+def test_a_model_declaring_takes_key_gets_the_objectives_key():
+    batch = _batch([[1, 1, 0]], labels=np.array([0], np.int32))
+    model, key = KeyedOutputs(np.zeros((1, 3), np.float32)), jax.random.key(7)
+    set_classification(model, batch, key)
+    assert len(model.calls) == 1 and bool(jnp.all(jax.random.key_data(model.calls[0]) == jax.random.key_data(key)))
+    plain = FixedOutputs(np.zeros((1, 3), np.float32))
+    set_classification(plain, batch, key)
+    assert plain.calls == [((1, 3, 3), (1, 3, 0), (1, 3))]
+
+
 def test_set_classification_is_cross_entropy_over_real_rows():
     logits = np.array([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [5.0, 5.0, 5.0]], np.float32)
     labels = np.array([0, 2, 1], np.int32)

@@ -277,6 +277,9 @@ def test_sketch_keys(inputs):
     assert bool(jnp.all(seeded == forward(*inputs)))
     assert bool(jnp.all(seeded == forward(*inputs, jax.random.key(0))))
     assert float(jnp.max(jnp.abs(forward(*inputs, jax.random.key(1)) - seeded))) > 1e-4
+    # N <= sketch_rank: the exact covariance whatever the key (a sketch would save nothing).
+    exact = make_model(sketch_rank=16, compress="tssa")
+    assert exact.layer_keys(16, jax.random.key(1)) == [None] * len(exact.blocks)
 
 
 @pytest.mark.parametrize(
