@@ -1,4 +1,4 @@
-"""PACE attention's runtime against the number of tokens N (spec geo-03, invariant 5) on CPU.
+"""PACE attention's runtime against the number of tokens N (invariant 5 of its page) on CPU.
 
     python scripts/bench_pace.py [--lengths 256 1024] [--dim 64] [--heads 4] [--rank 32] [--batch 8] [--repeats 5]
 

@@ -1,4 +1,4 @@
-"""`zoo_darcy_amr`: pressure diffusion with a well, sampled on adaptively refined node sets (spec geo-05, APT).
+"""`zoo_darcy_amr`: pressure diffusion with a well, sampled on adaptively refined node sets (APT).
 
 Each example is one simulation of ∂p/∂t = ∇·(k ∇p) + q on [0, 1]² with explicit finite differences on a G x G
 grid (G = `grid`, spacing h = 1 / (G − 1), p = 0 on the boundary, face conductivities the mean of the two

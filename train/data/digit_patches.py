@@ -1,4 +1,4 @@
-"""`zoo_digit_patches`: scikit-learn's 8x8 digits as 16 tokens of 2x2 patches (spec geo-03, PACE).
+"""`zoo_digit_patches`: scikit-learn's 8x8 digits as 16 tokens of 2x2 patches (PACE).
 
 Built offline from `sklearn.datasets.load_digits` (bundled with scikit-learn, the `sklearn` extra) with the same
 stratified train/test split as `zoo_digits` (`train.data.digits`: 1,437 train and 360 test images, seed 0).

@@ -1,4 +1,4 @@
-"""`zoo_shapes`: point clouds sampled on parametric surfaces, labelled by the surface (issue 20; specs geo-02, geo-04).
+"""`zoo_shapes`: point clouds sampled on parametric surfaces, labelled by the surface (issue 20).
 
 Each example is `num_points` points drawn (area-uniformly) on one of up to 8 surfaces, all inside the unit
 ball: SHAPES[:num_shapes] = sphere, cube (its surface), cylinder (closed), torus, cone (closed), plane (a

@@ -1,4 +1,4 @@
-"""`zoo_sphere`: smooth signals on the sphere S² sampled at unit directions, per-point regression (spec geo-01, SoLA).
+"""`zoo_sphere`: smooth signals on the sphere S² sampled at unit directions, per-point regression (SoLA).
 
 Every example samples `num_points` directions u_i (a Fibonacci lattice; rotated by a random Haar rotation per
 example when the split rotates) and draws M = `num_bumps` bumps: unit centres μ_m, concentrations κ_m uniform in

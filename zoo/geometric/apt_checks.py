@@ -1,4 +1,4 @@
-"""APT's discretisation convergence (spec geo-05, invariant 3), measured for docs/papers/apt.md.
+"""APT's discretisation convergence (invariant 3 of its page), measured for docs/papers/apt.md.
 
 One smooth input field a(x) on [0, 1]² is sampled on point sets of growing size N, either uniformly (weights 1)
 or adaptively (half the points from a Gaussian cluster, like an AMR refinement), the adaptive sets with the

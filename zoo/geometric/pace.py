@@ -1,6 +1,6 @@
 """Model "pacenet": a ViT-style stack of PACE attention (or CRATE's MSSA / ToST's TSSA) over a set of patch tokens.
 
-PACEAttention (Yu, Zhang, Deng, Peng, ICML 2026) is a RECONSTRUCTION (spec geo-03; `pace_layers`, `pace_ops`).
+PACEAttention (Yu, Zhang, Deng, Peng, ICML 2026) is a RECONSTRUCTION (`pace_layers`, `pace_ops`).
 
 Interface (issue 20): `model(points, features, weights, *, key=None)` with points = patch centres [B, N, 2],
 features = patch intensities [B, N, F], weights [B, N] (0 = padding). Token embedding: one Linear of

@@ -5,7 +5,7 @@ Every layer maps already-normalized tokens x [B, N, d] and weights [B, N] (0 = p
 Linear d -> K·p, no bias, truncated normal 0.02: q = k = v = Uᵀx, the MCR² reading) and the output
 projection W_o, so at the same width they differ only in the operator between the two.
 
-PACEAttention is a RECONSTRUCTION (spec geo-03: no paper text or code was available):
+PACEAttention is a RECONSTRUCTION (no paper text or code was available):
   PACE(X) = W_o (λ_E · Expand(X) − λ_C · Compress(X)),
 with the paper's "two learnable weights" read as λ_E, λ_C >= 0 (softplus of a free scalar, both 0.1 at
 initialization). Expand is ∇R (pace_ops.expand) with the covariance sketched by a Gaussian S [N, r] (spec

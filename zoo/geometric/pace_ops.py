@@ -1,4 +1,4 @@
-"""The MCR² quantities and the token-set operators of PACE attention and its two baselines (spec geo-03).
+"""The MCR² quantities and the token-set operators of PACE attention and its two baselines.
 
 Maths from the spec (Yu et al., CRATE; Wu et al., ToST; Yu, Zhang, Deng, Peng, PACEAttention, ICML 2026),
 written in the token-row layout the zoo uses: tokens X [B, N, d] (row i = token i, the spec's Z = Xᵀ) with

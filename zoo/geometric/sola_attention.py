@@ -2,8 +2,8 @@
 k-nearest neighbours and the softmax-free linear variant (Sekikawa, Nagata, Araki, Eto, "Spherical SO(3)
 Equivariant Local Attention", ICML 2026).
 
-RECONSTRUCTION: no paper code or full text was available; the maths follows the zoo's spec
-(`specs/geo-01-sola.md`), which is consistent with every sentence of the abstract. Per head h a token at the
+RECONSTRUCTION: no paper code or full text was available; the maths is the zoo's own reading,
+consistent with every sentence of the abstract. Per head h a token at the
 unit direction u gets the 4-vector
 
     φ_h(u) = [a_h, b_h u_x, b_h u_y, b_h u_z],  a_h = cos α_h,  b_h = sin α_h,

@@ -1,4 +1,4 @@
-"""SpikeNet (spec geo-04), registered as model "spikenet": a spiking point-cloud classifier built from SVMT blocks.
+"""SpikeNet , registered as model "spikenet": a spiking point-cloud classifier built from SVMT blocks.
 
 Paper: "SpikeNet: Sparse Spike-Driven Mask Vector Transformer for Energy-Efficient and Stable Spiking Point
 Cloud Processing" (ICML 2026). Its code was not public; the neuron follows SpikingJelly's multi-step LIF as the

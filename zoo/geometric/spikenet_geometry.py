@@ -1,4 +1,4 @@
-"""Point-set geometry of SpikeNet (spec geo-04): k nearest neighbours, farthest point sampling, gathers.
+"""Point-set geometry of SpikeNet : k nearest neighbours, farthest point sampling, gathers.
 
 Both are deterministic and permutation-equivariant for points in general position:
 - k-NN ranks candidates by squared Euclidean distance; exact ties between distinct points break towards the

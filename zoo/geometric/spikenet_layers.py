@@ -1,4 +1,4 @@
-"""SpikeNet's layers (spec geo-04): the spiking stem, the SVMT block with its DSSR residual, transition-down.
+"""SpikeNet's layers : the spiking stem, the SVMT block with its DSSR residual, transition-down.
 
 Every tensor on the spiking path is time-first, [T, B, N, C] (neighbour tensors [T, B, N, k, C]). Each weight
 layer is followed by a norm over channels: the spec's BatchNorm over the time-folded batch [T·B] keeps running

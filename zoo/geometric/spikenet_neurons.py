@@ -1,4 +1,4 @@
-"""Spiking neurons of SpikeNet (spec geo-04): the multi-step LIF neuron and its sigmoid surrogate gradient.
+"""Spiking neurons of SpikeNet : the multi-step LIF neuron and its sigmoid surrogate gradient.
 
 The neuron is SpikingJelly's `MultiStepLIFNode` as the Spiking Point Transformer (SPT, Wu et al., AAAI 2025)
 uses it, written from the recurrence (not from their code). Per element and time step t = 1 .. T:

@@ -1,4 +1,4 @@
-"""APT (spec geo-05, reconstruction): the spec's invariants 1 (permutation), 2 (node duplication with halved
+"""APT (reconstruction): the spec's invariants 1 (permutation), 2 (node duplication with halved
 weights, both branches and both local operators), 5 (padding), 6 (gates), the failing out-of-group check
 (duplication without halving), the neighbour lists against a brute-force reference, and bad input.
 

@@ -1,4 +1,4 @@
-"""PACE attention (spec geo-03, reconstruction): the spec's testable invariants 1, 2, 3, 4 and 6, the model's
+"""PACE attention (reconstruction): the spec's testable invariants 1, 2, 3, 4 and 6, the model's
 permutation symmetry (and its failing out-of-group check), padding, determinism and bad input. Invariant 5
 (runtime linear in N) is a benchmark: scripts/bench_pace.py."""
 

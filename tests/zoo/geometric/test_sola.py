@@ -1,4 +1,4 @@
-"""SoLA (spec geo-01, reconstruction): the spec's testable invariants 1-6, padding, the linear variant and bad
+"""SoLA (reconstruction): the spec's testable invariants 1-6, padding, the linear variant and bad
 input. Random point sets (no k-NN ties), B = 2, N = 64, k = 8: one compiled forward per model configuration."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SpikeNet (spec geo-04): LIF trace, spikes and surrogate, SVMT aggregation, FPS/k-NN, symmetries, bad input.
+"""SpikeNet: LIF trace, spikes and surrogate, SVMT aggregation, FPS/k-NN, symmetries, bad input.
 
 One small model (2 stages, widths 8-16, k = 8, T = 2, DSSR "gated") is compiled once for the module: the
 symmetry checks, padding, the all-padding row and the firing rates all read the same compiled program
