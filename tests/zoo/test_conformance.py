@@ -55,17 +55,18 @@ TINY = {
 }
 
 
-def _cases(primary_only: bool = False):
+def _cases(primary_only: bool = False, with_declared: bool = True):
     """Every registered model x mixer x CONFORMANCE_OPTIONS variant (or only each mixer's first variant).
 
     A model whose class declares CONFORMANCE_CONFIGS (ModelConfig overrides, e.g. a mixer and model_options)
     enters with those cases instead of once per mixer, since its mixers already enter through the other models,
-    and not among the primary cases: the stacking checks are the shared Block stack's, which "llama" covers.
+    and (unless `with_declared`) not among the primary cases: the stacking checks are the shared Block stack's,
+    which "llama" covers.
     """
     for model_name in language_model_names():
         declared = getattr(MODELS.get(model_name), "CONFORMANCE_CONFIGS", None)
         if declared is not None:
-            for i, overrides in enumerate(() if primary_only else declared):
+            for i, overrides in enumerate(declared if with_declared else ()):
                 cfg = ModelConfig(name=model_name, **{**TINY, **overrides})
                 yield pytest.param(cfg, id=f"{model_name}-{cfg.mixer}-declared{i}")
             continue
@@ -120,8 +121,15 @@ def case(request) -> Case:
 
 # Layer stacking (scan vs unrolled, remat, program size) does not depend on a mixer's options, so these
 # compile-heavy checks run once per mixer, on its first variant.
-@pytest.fixture(scope="module", params=list(_cases(primary_only=True)))
+@pytest.fixture(scope="module", params=list(_cases(primary_only=True, with_declared=False)))
 def primary_case(request) -> Case:
+    return _built(request.param)
+
+
+# The exact-zero causality check differentiates the whole model for every position (a Jacobian): it runs on each
+# mixer's first variant and each declared model; the other option variants are checked by perturbing the future.
+@pytest.fixture(scope="module", params=list(_cases(primary_only=True)))
+def jacobian_case(request) -> Case:
     return _built(request.param)
 
 
@@ -165,8 +173,9 @@ def test_only_params_and_split_merge_under_jit_and_grad(case):
     assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads)), "a parameter gets no gradient"
 
 
-def test_causality_by_gradients(case):
+def test_causality_by_gradients(jacobian_case):
     """d logits[t] / d input-embedding[s] is exactly zero for s > t, and nonzero for s = t."""
+    case = jacobian_case
     x = case.model.embed(_tokens(2))
     readout = jax.random.normal(jax.random.key(3), (VOCAB,))
 
