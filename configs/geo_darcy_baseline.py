@@ -5,17 +5,16 @@ Nodes (up to 224 per mesh) carry (p_a, k, q) and their coordinates in [0, 1]²; 
 relative L2 error of the increment (objective point_regression).
 """
 
-from icml26zoo.models.config import ModelConfig
-from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
+import dataclasses
 
-MAX_NODES = 224
+from icml26zoo.configs import geo_apt_darcy
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.train.config import TrainConfig
 
 
 def get_config() -> TrainConfig:
+    # The data, objective and training recipe are geo_apt_darcy's, so the two differ only in the model.
     model = ModelConfig(name="set_transformer", d_model=88, num_layers=2, num_heads=4, mlp_activation="gelu",
                         model_options=(("num_outputs", 1), ("readout", "point"), ("point_dim", 2),
                                        ("feature_dim", 3)))
-    return TrainConfig(model=model, data=DataConfig(name="zoo_darcy_amr"), objective="point_regression",
-                       optim=OptimConfig(learning_rate=1e-3, warmup_steps=30, weight_decay=0.01),
-                       batch_size=8, seq_len=MAX_NODES, num_steps=300, log_every=25, eval_every=100,
-                       eval_batches=0, checkpoint_every=0, sample_length=0, tensorboard=False)
+    return dataclasses.replace(geo_apt_darcy.get_config(), model=model)

@@ -6,17 +6,15 @@ spikenet presets on the same task (60k parameters against 54k and 52k). `python 
 geo_shapes_baseline --workdir /tmp/geo`; `data.task_options="(('eval_rotate', False),)"` evaluates unrotated.
 """
 
-from icml26zoo.models.config import ModelConfig
-from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
+import dataclasses
 
-NUM_POINTS = 128
+from icml26zoo.configs import geo_platonic_shapes
+from icml26zoo.models.config import ModelConfig
+from icml26zoo.train.config import TrainConfig
 
 
 def get_config() -> TrainConfig:
+    # The data, objective and training recipe are geo_platonic_shapes's, so the two differ only in the model.
     model = ModelConfig(name="set_transformer", d_model=48, num_layers=2, num_heads=4, mlp_activation="gelu",
                         model_options=(("num_outputs", 8), ("readout", "pool")))
-    data = DataConfig(name="zoo_shapes", task_options=(("num_points", NUM_POINTS),))
-    return TrainConfig(model=model, data=data, objective="set_classification",
-                       optim=OptimConfig(learning_rate=1e-3, warmup_steps=30, weight_decay=0.01),
-                       batch_size=32, seq_len=NUM_POINTS, num_steps=300, log_every=25, eval_every=100,
-                       eval_batches=0, checkpoint_every=0, sample_length=0, tensorboard=False)
+    return dataclasses.replace(geo_platonic_shapes.get_config(), model=model)
