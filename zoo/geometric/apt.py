@@ -44,6 +44,7 @@ from icml26zoo.geometric.apt_layers import (
 from icml26zoo.geometric.common import check_point_inputs, is_concrete, point_mask
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 
@@ -78,10 +79,7 @@ class AptOptions:
     def __post_init__(self) -> None:
         for name in ("num_outputs", "point_dim", "feature_dim", "max_neighbours", "num_latents",
                      "fourier_features"):
-            value = getattr(self, name)
-            minimum = 0 if name == "feature_dim" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{FIELD}: apt option {name!r} must be an integer >= {minimum}, got {value!r}")
+            check_int(f"{FIELD}: apt option {name!r}", getattr(self, name), minimum=0 if name == "feature_dim" else 1)
         if self.readout != "point":
             raise ValueError(f"{FIELD}: apt option 'readout' must be 'point' (APT predicts a field at the nodes; "
                              f"no pooled readout), got {self.readout!r}")

@@ -20,14 +20,9 @@ from flax import nnx
 from icml26zoo.geometric.common import check_point_inputs, masked_mean, masked_softmax
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 READOUTS = ("pool", "point")
-
-
-def _check_int_option(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{MODEL_OPTIONS_FIELD}: set_transformer option {name!r} must be an integer >= {minimum}, "
-                         f"got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +37,8 @@ class SetTransformerOptions:
     feature_dim: int = 0
 
     def __post_init__(self) -> None:
-        _check_int_option("num_outputs", self.num_outputs, 1)
-        _check_int_option("point_dim", self.point_dim, 1)
-        _check_int_option("feature_dim", self.feature_dim, 0)
+        for name, minimum in (("num_outputs", 1), ("point_dim", 1), ("feature_dim", 0)):
+            check_int(f"{MODEL_OPTIONS_FIELD}: set_transformer option {name!r}", getattr(self, name), minimum=minimum)
         if self.readout not in READOUTS:
             raise ValueError(f"{MODEL_OPTIONS_FIELD}: set_transformer option 'readout' must be one of "
                              f"{list(READOUTS)}, got {self.readout!r}")

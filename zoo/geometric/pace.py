@@ -37,15 +37,11 @@ from icml26zoo.geometric.pace_layers import (
 from icml26zoo.layers.mlp import build_mlp
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 READOUTS = ("pool", "point")
 FFNS = ("mlp", "ista")
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{FIELD}: pacenet option {name!r} must be an integer >= {low}, got {value!r}")
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -83,7 +79,7 @@ class PaceNetOptions:
     def __post_init__(self) -> None:
         for name, low in (("num_outputs", 1), ("num_features", 0), ("point_dim", 1), ("fourier_frequencies", 0),
                           ("sketch_rank", 1), ("eval_seed", 0)):
-            _check_int(name, getattr(self, name), low)
+            check_int(f"{FIELD}: pacenet option {name!r}", getattr(self, name), minimum=low)
         for name, choices in (("readout", READOUTS), ("attention", ATTENTIONS), ("expand", EXPAND_MODES),
                               ("compress", COMPRESS_MODES), ("ffn", FFNS)):
             _check_choice(name, getattr(self, name), choices)

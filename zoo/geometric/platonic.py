@@ -36,6 +36,7 @@ from icml26zoo.geometric.platonic_layers import (
 )
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 READOUTS = ("pool", "point")
@@ -71,9 +72,9 @@ class PlatonicOptions:
 
     def __post_init__(self) -> None:
         for name in ("num_outputs", "ffn_multiplier"):
-            _check_count(name, getattr(self, name), minimum=1)
+            check_int(f"{FIELD}: platonic option {name!r}", getattr(self, name), minimum=1)
         for name in ("feature_dim", "vector_feature_dim", "num_vector_outputs"):
-            _check_count(name, getattr(self, name), minimum=0)
+            check_int(f"{FIELD}: platonic option {name!r}", getattr(self, name), minimum=0)
         for name, value, choices in (("readout", self.readout, READOUTS), ("group", self.group, GROUP_NAMES),
                                      ("attention", self.attention, ATTENTION_MODES),
                                      ("freq_init", self.freq_init, FREQ_INITS)):
@@ -83,9 +84,6 @@ class PlatonicOptions:
             raise ValueError(f"{FIELD}: platonic option 'rope_sigma' must be > 0, got {self.rope_sigma!r}")
 
 
-def _check_count(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{FIELD}: platonic option {name!r} must be an integer >= {minimum}, got {value!r}")
 
 
 def frame_sizes(cfg: ModelConfig, group: str) -> tuple[int, int]:

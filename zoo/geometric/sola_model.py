@@ -36,6 +36,7 @@ from icml26zoo.geometric.sola_attention import (
 )
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 READOUTS = ("point", "pool")
@@ -44,11 +45,6 @@ POSITION_EMBEDDINGS = ("none", "spherical_harmonics")
 # |‖u‖ − 1| allowed for a real token's direction: float32 normalization leaves ~1e-7, data stored in float32
 # and rotated a few times stays far below 1e-4; anything beyond is a bug upstream (e.g. raw coordinates).
 UNIT_TOLERANCE = 1e-4
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{FIELD}: sola option {name!r} must be an integer >= {low}, got {value!r}")
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -76,10 +72,8 @@ class SolaOptions:
     lpe_degree: int = 3
 
     def __post_init__(self) -> None:
-        _check_int("num_outputs", self.num_outputs, 1)
-        _check_int("feature_dim", self.feature_dim, 0)
-        _check_int("neighbours", self.neighbours, 1)
-        _check_int("lpe_degree", self.lpe_degree, 1)
+        for name, minimum in (("num_outputs", 1), ("feature_dim", 0), ("neighbours", 1), ("lpe_degree", 1)):
+            check_int(f"{FIELD}: sola option {name!r}", getattr(self, name), minimum=minimum)
         _check_choice("readout", self.readout, READOUTS)
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)

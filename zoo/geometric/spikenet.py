@@ -29,6 +29,7 @@ from icml26zoo.geometric.spikenet_layers import SpikeContext, SpikingStem, SVMTB
 from icml26zoo.geometric.spikenet_neurons import LIFParams
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 
@@ -64,10 +65,9 @@ class SpikeNetOptions:
     dssr: Literal["gated", "membrane"] = "gated"
 
     def __post_init__(self) -> None:
-        for name in ("num_outputs", "time_steps", "num_neighbors", "downsample"):
-            value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
-        _require(self.feature_dim >= 0, "feature_dim", "an integer >= 0", self.feature_dim)
+        for name in ("num_outputs", "time_steps", "num_neighbors", "downsample", "feature_dim"):
+            minimum = 0 if name == "feature_dim" else 1
+            check_int(f"{FIELD}: spikenet option {name!r}", getattr(self, name), minimum=minimum)
         _require(self.tau > 1.0, "tau", "> 1 (tau <= 1 makes the leak overshoot)", self.tau)
         _require(self.v_threshold > self.v_reset, "v_threshold", f"> v_reset = {self.v_reset}", self.v_threshold)
         _require(self.surrogate_alpha > 0, "surrogate_alpha", "> 0", self.surrogate_alpha)
