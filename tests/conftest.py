@@ -59,3 +59,32 @@ def no_leaked_compilation_cache():
     if after != before:
         jax.config.update("jax_compilation_cache_dir", before)
         pytest.fail(f"the test left jax_compilation_cache_dir set to {after!r} (was {before!r})")
+
+
+# --- Suite profile (scripts/suite_profile.py) -------------------------------------------------------------------
+# With ZOO_SUITE_PROFILE=<dir>, every worker appends one JSON line per test to <dir>/<worker>.jsonl: the test's
+# CPU seconds in the worker (all threads, setup + call + teardown), the CPU of child processes it waited for
+# (subprocess tests, notebooks' kernels), and its wall time. Off by default: the suite itself never reads it.
+_PROFILE_DIR = os.environ.get("ZOO_SUITE_PROFILE")
+
+
+if _PROFILE_DIR:
+    import json as _json
+    import pathlib as _pathlib
+    import resource as _resource
+    import time as _time
+
+    def _children_cpu() -> float:
+        usage = _resource.getrusage(_resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        cpu, children, wall = _time.process_time(), _children_cpu(), _time.perf_counter()
+        yield
+        record = {"test": item.nodeid, "cpu": _time.process_time() - cpu, "children": _children_cpu() - children,
+                  "wall": _time.perf_counter() - wall}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        path = _pathlib.Path(_PROFILE_DIR) / f"{worker}.jsonl"
+        with path.open("a") as stream:
+            stream.write(_json.dumps(record) + "\n")
