@@ -7,6 +7,7 @@ FOLDERS = {
     "icml26zoo.kernels": "kernels",
     "icml26zoo.train": "train",
     "icml26zoo.configs": "configs",
+    "icml26zoo.repro": "repro",
 }
 
 packages = []

@@ -18,7 +18,7 @@ tokens/s is the median of the three cells' training throughput (logging windows 
 holds compilation); peak memory is XLA's plan for one forward-backward of the byte LM on one batch (parameters,
 gradients, activations and temporaries; the optimizer's two Adam moments add 8 bytes per parameter). Mixers
 registered later appear without editing this script: the rows are `zoo.registry.MIXERS`. Writes results.md,
-results.json and leaderboard.png to --out; cells resume as in every reproduction (zoo/repro/common.py).
+results.json and leaderboard.png to --out; cells resume as in every reproduction (repro/common.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-GENERIC = ("zoo", "kernels", "train", "configs")
+GENERIC = ("zoo", "kernels", "train", "configs", "repro")
 
 
 @pytest.mark.parametrize("name", GENERIC)
@@ -22,7 +22,7 @@ def test_no_generic_top_level_name_is_installed(name, tmp_path, monkeypatch):
 
 def test_namespace_maps_the_repository_folders():
     for module, folder in (("icml26zoo", "zoo"), ("icml26zoo.kernels", "kernels"), ("icml26zoo.train", "train"),
-                           ("icml26zoo.configs", "configs")):
+                           ("icml26zoo.configs", "configs"), ("icml26zoo.repro", "repro")):
         path = pathlib.Path(importlib.import_module(module).__file__).resolve()
         assert path == REPO / folder / "__init__.py"
 

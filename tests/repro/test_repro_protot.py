@@ -1,4 +1,4 @@
-"""The ProtoT reproduction (zoo/repro/protot.py): bad inputs, parameter matching, and the prototype read-out
+"""The ProtoT reproduction (repro/protot.py): bad inputs, parameter matching, and the prototype read-out
 and edits on a tiny random model. The QUICK run itself runs in tests/test_notebooks.py."""
 
 from __future__ import annotations

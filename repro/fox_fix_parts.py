@@ -1,4 +1,4 @@
-"""Pieces of the FoX / FiX reproduction (zoo/repro/fox_fix.py): the compared variants, parameter matching,
+"""Pieces of the FoX / FiX reproduction (repro/fox_fix.py): the compared variants, parameter matching,
 and the length-extrapolation evaluator. Pure functions over configs and models, tested on their own.
 
 Variants (name -> registered mixer, mixer options):

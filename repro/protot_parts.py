@@ -1,4 +1,4 @@
-"""Pieces of the ProtoT reproduction (zoo/repro/protot.py): parameter-matched baselines, the prototype
+"""Pieces of the ProtoT reproduction (repro/protot.py): parameter-matched baselines, the prototype
 read-outs (usage, top bytes per prototype), prototype edits by strength, and the figures.
 
 ProtoT (arXiv 2602.11852) is a RECONSTRUCTION in this zoo (zoo/mixers/protot.py): prototypes are learned

@@ -1,4 +1,4 @@
-"""Pieces of the GOAT reproduction (zoo/repro/goat.py): the compared models, a length evaluator that scores the
+"""Pieces of the GOAT reproduction (repro/goat.py): the compared models, a length evaluator that scores the
 same tokens at several context lengths, the attention-sink statistics, and the figures.
 
 GOAT (Litman & Guo, arXiv 2601.15380) learns the attention prior log π(i, j) = κ(i − j) + u(j) (zoo/mixers/goat.py).

@@ -1,4 +1,4 @@
-"""The three computations of the DP-mechanisms reproduction (zoo/repro/dp_mechanisms.py): the scalar l1/l2
+"""The three computations of the DP-mechanisms reproduction (repro/dp_mechanisms.py): the scalar l1/l2
 comparison of MoG noise with the analytic Gaussian, the SGG sweep in low dimension with composition, and a tiny
 DP-SGD run. Each returns plain rows (dicts) for the tables."""
 

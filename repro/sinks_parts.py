@@ -1,4 +1,4 @@
-"""Pieces of the massive-activation / attention-sink reproduction (zoo/repro/sinks.py): the architecture variants,
+"""Pieces of the massive-activation / attention-sink reproduction (repro/sinks.py): the architecture variants,
 the per-layer measurements, the two ablations and the figures.
 
 Paper: Sun, Canziani, LeCun, Zhu, "The Spike, the Sparse and the Sink" (arXiv 2603.05498); the statistics and
