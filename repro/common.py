@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import datetime
 import json
@@ -26,7 +28,7 @@ import os
 import pathlib
 import platform
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -41,10 +43,30 @@ from icml26zoo.train.loop import train
 from icml26zoo.train.metrics import read_metrics
 from icml26zoo.validation import check_int
 
-__all__ = ["Budget", "Experiment", "Results", "check_mixers", "check_names", "check_optimizers", "line_figure",
-           "machine", "metric_series", "parameter_count"]
+__all__ = ["MARKER", "Budget", "Experiment", "Results", "check_mixers", "check_names", "check_optimizers",
+           "line_figure", "machine", "metric_series", "parameter_count", "running_experiment",
+           "running_experiment_name"]
 
 CELL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]*")
+# The file naming the experiment that made a run directory (a --resume by another experiment is refused).
+MARKER = "experiment.json"
+# The registered experiment whose `run` is executing (set by repro.registry's wrapper), or None.
+_RUNNING: contextvars.ContextVar[str | None] = contextvars.ContextVar("running_experiment", default=None)
+
+
+def running_experiment_name() -> str | None:
+    """The name of the registered experiment now running, or None outside one."""
+    return _RUNNING.get()
+
+
+@contextlib.contextmanager
+def running_experiment(name: str) -> Iterator[None]:
+    """Marks `name` as the running experiment: an `Experiment` created inside stamps its run directory."""
+    token = _RUNNING.set(name)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +178,9 @@ class Experiment:
             raise ValueError(f"run_dir {str(self.run_dir)!r} exists and is not a directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.budget = budget
+        self.name = running_experiment_name()
+        if self.name is not None and not (self.run_dir / MARKER).is_file():
+            (self.run_dir / MARKER).write_text(json.dumps({"experiment": self.name}) + "\n")
 
     def cell_dir(self, cell: str) -> pathlib.Path:
         if not isinstance(cell, str) or not CELL_NAME.fullmatch(cell):
@@ -214,7 +239,7 @@ class Experiment:
         text = "\n".join(lines) + "\n"
         paths = {"markdown": self.run_dir / "results.md", "json": self.run_dir / "results.json"}
         paths["markdown"].write_text(text)
-        record = {"title": title, "budget": dataclasses.asdict(self.budget), "machine": where,
+        record = {"title": title, "experiment": self.name, "budget": dataclasses.asdict(self.budget), "machine": where,
                   "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "rows": rows,
                   "extra": dict(extra or {})}
         paths["json"].write_text(json.dumps(record, indent=2, default=_json_default) + "\n")

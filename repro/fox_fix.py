@@ -36,12 +36,13 @@ from icml26zoo.repro.fox_fix_parts import (
     variant_model,
 )
 from icml26zoo.repro.lengths import LengthLoss, binned
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm, tiny_mqar
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "TASKS", "VARIANTS", "run"]
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "TASKS", "VARIANTS", "run"]
 
 QUICK = Budget(steps=16, batch_size=4, seq_len=32, seeds=(0,))
 FULL = Budget(steps=200, batch_size=8, seq_len=128, seeds=(0, 1))
@@ -49,6 +50,9 @@ FULL = Budget(steps=200, batch_size=8, seq_len=128, seeds=(0, 1))
 # (training, reopening, one eval per length), so the quick run is one FoX cell on the byte corpus, evaluated
 # at T and 2T: the whole pipeline, not a comparison.
 QUICK_ARGS = {"variants": ("fox",), "tasks": ("pystdlib",), "extrapolation": (2,), "eval_rows": 1}
+# Every code path at the smallest size: one FoX cell of two steps, reopened and evaluated at T and 2T.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = QUICK_ARGS | {"d_model": 16}
 # A cell of at most this many steps saves only its final checkpoint (an interruption retrains it, cheaply);
 # longer ones save two, so an interrupted one resumes from the middle.
 SHORT_CELL = 50
@@ -56,6 +60,8 @@ TASKS = ("pystdlib", "mqar")
 METRIC = {"pystdlib": "eval/bits_per_byte", "mqar": "eval/accuracy"}
 
 
+@register_experiment("fox_fix", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/fox_fix.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, variants: Sequence[str] = tuple(VARIANTS),
         tasks: Sequence[str] = TASKS, d_model: int = 64, extrapolation: Sequence[int] = (2, 4),
         eval_rows: int = 8, mqar_pairs: int = 8, resume: bool = False) -> Results:

@@ -32,10 +32,12 @@ from matplotlib.figure import Figure
 from icml26zoo.kernels.ssd import CHUNK_SIZES, ssd
 from icml26zoo.repro import ssd_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, markdown_table
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_int
 
-__all__ = ["FORMS", "FULL", "QUICK", "condition_rows", "equality_rows", "rank_sweep", "run", "sweep_lengths"]
+__all__ = ["FORMS", "FULL", "QUICK", "SMOKE", "condition_rows", "equality_rows", "rank_sweep", "run", "sweep_lengths"]
 
+SMOKE = Budget(steps=2, batch_size=1, seq_len=16, seeds=(0,))
 QUICK = Budget(steps=4, batch_size=1, seq_len=64, seeds=(0,))
 FULL = Budget(steps=7, batch_size=2, seq_len=512, seeds=(0, 1, 2))
 
@@ -182,6 +184,8 @@ def spectrum_figure(spectra: dict[str, np.ndarray], *, length: int, state_size: 
     return figure
 
 
+@register_experiment("ssd", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args={"state_size": 4, "equality_len": 37},
+                     page="docs/papers/ssd.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, state_size: int = 8, chunk_size: int = 16,
         equality_len: int = 100, rank_rtol: float = 1e-5, resume: bool = False) -> Results:
     """Runs the three SSD checks and writes results.md/json and the figures three_way, rank_vs_T, spectrum.

@@ -1,0 +1,112 @@
+"""The experiment contract, over every registered experiment: a new experiment is tested by registering it.
+
+Each experiment, at its SMOKE budget through the command line (`python -m icml26zoo.repro`): runs, writes its
+three outputs (results.md, results.json, at least one PNG) stamped with its name, resumes to the same rows, and
+rejects bad input (an unknown option, a bad budget flag, a bad name in a name-list option, a run directory of
+another experiment) with one line and exit status 2 before writing anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+
+import pytest
+
+from icml26zoo.repro import cli, registry
+
+REPRO = pathlib.Path(__file__).resolve().parents[2] / "repro"
+NAMES = registry.names()
+
+
+def _registered_in_source() -> dict[str, str]:
+    """name -> module for every `register_experiment("name", ...)` call in repro/ (read, not imported)."""
+    found = {}
+    for path in sorted(REPRO.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_experiment"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                module = ".".join(("icml26zoo", *path.relative_to(REPRO.parent).with_suffix("").parts))
+                found[node.args[0].value] = module
+    return found
+
+
+def test_the_index_lists_exactly_the_registered_experiments():
+    assert _registered_in_source() == registry.INDEX
+
+
+def test_list_names_every_experiment_with_its_summary(capsys):
+    assert cli.main(["--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == NAMES
+    assert all(len(line.split()) > 2 for line in lines)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["fox_fixx"], r"^error: unknown experiment 'fox_fixx'; did you mean 'fox_fix'\?; experiments: .*ssd"),
+    (["--quick"], r"^error: the first argument must be an experiment name or --list"),
+    (["ssd", "--out", "{file}/sub"], r"^error: --out .* is not writable"),
+    (["ssd", "--out", "{file}"], r"^error: --out .* exists and is not a directory"),
+    (["ssd", "--out", "{tmp}/missing", "--resume"], r"^error: --out .* does not exist: there is nothing to resume"),
+    (["ssd", "--out", "{tmp}/x", "--steps", "0"], r"^error: --steps must be an integer >= 1, got 0"),
+    (["ssd", "--out", "{tmp}/x", "--seeds", "a"], r"^error: --seeds must be an integer, got 'a'"),
+    (["ssd", "--out", "{tmp}/x", "state_sise=4"], r"^error: ssd has no option 'state_sise'; did you mean 'state_size'"),
+    (["ssd", "--out", "{tmp}/x", "state_size=four"], r"^error: option state_size expects int, got 'four'"),
+    (["ssd", "--out", "{tmp}/x", "--fast"], r"^error: unknown flag '--fast'"),
+])
+def test_bad_command_lines_are_one_line_errors(argv, message, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    argv = [a.format(file=tmp_path / "file", tmp=tmp_path) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert pytest.importorskip("re").search(message, err), err
+    assert not (tmp_path / "x").exists()
+
+
+def test_python_api_runs_by_budget_name_and_rejects_unknown_options(tmp_path):
+    with pytest.raises(ValueError, match=r"ssd: unknown option\(s\) \['chunks'\]; options: \['state_size'"):
+        registry.run("ssd", tmp_path / "a", budget="smoke", chunks=3)
+    with pytest.raises(ValueError, match=r"budget must be one of \['smoke', 'quick', 'full'\], got 'tiny'"):
+        registry.run("ssd", tmp_path / "a", budget="tiny")
+    assert not (tmp_path / "a").exists()
+
+
+def _name_list_options(spec: registry.ExperimentSpec) -> list[str]:
+    """Options whose default is a non-empty tuple of names: each must reject an unknown name up front."""
+    return [name for name, p in spec.options().items()
+            if isinstance(p.default, tuple) and p.default and all(isinstance(v, str) for v in p.default)]
+
+
+def _comparable(rows: list[dict], volatile: tuple[str, ...]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in volatile} for row in rows]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_experiment_contract(name, tmp_path, capsys):
+    spec = registry.get(name)
+    out = tmp_path / "run"
+    for option in _name_list_options(spec):
+        assert cli.main([name, "--smoke", "--out", str(out), f"{option}=no_such_name"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and option in err, (option, err)
+        assert not out.exists(), f"{name}: a bad {option} wrote {out} before failing"
+
+    assert cli.main([name, "--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
+    written = {p.name for p in out.iterdir()}
+    assert {"results.md", "results.json", "experiment.json"} <= written, written
+    assert any(p.endswith(".png") for p in written), written
+    record = json.loads((out / "results.json").read_text())
+    assert record["experiment"] == name and record["rows"], record
+    assert (out / "results.md").read_text().startswith("# ")
+
+    assert cli.main([name, "--smoke", "--out", str(out), "--resume"]) == 0, capsys.readouterr().err
+    resumed = json.loads((out / "results.json").read_text())
+    assert _comparable(resumed["rows"], spec.volatile) == _comparable(record["rows"], spec.volatile)
+
+    other = next(n for n in NAMES if n != name)
+    capsys.readouterr()
+    assert cli.main([other, "--smoke", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run_dir '{out}' holds a run of experiment '{name}', not '{other}'"), err
