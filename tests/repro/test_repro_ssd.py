@@ -7,13 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 from tolerances import tolerance
 
 from icml26zoo.kernels.ssd import kernel_matrix
 from icml26zoo.repro import ssd
 from icml26zoo.repro import ssd_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=2, batch_size=1, seq_len=16, seeds=(0,))
@@ -32,15 +30,6 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         ssd.run(tmp_path / "run", **({"budget": TINY} | kwargs))
     assert not (tmp_path / "run").exists()
-
-
-def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
-    with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
-        ssd.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_repro_script("ssd")
-    assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--chunk-size", "24"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: chunk_size must be one of") and "\n" not in err
 
 
 def test_sweep_lengths_are_distinct_and_end_at_seq_len():
