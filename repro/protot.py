@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icml26zoo.mixers import protot_hooks as hooks
+from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure, parameter_count
 from icml26zoo.repro.protot_parts import (
     LABELS,

@@ -17,8 +17,8 @@ import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
+from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.diagnostics.capture import capture_forward
-from icml26zoo.mixers import protot_hooks as hooks
 from icml26zoo.models import generate
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.repro.common import parameter_count

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 from repro_scripts import load_repro_script
 
-from icml26zoo.mixers import protot_hooks as hooks
+from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.models import build_model
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.repro import protot

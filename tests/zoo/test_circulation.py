@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.layers.circulation_stats import stability_measures, sym_skew_frobenius, symmetric_skew_parts
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.mixers.circulation import (
     STABILITY_SUMMARIES,
@@ -23,7 +24,6 @@ from icml26zoo.mixers.circulation import (
     circulation_logits,
     reference_logits,
 )
-from icml26zoo.mixers.circulation_stats import stability_measures, sym_skew_frobenius, symmetric_skew_parts
 from icml26zoo.models import ModelConfig, build_model
 
 pytestmark = pytest.mark.usefixtures("fast_compile")

@@ -29,8 +29,8 @@ from flax import nnx
 
 from icml26zoo.kernels._common.masks import attention_mask
 from icml26zoo.kernels.value_forget_attention import value_forget_attention
+from icml26zoo.layers import fp8_scaling as f8
 from icml26zoo.layers.projections import project_heads
-from icml26zoo.mixers import fp8_scaling as f8
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.mixers.circulation import CirculationAttention
 from icml26zoo.mixers.fix import FineGrainedForgettingAttention

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from icml26zoo.mixers import fp8_scaling as f8
+from icml26zoo.layers import fp8_scaling as f8
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.models import ModelConfig
 

@@ -19,7 +19,7 @@ import pytest
 from flax import nnx
 from mixer_helpers import F32, SEGMENTS, B, T
 
-from icml26zoo.mixers import protot_hooks as hooks
+from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.mixers.protot import ProtoT
 from icml26zoo.mixers.protot_parts import PrototypeEdit, channel_counts, read_memories, reference_recurrence
 from icml26zoo.models import build_model

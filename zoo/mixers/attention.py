@@ -11,12 +11,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.layers import projections
+from icml26zoo.layers import fp8_scaling, projections
 from icml26zoo.layers.alibi import alibi_bias
 from icml26zoo.layers.norms import RMSNorm
 from icml26zoo.layers.options import check_choice
 from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer

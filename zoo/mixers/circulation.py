@@ -69,18 +69,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.layers import projections
-from icml26zoo.layers.options import check_choice
-from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
-from icml26zoo.mixers.attention import causal_mask, decode_mask
-from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
-from icml26zoo.mixers.circulation_stats import (
+from icml26zoo.layers import fp8_scaling, projections
+from icml26zoo.layers.circulation_stats import (
     eta_m,
     stability_measures,
     sym_skew_frobenius,
     symmetric_skew_parts,
 )
+from icml26zoo.layers.options import check_choice
+from icml26zoo.longctx import pbs
+from icml26zoo.mixers.attention import causal_mask, decode_mask
+from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_mixer
 

@@ -73,10 +73,9 @@ from icml26zoo.kernels.value_forget_attention import (
 )
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from icml26zoo.kernels.value_forget_attention.reference import value_decays
-from icml26zoo.layers import projections
+from icml26zoo.layers import fp8_scaling, projections
 from icml26zoo.layers.norms import HeadRMSNorm
 from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_mixer_inputs
 from icml26zoo.mixers.fix_parts import bound_log_gate, low_rank_gate_bias, mamba_dt_bias, parse_options
 from icml26zoo.mixers.fox_parts import forget_gate_bias

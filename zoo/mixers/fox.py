@@ -63,10 +63,9 @@ from icml26zoo.kernels.forgetting_attention import (
 )
 from icml26zoo.kernels.forgetting_attention.decode import cached_forgetting_attention
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
-from icml26zoo.layers import projections
+from icml26zoo.layers import fp8_scaling, projections
 from icml26zoo.layers.norms import HeadRMSNorm
 from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call
 from icml26zoo.mixers.fox_parts import (
     decay_bias,

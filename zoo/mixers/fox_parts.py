@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icml26zoo.layers import fp8_scaling
 from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.validation import check_int

@@ -26,7 +26,7 @@ from flax import nnx
 
 from icml26zoo.diagnostics import capture_forward
 from icml26zoo.diagnostics.capture import unrolled
-from icml26zoo.mixers import fp8_scaling as f8
+from icml26zoo.layers import fp8_scaling as f8
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.models import build_model
 

@@ -65,11 +65,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from icml26zoo.layers import projections
+from icml26zoo.layers import fp8_scaling, projections
 from icml26zoo.layers.alibi import alibi_slopes
 from icml26zoo.layers.options import check_choice
 from icml26zoo.longctx import pbs
-from icml26zoo.mixers import fp8_scaling
 from icml26zoo.mixers.attention import _dot_product_attention, causal_attention, causal_mask, decode_mask
 from icml26zoo.mixers.base import MixerCache, MixerOutput, Positions, SegmentIds, check_call, read_mixer_options
 from icml26zoo.models.config import ModelConfig
