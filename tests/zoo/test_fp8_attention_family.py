@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from icml26zoo.kernels._common.masks import attention_mask
+from icml26zoo.kernels.helpers import attention_mask
 from icml26zoo.kernels.value_forget_attention import value_forget_attention
 from icml26zoo.layers import fp8_scaling as f8
 from icml26zoo.layers.projections import project_heads

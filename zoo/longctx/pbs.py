@@ -41,11 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icml26zoo.kernels._common.layout import pad_time
-from icml26zoo.kernels._common.precision import einsum_f32
 from icml26zoo.kernels.block_sparse_attention import lists as bsa_lists
 from icml26zoo.kernels.block_sparse_attention.api import block_sparse_attention
 from icml26zoo.kernels.block_sparse_attention.reference import token_mask
+from icml26zoo.kernels.helpers import einsum_f32, pad_time
 
 OP = "pbs_attn"
 

@@ -63,8 +63,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.kernels._common.gate_sums import segment_sums
-from icml26zoo.kernels._common.masks import attention_mask
+from icml26zoo.kernels.helpers import attention_mask, segment_sums
 from icml26zoo.kernels.value_forget_attention import (
     ValueForgetAttentionState,
     init_value_forget_attention_state,

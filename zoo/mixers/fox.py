@@ -54,14 +54,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.kernels._common.gate_sums import segment_sums
-from icml26zoo.kernels._common.masks import attention_mask
 from icml26zoo.kernels.forgetting_attention import (
     ForgettingAttentionState,
     forgetting_attention,
     forgetting_attention_step,
 )
 from icml26zoo.kernels.forgetting_attention.decode import cached_forgetting_attention
+from icml26zoo.kernels.helpers import attention_mask, segment_sums
 from icml26zoo.kernels.value_forget_attention.reference import attention_weights as softmax_weights
 from icml26zoo.layers import fp8_scaling, projections
 from icml26zoo.layers.norms import HeadRMSNorm
