@@ -6,11 +6,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import adam_spikes
 from icml26zoo.repro import adam_spikes_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=3, batch_size=4, seq_len=2, seeds=(0,))
@@ -33,15 +31,6 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         adam_spikes.run(tmp_path / "run", **({"budget": TINY} | kwargs))
     assert not (tmp_path / "run").exists()
-
-
-def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
-    with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
-        adam_spikes.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_repro_script("adam_spikes")
-    assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--settings", "cnn"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: settings: unknown name 'cnn'") and "\n" not in err
 
 
 def test_traced_predictor_is_the_analytic_curvature_and_flags_exactly_the_loss_rises():
