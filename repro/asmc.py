@@ -42,22 +42,29 @@ from icml26zoo.decode.asmc import ASMCConfig, asmc_decode
 from icml26zoo.decode.resampling import RESAMPLERS
 from icml26zoo.repro import asmc_parts as task
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 from icml26zoo.train.presets import tiny_model
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "PROPOSALS", "QUICK", "QUICK_ARGS", "SCHEMES", "run", "training_config"]
+__all__ = ["FULL", "PROPOSALS", "QUICK", "QUICK_ARGS", "SCHEMES", "SMOKE", "SMOKE_ARGS", "run", "training_config"]
 
 DIGITS = 3
 # Rows of 3D + 3 input tokens (the trainer's seq_len).
 QUICK = Budget(steps=60, batch_size=32, seq_len=3 * DIGITS + 3, seeds=(0,))
 FULL = Budget(steps=600, batch_size=64, seq_len=3 * DIGITS + 3, seeds=(0, 1))
 QUICK_ARGS = {"particles": (8,), "alphas": (4.0,), "schemes": ("systematic",), "num_problems": 12}
+# Every code path in seconds: 2 training steps, then every method (both proposals, the adaptive run) with N = 4
+# on 2 problems.
+SMOKE = Budget(steps=2, batch_size=4, seq_len=3 * DIGITS + 3, seeds=(0,))
+SMOKE_ARGS = {"particles": (4,), "alphas": (4.0,), "schemes": ("systematic",), "num_problems": 2}
 SCHEMES = tuple(sorted(RESAMPLERS))
 PROPOSALS = ("tempered", "ancestral")
 
 
+@register_experiment("asmc", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/asmc.md", volatile=("ms_per_problem",))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, particles: Sequence[int] = (4, 8, 16),
         alphas: Sequence[float] = (2.0, 4.0), schemes: Sequence[str] = SCHEMES,
         proposals: Sequence[str] = PROPOSALS, num_problems: int = 200,

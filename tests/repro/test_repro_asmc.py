@@ -1,6 +1,6 @@
-"""The ASMC reproduction: bad inputs and the script's one-line errors, the addition task and its verifier, the
-trainer batches, how each method's particles are read, the ancestry walk and the collapse split. The QUICK
-experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The ASMC reproduction: bad inputs, the addition task and its verifier, the trainer batches, how each method's
+particles are read, the ancestry walk and the collapse split. The SMOKE experiment itself runs in the experiment
+contract (tests/repro/test_experiments.py: command line, outputs, resume) and the notebook test."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.decode.asmc import ASMCResult
 from icml26zoo.repro import asmc
 from icml26zoo.repro import asmc_parts as task
-from icml26zoo.repro.cli import run_main
 from icml26zoo.train.batch_source import check_batch
 
 
@@ -38,23 +36,6 @@ def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, match)
     with pytest.raises(ValueError, match=match):
         asmc.run(tmp_path / "run", **{"budget": asmc.QUICK, **kwargs})
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--particles", "8,x"], "--particles must be comma-separated integers"),
-        (["--alphas", "0.5"], "alphas"),
-        (["--schemes", "stratified"], "unknown name 'stratified'"),
-        (["--problems", "0"], "num_problems"),
-        (["--proposals", "tempered,x"], "unknown name 'x'"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("asmc").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_problems_spell_every_number_backwards_and_the_verifier_checks_the_sum():
