@@ -58,10 +58,14 @@ def model_config(settings: CellSettings) -> ModelConfig:
                        num_layers=settings.num_layers, num_heads=4, num_kv_heads=2, max_seq_len=SEQ_LEN)
 
 
-def split_batches(data: DataConfig, split: str, batch_size: int) -> list[dict[str, jax.Array]]:
-    """Every row of `split` in stored order, as batches (the last padded: segment_ids 0, weights 0)."""
+def split_batches(data: DataConfig, split: str, batch_size: int, rows: int | None = None) -> list[dict[str, jax.Array]]:
+    """Every row of `split` in stored order (or its first `rows`, rounded up to whole batches), as batches (the
+    last padded: segment_ids 0, weights 0)."""
     source = dataclasses.replace(data, eval_split=split)
-    iterator = make_eval_iterator(source, batch_size=batch_size, seq_len=SEQ_LEN)
+    if rows is not None:
+        batch_size = min(batch_size, rows)
+    max_batches = 0 if rows is None else -(-rows // batch_size)
+    iterator = make_eval_iterator(source, batch_size=batch_size, seq_len=SEQ_LEN, max_batches=max_batches)
     return [{k: jnp.asarray(v) for k, v in batch.items()} for batch in iterator]
 
 
@@ -74,14 +78,15 @@ class Readout:
 
 
 def read_features(feature_fn: Callable[..., tuple[jax.Array, jax.Array]], params: dict,
-                  batches: list[dict[str, jax.Array]]) -> Readout:
+                  batches: list[dict[str, jax.Array]], rows: int | None = None) -> Readout:
+    """The features of the real rows of `batches` (the first `rows` of them when given)."""
     features, labels = [], []
     for batch in batches:
         z, valid = feature_fn(params, batch)
         keep = np.asarray(valid) > 0
         features.append(np.asarray(z, np.float64)[keep])
         labels.append(np.asarray(batch["labels"])[keep])
-    return Readout(np.concatenate(features), np.concatenate(labels))
+    return Readout(np.concatenate(features)[:rows], np.concatenate(labels)[:rows])
 
 
 def classifier_weights(method: str, model: nnx.Module, train: Readout) -> np.ndarray:
@@ -119,8 +124,9 @@ def evaluate(method: str, model: nnx.Module, train: Readout, test: Readout) -> d
 
 
 def train_cell(method: str, *, data: DataConfig, settings: CellSettings, steps: int, batch_size: int, seed: int,
-               eval_steps: list[int]) -> list[dict[str, float]]:
-    """Trains one cell; returns one record (step, train loss, NC metrics, accuracies) per step in eval_steps."""
+               eval_steps: list[int], readout_rows: int | None = None) -> list[dict[str, float]]:
+    """Trains one cell; returns one record (step, train loss, NC metrics, accuracies) per step in eval_steps.
+    The records read the features of the whole train and test splits, or of their first `readout_rows` rows."""
     model = build_model(model_config(settings), rngs=nnx.Rngs(seed))
     graphdef, state = nnx.split(model, nnx.Param)
     params = nnx.to_pure_dict(state)
@@ -141,13 +147,15 @@ def train_cell(method: str, *, data: DataConfig, settings: CellSettings, steps: 
     def features(params: dict, batch: dict) -> tuple[jax.Array, jax.Array]:
         return pooled_features(nnx.merge(graphdef, params), batch)
 
-    train_batches, test_batches = split_batches(data, "train", 256), split_batches(data, "test", 256)
+    train_batches = split_batches(data, "train", 256, readout_rows)
+    test_batches = split_batches(data, "test", 256, readout_rows)
     iterator = make_train_iterator(data, batch_size=batch_size, seq_len=SEQ_LEN, seed=seed)
     opt_state, losses = optimizer.init(params), []
 
     def record(index: int) -> dict[str, float]:
-        metrics = evaluate(method, nnx.merge(graphdef, params), read_features(features, params, train_batches),
-                           read_features(features, params, test_batches))
+        metrics = evaluate(method, nnx.merge(graphdef, params),
+                           read_features(features, params, train_batches, readout_rows),
+                           read_features(features, params, test_batches, readout_rows))
         recent = losses[-max(1, steps // 20):]
         return {"step": index, "train_loss": float(np.mean(recent)) if recent else float("nan"), **metrics}
 

@@ -1,17 +1,15 @@
-"""The NC-losses reproduction: bad inputs, the script's one-line errors, and the evaluation pieces (which
-classifier each method is scored with, the class-mean prototype classifier). The QUICK experiment itself runs
-in the notebook test (tests/test_notebooks.py)."""
+"""The NC-losses reproduction: bad inputs and the evaluation pieces (which classifier each method is scored with,
+the class-mean prototype classifier). The SMOKE experiment runs in the experiment contract
+(tests/repro/test_experiments.py) and the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.losses.neural_collapse import simplex_etf
 from icml26zoo.repro import nc_losses
 from icml26zoo.repro import nc_losses_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=2, batch_size=8, seq_len=64, seeds=(0,))
@@ -24,23 +22,17 @@ TINY = Budget(steps=2, batch_size=8, seq_len=64, seeds=(0,))
         ({"methods": ()}, "methods must name at least one"),
         ({"eval_points": 0}, "eval_points"),
         ({"budget": Budget(steps=2, batch_size=8, seq_len=32)}, "budget.seq_len must be 64"),
+        ({"d_model": 18}, "d_model must be a multiple of 4"),
+        ({"num_layers": 0}, "num_layers must be an integer >= 1"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
+        ({"weight_decay": -1.0}, "weight_decay must be a finite number >= 0"),
+        ({"readout_rows": 8}, "readout_rows must be an integer >= 32"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         nc_losses.run(tmp_path / "run", **{"budget": TINY, **kwargs})
     assert not (tmp_path / "run").exists()  # rejected before anything is written
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [(["--methods", "ce,sgd"], "unknown name 'sgd'"), (["--eval-points", "0"], "eval_points"),
-     (["--seq-len", "32"], "budget.seq_len must be 64"), (["--resume"], "does not exist")],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("nc_losses").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_every_method_names_a_registered_objective():
