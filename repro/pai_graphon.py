@@ -18,7 +18,11 @@ Budget fields (no training steps): `steps` = the number of widths, 16, 32, ... (
 `batch_size` = the rows of the class-balanced scoring batch (SNIP's batch, GraSP's two halves; a multiple of 8);
 `seq_len` = the tokens per topics row; `seeds` = the init seeds.
 
-    results = pai_graphon.run("runs/pai_graphon", budget=pai_graphon.QUICK)
+    from icml26zoo import repro
+    results = repro.run("pai_graphon", "runs/pai_graphon", budget="quick")
+
+From a shell: `python -m icml26zoo.repro pai_graphon [--smoke | --quick] --out DIR [methods=random,snip]
+[sparsity=0.8] [scope=layerwise] [widths=16,32,64] [grid=8] [reference_width=256] [grasp_reinit=false]`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.pai_graphon_parts import convergence_figure, graphon_figure, init_mlp, prune, topic_features
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.sparsity.graphon import (
     HETEROGENEOUS,
     METHODS,
@@ -42,12 +47,17 @@ from icml26zoo.sparsity.masks import SCOPES
 from icml26zoo.sparsity.stats import matrix_statistics
 from icml26zoo.validation import check_choice, check_int
 
-__all__ = ["FULL", "METHODS", "QUICK", "run"]
+__all__ = ["FULL", "METHODS", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
 # QUICK: widths 16 ... 128 (reference 256), 2 seeds, 64 scoring rows (the notebook, a few CPU-seconds).
 QUICK = Budget(steps=4, batch_size=64, seq_len=65, seeds=(0, 1))
 # FULL: widths 16 ... 1024 (reference 2048), 3 seeds, 128 scoring rows.
 FULL = Budget(steps=7, batch_size=128, seq_len=65, seeds=(0, 1, 2))
+# SMOKE: both kinds of predicted graphon, constant (random) and fitted FSM (SNIP; GraSP's scores cost a Hessian-
+# vector product compile per width: tests/repro/test_repro_pai_graphon.py runs all four criteria), at widths 16
+# and 32, reference 64, one seed, 16 scoring rows of 17 tokens, 4 x 4 graphons.
+SMOKE = Budget(steps=2, batch_size=16, seq_len=17, seeds=(0,))
+SMOKE_ARGS = {"methods": ("random", "snip"), "grid": 4}
 MIN_WIDTH = 16
 REFERENCE_SEED = 10_000  # the reference network's seed, away from the budgets' seeds
 NUM_CLASSES, NUM_TOKENS, NOISE_TOKENS = 4, 32, 32  # topics classes and informative tokens; distractor tokens
@@ -94,6 +104,8 @@ def _mean(values):
     return float(np.mean(values)) if values else None
 
 
+@register_experiment("pai_graphon", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     page="docs/papers/pai_graphon.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS,
         widths: Sequence[int] | None = None, sparsity: float = 0.8, scope: str = "layerwise", grid: int = 8,
         reference_width: int | None = None, grasp_reinit: bool = True, resume: bool = False) -> Results:

@@ -1,6 +1,6 @@
-"""The PaI-graphon reproduction: argument errors, resume and the script's exit status, the scoring batch, and the
-paper's convergence claim on a small run (masks at widths 16 and 128 against the predicted graphons). The QUICK
-experiment itself runs in the notebook test."""
+"""The PaI-graphon reproduction: argument errors, the scoring batch, and the paper's convergence claim on a small
+run (masks of all four criteria at widths 16 and 128 against the predicted graphons). The SMOKE experiment runs
+in the experiment contract (tests/repro/test_experiments.py) and the notebook test."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import pathlib
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import pai_graphon
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 from icml26zoo.repro.pai_graphon_parts import _halves, topic_features
 
@@ -29,22 +27,6 @@ def test_bad_arguments_name_the_field(tmp_path, kwargs, field):
     with pytest.raises(ValueError, match=field):
         pai_graphon.run(tmp_path / "run", **{"budget": SMALL, **kwargs})
     assert not (tmp_path / "run").exists()  # checked before anything is written
-
-
-def test_resume_on_a_missing_run_dir_raises(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        pai_graphon.run(tmp_path / "missing", budget=SMALL, resume=True)
-
-
-def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    script = load_repro_script("pai_graphon")
-    assert run_main(script.main, ["--out", str(tmp_path / "a"), "--methods", "snip,obd"]) == 2
-    assert run_main(script.main, ["--out", str(tmp_path / "b"), "--sparsity", "1.0"]) == 2
-    assert run_main(script.main, ["--out", str(tmp_path / "c"), "--widths", "16,x"]) == 2
-    assert run_main(script.main, ["--out", str(tmp_path / "missing"), "--resume"]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 4 and lines[0].startswith("error: methods: unknown name 'obd'")
-    assert "sparsity" in lines[1] and "--widths" in lines[2] and "nothing to resume" in lines[3]
 
 
 def test_scoring_batch_is_class_balanced_standardised_and_halves_stay_balanced():
