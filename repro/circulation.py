@@ -39,27 +39,31 @@ from icml26zoo.repro.circulation_parts import (
     measures_figure,
 )
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, metric_series
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.config import apply_overrides, load_preset
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "run"]
-
-# Budgets of at most this many steps get the QUICK defaults of the grid and the measure points.
-SMALL_BUDGET_STEPS = 50
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 # QUICK: the baseline and α = 1.2, β = 3; 24 steps, one seed, two measure points (the notebook, ~30 CPU-s).
 QUICK = Budget(steps=24, batch_size=4, seq_len=32, seeds=(0,))
+QUICK_ARGS = {"alphas": (1.0, 1.2), "betas": (3.0,), "measure_points": 2}
+# SMOKE: one cell (α = 1.2, β = 3), 2 steps of 2 x 16 bytes, one measure point (plus the initialization).
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"alphas": (1.2,), "betas": (3.0,), "measure_points": 1, "measure_rows": 2}
 # FULL: the default grid (5 distinct cells) x 2 seeds at the tiny preset's batch shape.
 FULL = Budget(steps=240, batch_size=8, seq_len=64, seeds=(0, 1))
 
 
+@register_experiment("circulation", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/circulation.md")
 def run(
     run_dir: str | os.PathLike,
     *,
     budget: Budget = FULL,
-    alphas: Sequence[float] | None = None,
-    betas: Sequence[float] | None = None,
-    measure_points: int | None = None,
+    alphas: Sequence[float] = (0.9, 1.0, 1.2),
+    betas: Sequence[float] = (1.0, 3.0),
+    measure_points: int = 6,
     measure_rows: int = 8,
     resume: bool = False,
 ) -> Results:
@@ -67,22 +71,17 @@ def run(
 
     Args:
       run_dir: the run directory (cells, results.md/json, figures).
-      budget: steps, batch shape and seeds per cell (QUICK or FULL or your own).
-      alphas: the circulation knobs (finite; default (0.9, 1.0, 1.2), QUICK (1.0, 1.2)).
-      betas: the blend factors (finite, >= 0; default (1.0, 3.0), QUICK (3.0,)); α = 1 is trained once
-        (see the module).
+      budget: steps, batch shape and seeds per cell (SMOKE, QUICK, FULL or your own).
+      alphas: the circulation knobs (finite; QUICK_ARGS: (1.0, 1.2)).
+      betas: the blend factors (finite, >= 0; QUICK_ARGS: (3.0,)); α = 1 is trained once (see the module).
       measure_points: checkpoints per cell at which the measures are taken (plus the initialization);
-        1 <= measure_points <= budget.steps; default 6, or 2 for a small budget.
+        1 <= measure_points <= budget.steps (QUICK_ARGS: 2).
       measure_rows: held-out rows of `budget.seq_len` bytes in the fixed measurement batch (1 to 64).
       resume: continue in an existing run_dir (FileNotFoundError when it does not exist).
-
-    The defaults of alphas, betas and measure_points are the QUICK ones for a small budget (at most
-    SMALL_BUDGET_STEPS steps) and the FULL ones otherwise.
     """
-    quick = budget.steps <= SMALL_BUDGET_STEPS
-    alphas = _check_values("alphas", (1.0, 1.2) if quick else (0.9, 1.0, 1.2), alphas)
-    betas = _check_values("betas", (3.0,) if quick else (1.0, 3.0), betas, minimum=0.0)
-    points = (2 if quick else 6) if measure_points is None else measure_points
+    alphas = _check_values("alphas", alphas)
+    betas = _check_values("betas", betas, minimum=0.0)
+    points = measure_points
     _check_count("measure_points", points, budget.steps)
     _check_count("measure_rows", measure_rows, 64)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
@@ -119,10 +118,9 @@ def run(
     )
 
 
-def _check_values(field: str, default: tuple[float, ...], values: Sequence[float] | None,
-                  minimum: float | None = None) -> tuple[float, ...]:
-    """`values` (or the default) as a tuple of distinct finite floats, each >= minimum; ValueError otherwise."""
-    values = default if values is None else tuple(values)
+def _check_values(field: str, values: Sequence[float], minimum: float | None = None) -> tuple[float, ...]:
+    """`values` as a tuple of distinct finite floats, each >= minimum; ValueError otherwise."""
+    values = tuple(values)
     if not values:
         raise ValueError(f"{field} must hold at least one number, got none")
     for value in values:

@@ -3,6 +3,7 @@ per-layer stability measures of every saved checkpoint, and the two summary figu
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -40,9 +41,12 @@ def fixed_rows(data: DataConfig, rows: int, seq_len: int) -> np.ndarray:
                      f"asked for {rows}")
 
 
-@nnx.jit
-def _model_measures(model: nnx.Module, tokens: jax.Array) -> list[dict[str, jax.Array]]:
-    """Per layer, `CirculationAttention.stability` on the mixer input the layer sees for tokens [B, T]."""
+@functools.partial(jax.jit, static_argnums=0)
+def _model_measures(graphdef: Any, params: Any, tokens: jax.Array) -> list[dict[str, jax.Array]]:
+    """Per layer, `CirculationAttention.stability` on the mixer input the layer sees for tokens [B, T], for the
+    model `graphdef` with `params`. Keyed by the (hashable) graphdef, so every checkpoint of every cell of one
+    shape reuses one compiled program."""
+    model = unrolled(nnx.merge(graphdef, params))
     mixer_in = capture_forward(model, tokens, materialize_attention=False)["mixer_in"]  # [L, B, T, D]
     return [layer.mixer.stability(mixer_in[i]) for i, layer in enumerate(model.layers)]
 
@@ -62,7 +66,7 @@ def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig, tokens: np.
     layers: list[dict[str, list[float]]] = []
 
     def record(params: Any) -> None:
-        per_layer = jax.device_get(_model_measures(unrolled(nnx.merge(run.graphdef, params)), tokens))
+        per_layer = jax.device_get(_model_measures(run.graphdef, params, tokens))
         layers.extend({name: [] for name in MEASURES} for _ in range(len(per_layer) - len(layers)))
         for values, measures in zip(layers, per_layer, strict=True):
             for name in MEASURES:

@@ -1,5 +1,6 @@
-"""The circulation reproduction: argument checks, the command line's errors, the α = 1 sharing the grid relies
-on, and the figures. The QUICK run itself runs in tests/test_notebooks.py."""
+"""The circulation reproduction: argument checks, the α = 1 sharing the grid relies on, and the figures. The
+SMOKE run itself runs in the experiment contract (tests/repro/test_experiments.py: the command line, its outputs,
+resume) and in tests/test_notebooks.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,11 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 
 from icml26zoo.mixers.circulation import CirculationAttention
 from icml26zoo.models import ModelConfig
 from icml26zoo.repro import circulation
 from icml26zoo.repro.circulation_parts import MEASURES, loss_figure, measures_figure
-from icml26zoo.repro.cli import run_main
 
 
 @pytest.mark.parametrize(
@@ -36,26 +35,6 @@ def test_bad_arguments_raise_naming_them_before_anything_is_written(tmp_path, kw
     with pytest.raises(ValueError, match=match):
         circulation.run(run_dir, budget=circulation.QUICK, **kwargs)
     assert not run_dir.exists()
-
-
-def test_resuming_a_missing_run_dir_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        circulation.run(tmp_path / "missing", budget=circulation.QUICK, resume=True)
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--alphas", "1,x"], "error: --alphas must be comma-separated numbers, got '1,x'"),
-        (["--betas", "-1"], "error: betas: each value must be >= 0, got -1.0"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_the_script_fails_with_one_line_and_status_2(tmp_path, capsys, argv, message):
-    main = load_repro_script("circulation").main
-    assert run_main(main, ["--quick", "--out", str(tmp_path / "out"), *argv]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
 
 
 def test_alpha_one_is_the_baseline_for_every_beta():
