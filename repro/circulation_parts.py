@@ -44,8 +44,8 @@ def fixed_rows(data: DataConfig, rows: int, seq_len: int) -> np.ndarray:
 @functools.partial(jax.jit, static_argnums=0)
 def _model_measures(graphdef: Any, params: Any, tokens: jax.Array) -> list[dict[str, jax.Array]]:
     """Per layer, `CirculationAttention.stability` on the mixer input the layer sees for tokens [B, T], for the
-    model `graphdef` with `params`. Keyed by the (hashable) graphdef, so every checkpoint of every cell of one
-    shape reuses one compiled program."""
+    model `graphdef` with `params`. Keyed by the (hashable) graphdef, so the checkpoints of a cell (one graphdef)
+    reuse one compiled program."""
     model = unrolled(nnx.merge(graphdef, params))
     mixer_in = capture_forward(model, tokens, materialize_attention=False)["mixer_in"]  # [L, B, T, D]
     return [layer.mixer.stability(mixer_in[i]) for i, layer in enumerate(model.layers)]
