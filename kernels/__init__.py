@@ -1,5 +1,6 @@
 """Pure array ops: one folder per op (reference, xla, pallas, api, decode), re-exported here with each op's
-single-step decode form (block-sparse attention is a prefill op and has none).
+single-step decode form (block-sparse attention is a prefill op and the grouped matmul of the MoE experts has
+no time axis; they have none).
 
 Every op validates its arguments (shapes, dtypes, gate ranges that NaN fails) and raises a ValueError naming
 the op and the argument. The value checks need concrete arrays, so under `jit` they are skipped; wrap an op
@@ -14,6 +15,7 @@ from icml26zoo.kernels.block_sparse_attention import block_sparse_attention
 from icml26zoo.kernels.checked import checked
 from icml26zoo.kernels.delta_rule import gated_delta_rule, gated_delta_rule_step
 from icml26zoo.kernels.forgetting_attention import forgetting_attention, forgetting_attention_step
+from icml26zoo.kernels.grouped_matmul import grouped_matmul
 from icml26zoo.kernels.long_conv import causal_long_conv, causal_long_conv_step
 from icml26zoo.kernels.momentum_delta_rule import momentum_delta_rule, momentum_delta_rule_step
 from icml26zoo.kernels.selective_scan import selective_scan, selective_scan_step
@@ -29,6 +31,7 @@ __all__ = [
     "forgetting_attention_step",
     "gated_delta_rule",
     "gated_delta_rule_step",
+    "grouped_matmul",
     "momentum_delta_rule",
     "momentum_delta_rule_step",
     "selective_scan",
