@@ -14,13 +14,17 @@ under the budget, keeping `checkpoints` evenly spaced checkpoints. Then:
              (next-token distribution, open-constituent state, expected completed constituents: R²)
 
 The table has one row per (model, target, probe) and one column per layer.
+
+    python -m icml26zoo.repro pcfg_probing [--smoke | --quick] --out DIR [probe_sentences=512] [checkpoints=8]
+                                           [targets=depth,boundary,next_token,open_state,constituents_ending]
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
+import os
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +34,8 @@ from matplotlib.figure import Figure
 
 from icml26zoo import probing
 from icml26zoo.pcfg.exact import probe_targets
-from icml26zoo.repro.common import Budget, Experiment, Results, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.config import TrainConfig, load_preset
 from icml26zoo.train.config_checks import configured_objective
@@ -46,8 +51,17 @@ SEQ_LEN = pcfg.PCFGOptions().max_length + 1
 QUICK = Budget(steps=60, batch_size=16, seq_len=SEQ_LEN)
 FULL = Budget(steps=400, batch_size=32, seq_len=SEQ_LEN)
 QUICK_ARGS = {"probe_sentences": 96, "checkpoints": 3}
+# Every stage at the smallest size: 2 steps of 8 rows (fewer rows only add batches to the trainer's final eval of
+# the whole validation split), one checkpoint on the KL curve, probes on 8 sentences of one classification and one
+# regression target (each target's probes compile their own programs).
+SMOKE = Budget(steps=2, batch_size=8, seq_len=SEQ_LEN)
+SMOKE_ARGS = {"probe_sentences": 8, "checkpoints": 1, "targets": ("depth", "next_token")}
 CLASSIFICATION_TARGETS = ("depth", "boundary")
 REGRESSION_TARGETS = ("next_token", "open_state", "constituents_ending")
+TARGETS = CLASSIFICATION_TARGETS + REGRESSION_TARGETS
+# The KL curve reads the validation split in batches of at least this many rows (the FULL budget's batch size:
+# a small budget's batches would only add dispatches; padding rows weigh 0).
+KL_BATCH = 32
 # Deeper words share the last depth class (a handful of tokens).
 MAX_DEPTH_CLASS = 8
 
@@ -66,18 +80,26 @@ def checkpoint_steps(config: TrainConfig) -> list[int]:
                   | {config.num_steps})
 
 
-def mean_kl(config: TrainConfig, model: nnx.Module) -> tuple[float, float]:
-    """(mean KL(grammar ‖ model), mean grammar entropy) per predicted token of the whole validation split."""
-    objective = configured_objective(config)
-    graphdef, state = nnx.split(model)
-    metrics_of = jax.jit(lambda state, batch: objective(nnx.merge(graphdef, state), batch, jax.random.key(0))[1])
+def mean_kl(config: TrainConfig, model: nnx.Module, metrics_of=None) -> tuple[float, float]:
+    """(mean KL(grammar ‖ model), mean grammar entropy) per predicted token of the whole validation split, read
+    in batches of at least KL_BATCH rows. `metrics_of` (from `kl_metrics`) may be passed to reuse one compiled
+    program for models of one config."""
+    metrics_of = kl_metrics(config, model) if metrics_of is None else metrics_of
+    state = nnx.state(model)
     totals = {"kl_sum": 0.0, "kl_weight": 0.0, "entropy_sum": 0.0}
-    for batch in data_lib.make_eval_iterator(config.data, batch_size=config.batch_size, seq_len=config.seq_len,
-                                             process_count=1, process_index=0):
+    for batch in data_lib.make_eval_iterator(config.data, batch_size=max(config.batch_size, KL_BATCH),
+                                             seq_len=config.seq_len, process_count=1, process_index=0):
         metrics = jax.device_get(metrics_of(state, batch))
         for name in totals:
             totals[name] += float(metrics[name])
     return totals["kl_sum"] / totals["kl_weight"], totals["entropy_sum"] / totals["kl_weight"]
+
+
+def kl_metrics(config: TrainConfig, model: nnx.Module):
+    """The objective's metrics of (model state, batch), jitted once for every model shaped like `model`."""
+    objective = configured_objective(config)
+    graphdef = nnx.graphdef(model)
+    return jax.jit(lambda state, batch: objective(nnx.merge(graphdef, state), batch, jax.random.key(0))[1])
 
 
 def probe_data(config: TrainConfig, sentences: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -118,25 +140,41 @@ def probe_rows(model: nnx.Module, label: str, inputs: dict[str, np.ndarray], tar
     return rows
 
 
-def run(out: str | pathlib.Path, *, budget: Budget = FULL, resume: bool = False, probe_sentences: int = 512,
-        checkpoints: int = 8) -> Results:
-    """Trains the cell, measures the KL curve and probes every layer; writes results.md/json and two PNGs."""
+@register_experiment("pcfg_probing", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/pcfg_probing.md")
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: int = 512, checkpoints: int = 8,
+        targets: Sequence[str] = TARGETS, resume: bool = False) -> Results:
+    """Trains the cell, measures the KL curve and probes every layer; writes results.md/json and two PNGs.
+
+    Args:
+      run_dir: the experiment's directory (the cell, the grammar's dataset, results.md/json, kl_curve.png,
+        probes.png).
+      budget: steps, batch size and seed of the cell; budget.seq_len must be >= 25 (a sentence per row).
+      probe_sentences: validation sentences whose tokens are probed (>= 8).
+      checkpoints: evenly spaced checkpoints on the KL curve (>= 1; the last one is the final step).
+      targets: the probed quantities, from TARGETS (each probe kind compiles its own program).
+      resume: require run_dir to exist; a finished cell is reused either way.
+    """
     check_int("probe_sentences", probe_sentences, minimum=8)
     check_int("checkpoints", checkpoints)
+    targets = check_names("targets", targets, TARGETS)
     if budget.seq_len < SEQ_LEN:
         raise ValueError(f"budget.seq_len must be >= {SEQ_LEN} (<bos> and a sentence of up to {SEQ_LEN - 1} words "
                          f"per row), got {budget.seq_len}")
-    experiment = Experiment(out, budget=budget, resume=resume)
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
     config = cell_config(experiment, checkpoints)
-    summary = experiment.train_cell(CELL, config)
+    devices = jax.devices()[:1]  # one device: a tiny model, and batches need not divide a device count
+    summary = experiment.train_cell(CELL, config, devices=devices)
     initial = build_train_model(config)
-    curve = [(0, *mean_kl(config, initial))]
+    metrics_of = kl_metrics(config, initial)
+    curve = [(0, *mean_kl(config, initial, metrics_of))]
     for step in checkpoint_steps(config):
-        _, model, _ = load_run(experiment.cell_dir(CELL), step)
-        curve.append((step, *mean_kl(config, model)))
-    inputs, targets = probe_data(config, probe_sentences)
-    rows = probe_rows(model, "trained", inputs, targets, config.seed)
-    rows += probe_rows(initial, "untrained", inputs, targets, config.seed)
+        _, model, _ = load_run(experiment.cell_dir(CELL), step, devices=devices)
+        curve.append((step, *mean_kl(config, model, metrics_of)))
+    inputs, values = probe_data(config, probe_sentences)
+    values = {name: values[name] for name in targets}
+    rows = probe_rows(model, "trained", inputs, values, config.seed)
+    rows += probe_rows(initial, "untrained", inputs, values, config.seed)
     layers = [key for key in rows[0] if key.startswith("layer ")]
     figures = {"kl_curve": kl_figure(curve), "probes": probe_figure(rows, layers)}
     notes = ["Mean KL(grammar ‖ model) per predicted token on the validation split: "
