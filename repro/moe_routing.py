@@ -12,47 +12,60 @@ Claims tested at small scale:
     more diverse expert sets than top-k: lower co-selection (mean |phi| between experts' selection
     indicators, `zoo.moe.diagnostics`).
 
-Every router trains the same ConfSMoE classifier (`zoo.moe.multimodal`: one fusion layer, E = 8 experts,
-k = 2, d = 64) on the same task (`zoo.moe.multimodal_data`, setting II: 3 modalities, 50% of
-(sample, modality) entries missing), with Adam 3e-4 in the classifier's own loop
-(`zoo.moe.multimodal_train`), load-balancing and z-loss weights 0; "topk_softmax_lb" is top-k softmax
-with the usual Switch balancing loss (weight 0.01) as the reference a practitioner would run. The
-budget's `steps` are Adam steps of `batch_size` samples and `seq_len` is the tokens per modality. Reported
-per router (mean over seeds, on the test split, imputation on): accuracy, layer 0's collapse indicator
-1 − H(load)/log E, max-load ratio E·max_e f_e, co-selection, and on a fixed probe of 256 training samples
-the collapse indicator during training.
+Every router trains the same ConfSMoE classifier (model "confsmoe", `zoo.moe.multimodal`: one fusion layer,
+E = 8 experts, k = 2, d = 64) on the same task (dataset `zoo_multimodal`, setting II: 3 modalities, 50% of
+(sample, modality) entries missing, stage-1 filled from the training split) with the shared trainer
+(`Experiment.train_cell`; preset `confsmoe_multimodal`: objective "multimodal_moe", Adam at a constant 3e-4),
+load-balancing and z-loss weights 0; "topk_softmax_lb" is top-k softmax with the usual Switch balancing loss
+(weight 0.01) as the reference a practitioner would run. The mahalanobis router estimates its co-occurrence
+from each batch (the model carries only parameters). The budget's `steps` are Adam steps of `batch_size`
+samples and `seq_len` is the tokens per modality. Each trained cell is reopened (`train.load_run`) and
+evaluated on the whole test split without routing noise, with and without stage-2 imputation: accuracy, macro
+F1, one-vs-rest macro AUC, and layer 0's expert load, collapse indicator 1 − H(load)/log E, max-load ratio
+E·max_e f_e and co-selection (mean over seeds). During training the trainer logs layer 0's collapse indicator
+on the training batches (the objective's train diagnostics, averaged over each logging window).
 
 Example::
 
-    from icml26zoo.repro import moe_routing
-    results = moe_routing.run("runs/moe_routing", budget=moe_routing.QUICK, **moe_routing.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("moe_routing", "runs/moe_routing", budget="quick")
     print(results.markdown)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
+from flax import nnx
 from matplotlib.figure import Figure
 
-from icml26zoo.moe.layer import MoEConfig
-from icml26zoo.moe.multimodal import ConfSMoEConfig
-from icml26zoo.moe.multimodal_data import MultimodalTaskConfig, make_multimodal_data
-from icml26zoo.moe.multimodal_train import TrainConfig, evaluate_classifier, train_classifier
+from icml26zoo.configs import confsmoe_multimodal
+from icml26zoo.moe import MoEConfig
+from icml26zoo.moe.diagnostics import routing_diagnostics
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
+from icml26zoo.train import load_run
+from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.data.features import open_rows
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "run"]
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=30, batch_size=16, seq_len=4, seeds=(0,))
 FULL = Budget(steps=600, batch_size=32, seq_len=8, seeds=(0, 1))
-# The QUICK run (notebook, test): the two routers of the ConfSMoE claim on a small task and model.
+# The QUICK run (notebook): the two routers of the ConfSMoE claim on a small task and model.
 QUICK_ARGS = {"routers": ("topk_softmax", "confidence"), "experts": 4, "dim": 16, "train_size": 256,
               "test_size": 64}
+# Every code path at the smallest size: one confidence-router cell of two steps, reopened and evaluated.
+SMOKE = Budget(steps=2, batch_size=4, seq_len=2, seeds=(0,))
+SMOKE_ARGS = {"routers": ("confidence",), "experts": 2, "dim": 8, "train_size": 16, "test_size": 8}
 # Router variant -> (registered router, load-balancing weight).
 ROUTERS = {
     "topk_softmax": ("topk_softmax", 0.0),
@@ -62,39 +75,164 @@ ROUTERS = {
     "mahalanobis": ("mahalanobis", 0.0),
     "topk_softmax_lb": ("topk_softmax", 0.01),
 }
-COLUMNS = ("router", "balance_loss", "accuracy", "collapse", "max_load_ratio", "coselection")
-PROBE_SIZE = 256
+COLUMNS = ("router", "balance_loss", "accuracy", "f1", "auc", "accuracy_no_impute", "auc_no_impute", "collapse",
+           "max_load_ratio", "coselection")
+# Averaged over seeds into the row (evaluation with stage-2 imputation unless suffixed "_no_impute").
+AVERAGED = COLUMNS[2:]
+# Where a cell's evaluation is kept (its directory).
+EVALUATION = "evaluation.json"
+# The training-time diagnostic drawn per router.
+TRAINING_COLLAPSE = "moe/layer0/collapse"
 
 
-def _configs(router: str, seed: int, budget: Budget, experts: int, dim: int, train_size: int,
-             test_size: int) -> tuple[MultimodalTaskConfig, ConfSMoEConfig, TrainConfig]:
+@register_experiment("moe_routing", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/confsmoe.md")
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[str] = tuple(ROUTERS),
+        experts: int = 8, dim: int = 64, train_size: int = 2048, test_size: int = 512,
+        resume: bool = False) -> Results:
+    """Trains every router in `routers` once per seed, evaluates each trained cell, and writes results.md/json
+    and the figures expert_load.png, collapse_during_training.png and diversity.png into `run_dir`.
+
+    Args:
+      run_dir: the experiment's directory (cells, the dataset under tfds/, results, figures).
+      budget: Adam steps, samples per step, tokens per modality and seeds of every cell.
+      routers: names from `ROUTERS`.
+      experts: experts E per layer (k = 2).
+      dim: the classifier's width d (4 attention heads of an even width: a multiple of 8).
+      train_size, test_size: samples in the task's training and test split (at least 2 each).
+      resume: require run_dir to exist (an interrupted experiment); finished cells are reused either way.
+
+    ValueError names a bad router (listing the valid ones) or size, before anything is written.
+    """
+    routers = check_names("routers", routers, ROUTERS)
+    for name, value in (("experts", experts), ("dim", dim), ("train_size", train_size), ("test_size", test_size)):
+        check_int(name, value, minimum=2)
+    if dim % 8:
+        raise ValueError(f"dim must be a multiple of 4 (the attention heads) of an even quotient (the model's "
+                         f"head width), i.e. a multiple of 8; got {dim}")
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
+    sizes = {"experts": experts, "dim": dim, "train_size": train_size, "test_size": test_size}
+    # One device: the models are tiny, and batches need not divide a (possibly virtual) device count.
+    devices = jax.devices()[:1]
+    cells: dict[str, list[dict[str, Any]]] = {}
+    curves: dict[str, tuple[list[int], list[float]]] = {}
+    for router in routers:
+        for seed in budget.seeds:
+            cell = f"{router}_seed{seed}"
+            config = cell_config(experiment, router, seed, **sizes)
+            experiment.train_cell(cell, config, devices=devices)
+            cells.setdefault(router, []).append(evaluate_cell(experiment, cell, devices))
+        curves[router] = _mean_curve([experiment.metrics(f"{router}_seed{seed}", TRAINING_COLLAPSE)
+                                      for seed in budget.seeds])
+    rows = [_row(router, [cell["metrics"] for cell in cells[router]]) for router in routers]
+    figures = {
+        "expert_load": _load_figure(rows),
+        "collapse_during_training": line_figure(curves, xlabel="step", ylabel="collapse (training batches, layer 0)",
+                                                title="Collapse indicator during training"),
+        "diversity": _diversity_figure(rows),
+    }
+    notes = [f"Task: setting II, 3 modalities, 50% missing, {train_size} training / {test_size} test samples; "
+             f"classifier d = {dim}, E = {experts}, k = 2; no balancing loss except topk_softmax_lb (0.01).",
+             "Test split, layer 0, no routing noise, mean over seeds; accuracy, f1 (macro), auc (one-vs-rest macro) "
+             "with stage-2 imputation, *_no_impute without it.",
+             "collapse = 1 - H(load)/log E (0 balanced, 1 one expert takes all); max_load_ratio = E max_e f_e; "
+             "coselection = mean |phi| of two experts' selection indicators (lower = more diverse)."]
+    extra = {"sizes": sizes, "curves": curves, "loads": {row["router"]: row["load"] for row in rows},
+             "per_seed": {router: [cell["metrics"] for cell in cells[router]] for router in routers}}
+    return experiment.write(rows, columns=COLUMNS, title="MoE routing: load balance and expert diversity",
+                            notes=notes, figures=figures, extra=extra)
+
+
+def cell_config(experiment: Experiment, router: str, seed: int, *, experts: int, dim: int, train_size: int,
+                test_size: int) -> TrainConfig:
+    """The TrainConfig of one cell: the `confsmoe_multimodal` preset with the budget's steps, batch and tokens
+    per modality, `router` (with its balancing weight), E = `experts`, d = `dim`, the task and the run seeded
+    by `seed`, the dataset under the run directory, a final checkpoint for `load_run`."""
     name, balance = ROUTERS[router]
-    task = MultimodalTaskConfig(feature_dims=(6, 10, 4), signal=(1.0, 1.0, 1.0), tokens=budget.seq_len,
-                                setting="II", missing_ratio=0.5, modality_missing_rates=(0.3, 0.3, 0.3),
-                                train_size=train_size, test_size=test_size, seed=seed)
+    base = confsmoe_multimodal.get_config()
+    budget = experiment.budget
+    tokens = budget.seq_len
+    options = dict(base.data.task_options) | {"tokens": tokens, "train_examples": train_size,
+                                              "eval_examples": test_size, "seed": seed}
+    data = dataclasses.replace(base.data, data_dir=str(experiment.run_dir / "tfds"),
+                               task_options=tuple(options.items()))
+    model_options = dict(base.model.model_options) | {"tokens": tokens}
     moe = MoEConfig(num_experts=experts, top_k=2, router=name, load_balance_weight=balance, z_loss_weight=0.0)
-    model = ConfSMoEConfig(feature_dims=task.feature_dims, tokens=task.tokens, dim=dim,
-                           num_classes=task.num_classes, moe=moe)
-    return task, model, TrainConfig(steps=budget.steps, batch_size=budget.batch_size, seed=seed)
+    model = dataclasses.replace(base.model, d_model=dim, moe=moe, model_options=tuple(model_options.items()))
+    config = dataclasses.replace(base, model=model, data=data, log_every=max(1, budget.steps // 10))
+    config = experiment.cell_config(config, seed=seed, checkpoints=1)
+    # Points per row: the M modalities' tokens (budget.seq_len counts one modality's).
+    return dataclasses.replace(config, seq_len=len(dict(model_options)["feature_dims"]) * tokens)
 
 
-def _cell(router: str, seed: int, budget: Budget, **sizes: int) -> dict[str, Any]:
-    task, model, train = _configs(router, seed, budget, **sizes)
-    data = make_multimodal_data(task)
-    probe = data.train.take(np.arange(min(PROBE_SIZE, len(data.train))))
-    trained = train_classifier(data, model, train, log_every=max(1, budget.steps // 10), probe=probe)
-    metrics = evaluate_classifier(trained, data.test, impute=True, seed=seed)
-    return {"metrics": metrics, "routing": trained.routing}
+def evaluate_cell(experiment: Experiment, cell: str, devices: list) -> dict[str, Any]:
+    """The trained cell reopened (`load_run`) and evaluated on the whole test split, without routing noise,
+    with stage-2 imputation and without: {"metrics": {accuracy, f1, auc, *_no_impute, load, collapse, ...}}.
+
+    The result is kept in the cell's directory (evaluation.json) and read back when the cell is evaluated again
+    (a resumed experiment); retraining a cell (deleting its directory) deletes it too.
+    """
+    path = experiment.cell_dir(cell) / EVALUATION
+    if path.is_file():
+        return json.loads(path.read_text())
+    config, model, _ = load_run(experiment.cell_dir(cell), devices=devices)
+    rows = open_rows(config.data, config.data.eval_split, config.seq_len)
+    batch = rows.batch(list(range(len(rows))), config.seq_len)
+
+    @nnx.jit
+    def both(model: nnx.Module, batch: dict[str, jax.Array]) -> dict[bool, Any]:
+        inputs = (batch["points"], batch["features"], batch["weights"])
+        return {impute: model.classify(*inputs, impute=impute) for impute in (True, False)}
+
+    metrics: dict[str, Any] = {}
+    for impute, (logits, auxes) in both(model, batch).items():
+        scores = classification_scores(np.asarray(jax.nn.softmax(logits, axis=-1), np.float64), batch["labels"])
+        suffix = "" if impute else "_no_impute"
+        metrics.update({f"{name}{suffix}": value for name, value in scores.items()})
+        diagnostics = jax.device_get(routing_diagnostics(auxes[0]))
+        metrics[f"load{suffix}"] = [float(share) for share in diagnostics["load"]]
+        for name in ("collapse", "max_load_ratio", "coselection", "router_entropy"):
+            metrics[f"{name}{suffix}"] = float(diagnostics[name])
+    result = {"metrics": metrics}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def classification_scores(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Accuracy, macro F1 and one-vs-rest macro AUC of class probabilities [N, C] against labels [N].
+
+    F1 averages over the classes that occur in `labels` or in the predictions (a class never predicted and
+    never true is left out; one with no correct prediction scores 0). The AUC averages the binary AUC
+    P(score of a positive > score of a negative) + P(tie) / 2 of every class that occurs in `labels` but not
+    everywhere. Both equal scikit-learn's macro f1_score and "ovr" macro roc_auc_score when every class occurs.
+    """
+    labels = np.asarray(labels)
+    predictions = probs.argmax(axis=-1)
+    f1s, aucs = [], []
+    for c in range(probs.shape[1]):
+        true, predicted = labels == c, predictions == c
+        if true.any() or predicted.any():
+            f1s.append(2.0 * np.sum(true & predicted) / (np.sum(true) + np.sum(predicted)))
+        if 0 < true.sum() < len(labels):
+            positive, negative = probs[true, c][:, None], probs[~true, c][None, :]
+            aucs.append(np.mean((positive > negative) + 0.5 * (positive == negative)))
+    return {"accuracy": float(np.mean(predictions == labels)), "f1": float(np.mean(f1s)),
+            "auc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(statistics.fmean(values))
 
 
-def _row(router: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
-    metrics = [cell["metrics"] for cell in cells]
+def _mean_curve(series: list[tuple[list[int], list[float]]]) -> tuple[list[int], list[float]]:
+    """The mean over seeds of a metric logged at the same steps by every seed."""
+    steps = series[0][0]
+    return steps, [_mean([values[i] for _, values in series]) for i in range(len(steps))]
+
+
+def _row(router: str, metrics: list[dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {"router": router, "balance_loss": ROUTERS[router][1]}
-    for name in COLUMNS[2:]:
+    for name in AVERAGED:
         row[name] = round(_mean([m[name] for m in metrics]), 4)
     row["load"] = [round(float(v), 4) for v in np.mean([m["load"] for m in metrics], axis=0)]
     return row
@@ -127,41 +265,3 @@ def _diversity_figure(rows: list[dict[str, Any]]) -> Figure:
         axes.tick_params(axis="x", labelrotation=45)
     figure.tight_layout()
     return figure
-
-
-def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[str] = tuple(ROUTERS),
-        experts: int = 8, dim: int = 64, train_size: int = 2048, test_size: int = 512,
-        resume: bool = False) -> Results:
-    """Trains every router in `routers` once per seed and writes results.md/json and the figures
-    expert_load.png, collapse_during_training.png and diversity.png into `run_dir`.
-
-    ValueError names a bad router (listing the valid ones) or size.
-    """
-    routers = check_names("routers", routers, ROUTERS)
-    for name, value in (("experts", experts), ("dim", dim), ("train_size", train_size), ("test_size", test_size)):
-        check_int(name, value, minimum=2)
-    if dim % 4:
-        raise ValueError(f"dim must be a multiple of 4 (the attention heads), got {dim}")
-    experiment = Experiment(run_dir, budget=budget, resume=resume)
-    sizes = {"experts": experts, "dim": dim, "train_size": train_size, "test_size": test_size}
-    cells = {router: [_cell(router, seed, budget, **sizes) for seed in budget.seeds] for router in routers}
-    rows = [_row(router, cells[router]) for router in routers]
-    curves = {}
-    for router in routers:
-        runs = [cell["routing"] for cell in cells[router]]
-        steps = [step for step, _ in runs[0]]
-        curves[router] = (steps, [_mean([r[i][1]["collapse"] for r in runs]) for i in range(len(steps))])
-    figures = {
-        "expert_load": _load_figure(rows),
-        "collapse_during_training": line_figure(curves, xlabel="step", ylabel="collapse (probe, layer 0)",
-                                                title="Collapse indicator during training"),
-        "diversity": _diversity_figure(rows),
-    }
-    notes = [f"Task: setting II, 3 modalities, 50% missing, {train_size} training / {test_size} test samples; "
-             f"classifier d = {dim}, E = {experts}, k = 2; no balancing loss except topk_softmax_lb (0.01).",
-             "collapse = 1 - H(load)/log E (0 balanced, 1 one expert takes all); max_load_ratio = E max_e f_e; "
-             "coselection = mean |phi| of two experts' selection indicators (lower = more diverse)."]
-    extra = {"sizes": sizes, "curves": curves, "loads": {row["router"]: row["load"] for row in rows}}
-    return experiment.write(rows, columns=COLUMNS, title="MoE routing: load balance and expert diversity",
-                            notes=notes, figures=figures, extra=extra)
-

@@ -3,7 +3,10 @@
 A preset is a module of `icml26zoo.configs` or a Python file with `get_config() -> TrainConfig`; `load_preset`
 takes a preset name (`llama_tiny`) or a file path. Overrides use dotted paths into the nested dataclasses
 (`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are parsed by the field's
-declared type, and a bad value raises ValueError naming the field and what is allowed. `check_config`
+declared type, and a bad value raises ValueError naming the field and what is allowed. An optional nested
+config (`model.moe: MoEConfig | None`) is switched with `model.moe=default` (its defaults) or `model.moe=none`;
+its fields are then set by path (`model.moe.num_experts=8`), and setting a field of one that is None is an
+error naming the field. `check_config`
 looks up every name a config refers to (model, mixer and its options, optimizer and its options,
 objective, dataset) before anything is built. `TrainConfig.to_json` / `TrainConfig.from_json` round-trip
 a config exactly (the run's `config.json`).
@@ -318,13 +321,25 @@ def _build(cls: type, values: Any, prefix: str) -> Any:
     kwargs = {}
     for name, value in values.items():
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, f"{prefix}{name}.")
+        nested = _nested_config(hint)
+        if nested is not None and not (value is None and nested is not hint):
+            kwargs[name] = _build(nested, value, f"{prefix}{name}.")
         elif typing.get_origin(hint) is tuple:
             kwargs[name] = _as_tuples(value)
         else:
             kwargs[name] = value
     return cls(**kwargs)
+
+
+def _nested_config(hint: Any) -> type | None:
+    """The dataclass of a field typed `Config` or `Config | None` (an optional nested config), else None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(args) == 1 and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
 
 
 def _as_tuples(value: Any) -> Any:
@@ -391,6 +406,12 @@ def _set_path(config: Any, path: list[str], raw: str, full_key: str) -> Any:
         raise ValueError(f"unknown config field {full_key!r}; {type(config).__name__} has {sorted(fields)}")
     current = getattr(config, name)
     if len(path) > 1:
+        hint = typing.get_type_hints(type(config))[name]
+        if current is None and _nested_config(hint) is not None:
+            parts = full_key.split(".")
+            field = ".".join(parts[:len(parts) - len(path) + 1])
+            raise ValueError(f"config field {full_key!r}: {field} is None; set {field}=default first (its "
+                             f"defaults), then its fields")
         if not dataclasses.is_dataclass(current):
             raise ValueError(f"config field {full_key!r}: {name!r} is not a nested config")
         return dataclasses.replace(config, **{name: _set_path(current, path[1:], raw, full_key)})
@@ -399,7 +420,8 @@ def _set_path(config: Any, path: list[str], raw: str, full_key: str) -> Any:
 
 
 def parse_value(raw: str, hint: Any, key: str) -> Any:
-    """Parses `raw` as type `hint` (bool, int, float, str, Optional[...], tuple of pairs)."""
+    """Parses `raw` as type `hint` (bool, int, float, str, Optional[...], tuple of pairs, or a nested config
+    from "default")."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
@@ -428,6 +450,11 @@ def parse_value(raw: str, hint: Any, key: str) -> Any:
         return value
     if hint is str:
         return raw
+    if dataclasses.is_dataclass(hint):
+        if raw.lower() == "default":
+            return hint()
+        raise ValueError(f"config field {key!r} expects default (a {hint.__name__} with its defaults; then set "
+                         f"its fields, e.g. {key}.<field>=...) or none, got {raw!r}")
     if origin is tuple:
         import ast
 

@@ -47,7 +47,7 @@ from icml26zoo.train.optim import (
 from icml26zoo.train.plotting import plot_loss_curves
 from icml26zoo.train.progress import Progress
 from icml26zoo.train.sharding import global_batch, make_mesh, tree_shardings
-from icml26zoo.train.step import TrainState, make_eval_step, make_train_step, summarize_eval
+from icml26zoo.train.step import TrainState, make_eval_step, make_train_step, plotted_metrics, summarize_eval
 from icml26zoo.train.workdir import claim_workdir
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,8 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
     peak = mesh_peak_flops(run.mesh.devices.flat, config.model.compute_dtype)
     progress = Progress(start, last_step, enabled=config.progress_bar and jax.process_index() == 0)
     pending: list[tuple[int, jax.Array]] = []
+    # The objective's train diagnostics of each step since the last train record (`train.step`).
+    pending_diagnostics: list[dict[str, jax.Array]] = []
     window_start, window_steps = time.perf_counter(), 0
     summary: dict[str, Any] = {}
     try:
@@ -289,19 +291,21 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
                 writer.write(step + 1, jax.device_get(run.spike_monitor(state, batch)))
             state, metrics = run.train_step(state, batch)
             pending.append((step + 1, metrics["train/loss"]))
+            pending_diagnostics.append({k: v for k, v in metrics.items() if not k.startswith("train/")})
             window_steps += 1
             done = step + 1
             is_last = done == last_step
             if done % config.log_every == 0 or is_last or _checkpoint_due(config, done, is_last):
                 _raise_if_non_finite(pending, last_saved, checkpointer)
-                values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                values = {k: float(v) for k, v in jax.device_get(metrics).items() if k.startswith("train/")}
                 values["train/loss"] = float(np.mean([float(loss) for _, loss in pending]))
+                values.update(_window_means(jax.device_get(pending_diagnostics)))
                 elapsed = time.perf_counter() - window_start
                 values["perf/tokens_per_sec"] = window_steps * config.batch_size * config.seq_len / elapsed
                 values["perf/mfu"] = window_steps * flops_per_step / elapsed / peak
                 writer.write(done, values)
                 progress.update(done, values)
-                pending, window_start, window_steps = [], time.perf_counter(), 0
+                pending, pending_diagnostics, window_start, window_steps = [], [], time.perf_counter(), 0
             if config.eval_every and done % config.eval_every == 0 and not is_last:
                 eval_metrics = run_eval(state.params)
                 if eval_metrics:
@@ -319,6 +323,13 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
             checkpointer.close()
     summary["state"] = state
     return summary
+
+
+def _window_means(records: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean of each diagnostic over the steps of one logging window (every step returns the same names)."""
+    if not records:
+        return {}
+    return {name: float(np.mean([float(record[name]) for record in records])) for name in records[0]}
 
 
 def _train_batches(config: TrainConfig, data: Iterable | None, total_steps: int) -> tuple[Iterator, str]:
@@ -361,7 +372,8 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWri
            eval_metrics: dict[str, float], *, builtin_data: bool = True) -> dict[str, Any]:
     """Logs the final `eval_metrics`; baseline comparison, loss-curve plot and a generated sample.
 
-    The unigram baseline and the sample need the config's dataset, so a run on user data skips them.
+    The loss plot adds a panel of the train diagnostics the objective lists in `plotted_metrics`. The unigram
+    baseline and the sample need the config's dataset, so a run on user data skips them.
     """
     config = run.config
     done = int(state.step)
@@ -374,7 +386,8 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWri
     if jax.process_index() == 0:
         metrics_path = workdir / "metrics.jsonl"
         markers = flagged_steps(read_metrics(metrics_path))
-        summary["plot"] = plot_loss_curves(metrics_path, workdir / "loss_curve.png", markers=markers)
+        summary["plot"] = plot_loss_curves(metrics_path, workdir / "loss_curve.png", markers=markers,
+                                           diagnostics=plotted_metrics(configured_objective(config)))
         if config.spike_monitor_every:
             summary["spike/flagged_steps"] = markers
         if builtin_data and config.sample_length and data_lib.bytes_per_token(config.data):

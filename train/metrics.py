@@ -9,12 +9,8 @@ before it does, the train loop calls `drop_records_after(path, restored_step)`, 
 logged after its last checkpoint are not repeated. TensorBoard event files cannot be rewritten;
 TensorBoard itself discards events past a step that is logged again.
 
-Metrics from inside the loss: the train step logs a fixed set of metrics, so an objective that wants more
-(e.g. an MoE's routing diagnostics) wraps its loss with `report_train_metrics(loss, metrics, plot=names)`.
-Where the loss is differentiated (the train step), its backward pass hands the scalar `metrics` to the
-host; the writer of `create_writer` adds their mean since its previous train record to its next record
-holding "train/loss". Evaluation never differentiates, so eval batches do not contribute. Names in `plot`
-get a panel on the end-of-run loss plot (`train.plotting`).
+An objective's train diagnostics (e.g. an MoE's routing diagnostics) reach the writer through the train
+loop like its other train metrics (`train.step`, `train.loop`).
 """
 
 from __future__ import annotations
@@ -22,13 +18,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
@@ -39,9 +33,7 @@ __all__ = [
     "TensorBoardWriter",
     "create_writer",
     "drop_records_after",
-    "plotted_reported_names",
     "read_metrics",
-    "report_train_metrics",
 ]
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -198,94 +190,9 @@ class NullWriter:
         pass
 
 
-_REPORTED: list[dict[str, float]] = []
-_REPORTED_LOCK = threading.Lock()
-_PLOTTED: set[str] = set()
-
-
-def _collect(metrics: dict[str, np.ndarray]) -> None:
-    # Only process 0 writes metrics; elsewhere nothing would ever drain the reports.
-    if jax.process_index() != 0:
-        return
-    with _REPORTED_LOCK:
-        _REPORTED.append({name: float(np.asarray(value)) for name, value in metrics.items()})
-
-
-def _drain_reported() -> dict[str, float]:
-    """The mean of every metric reported since the last drain (names missing from a report are skipped)."""
-    with _REPORTED_LOCK:
-        reports = list(_REPORTED)
-        _REPORTED.clear()
-    names = sorted({name for report in reports for name in report})
-    return {name: float(np.mean([r[name] for r in reports if name in r])) for name in names}
-
-
-@jax.custom_vjp
-def _tap(loss: jax.Array, metrics: dict[str, jax.Array]) -> jax.Array:
-    return loss
-
-
-def _tap_forward(loss: jax.Array, metrics: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array]]:
-    return loss, metrics
-
-
-def _tap_backward(metrics: dict[str, jax.Array], cotangent: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    jax.debug.callback(_collect, metrics)
-    return cotangent, jax.tree.map(jnp.zeros_like, metrics)
-
-
-_tap.defvjp(_tap_forward, _tap_backward)
-
-
-def report_train_metrics(loss: jax.Array, metrics: Mapping[str, jax.Array], *,
-                         plot: Sequence[str] = ()) -> jax.Array:
-    """Returns `loss` unchanged (value and gradient); differentiating it sends `metrics` to the run's writer.
-
-    Args:
-      loss: the objective's scalar loss.
-      metrics: name -> scalar array ("moe/collapse"), traced values of the same step.
-      plot: names among `metrics` to draw on the end-of-run loss plot.
-    """
-    bad = {name: jnp.shape(value) for name, value in metrics.items() if jnp.ndim(value) != 0}
-    if bad:
-        raise ValueError(f"report_train_metrics takes scalar metrics, got shapes {bad}")
-    unknown = sorted(set(plot) - set(metrics))
-    if unknown:
-        raise ValueError(f"plot names {unknown} are not among the reported metrics {sorted(metrics)}")
-    _PLOTTED.update(plot)
-    values = {name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()}
-    return _tap(loss, values)
-
-
-def plotted_reported_names() -> tuple[str, ...]:
-    """The reported metric names some objective asked to plot (`report_train_metrics(plot=)`), sorted."""
-    return tuple(sorted(_PLOTTED))
-
-
-class _WithReported:
-    """Adds the mean of the metrics reported since its last train record to each record with "train/loss"."""
-
-    def __init__(self, writer: MetricWriter):
-        self.writer = writer
-        # Reports left over from an earlier run in this process belong to that run.
-        _drain_reported()
-
-    def write(self, step: int, metrics: Mapping[str, float | int]) -> None:
-        if "train/loss" in metrics:
-            metrics = {**_drain_reported(), **metrics}
-        self.writer.write(step, metrics)
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 def create_writer(workdir: str | os.PathLike, *, tensorboard: bool,
                   process_index: int | None = None) -> MetricWriter:
-    """The run's writer: ``workdir/metrics.jsonl`` (+ ``workdir/tensorboard/``) on process 0, else Null;
-    train records also get the objective's reported metrics (`report_train_metrics`).
+    """The run's writer: ``workdir/metrics.jsonl`` (+ ``workdir/tensorboard/``) on process 0, else Null.
 
     Args:
       workdir: the run directory (created if missing).
@@ -304,7 +211,7 @@ def create_writer(workdir: str | os.PathLike, *, tensorboard: bool,
     writers: list[MetricWriter] = [JsonlWriter(os.path.join(workdir, "metrics.jsonl"))]
     if tensorboard:
         writers.append(TensorBoardWriter(os.path.join(workdir, "tensorboard")))
-    return _WithReported(MultiWriter(writers))
+    return MultiWriter(writers)
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:

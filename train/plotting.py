@@ -4,10 +4,10 @@ Figures are built with matplotlib's object API (`Figure` + `savefig`), never thr
 opens on a headless machine, and importing the trainer does not switch a notebook's backend away from
 inline plots.
 
-Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel, and
-``eval/bits_per_byte`` on a second panel when any record has them, and the metrics an objective reported
-and asked to plot (`train.metrics.report_train_metrics(plot=)`) on a last panel. When a resumed
-run logged a step twice, the later record wins, which is the resumed run's value.
+Keys read (as the train loop writes them): ``train/loss`` and ``eval/loss`` on the main panel,
+``eval/bits_per_byte`` on a second panel when any record has them, and the train diagnostics the caller
+names (`diagnostics`: those the objective lists in `plotted_metrics`, `train.step`) on a last panel. When a
+resumed run logged a step twice, the later record wins, which is the resumed run's value.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from icml26zoo.train.metrics import plotted_reported_names, read_metrics
+from icml26zoo.train.metrics import read_metrics
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
@@ -54,7 +54,7 @@ def _draw(ax: Axes, records: list[dict], keys: Sequence[str], ylabel: str) -> bo
 
 
 def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLike, *,
-                     title: str | None = None, markers: Sequence[int] = ()) -> str:
+                     title: str | None = None, markers: Sequence[int] = (), diagnostics: Sequence[str] = ()) -> str:
     """Plots loss (and bits-per-byte, if logged) against step from `metrics_path` into `png_path`.
 
     Args:
@@ -62,6 +62,7 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
       png_path: output image; its directory is created if missing.
       title: figure title.
       markers: steps to flag with dashed vertical lines (e.g. predicted loss spikes).
+      diagnostics: metric names drawn on a last panel ("train diagnostics") when any record has them.
 
     Returns:
       `png_path` as a string.
@@ -78,9 +79,11 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     panels: list[tuple[Sequence[str], str]] = [(LOSS_KEYS, "loss")]
     if any(_series(records, key)[0] for key in BPB_KEYS):
         panels.append((BPB_KEYS, "bits per byte"))
-    reported = tuple(key for key in plotted_reported_names() if _series(records, key)[0])
-    if reported:
-        panels.append((reported, "reported by the objective"))
+    if isinstance(diagnostics, str) or not all(isinstance(key, str) for key in diagnostics):
+        raise ValueError(f"diagnostics must be a sequence of metric names, got {diagnostics!r}")
+    drawn = tuple(key for key in diagnostics if _series(records, key)[0])
+    if drawn:
+        panels.append((drawn, "train diagnostics"))
     fig = Figure(figsize=(8, 4.5 if len(panels) == 1 else 2.0 + 2.25 * len(panels)))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, (keys, label) in zip(axes[:, 0], panels, strict=True):

@@ -5,6 +5,17 @@ state donated and the shardings of `train.sharding`. The model is rebuilt from i
 the parameter dict inside the step (`nnx.merge`), so the step is an ordinary JAX function of arrays.
 What the step minimizes is the run's objective (`zoo.losses.objectives`, chosen by `TrainConfig.objective`);
 the step never names a loss itself.
+
+Objective metrics (the contract of `zoo.losses.objectives`, enforced by `split_metrics`): names without a "/"
+are summable statistics (loss_sum, weight, correct, X_sum, X_weight), which only evaluation uses (the eval
+step returns them, `summarize_eval` divides their totals); names with a "/" ("moe/collapse") are train
+diagnostics: scalars of the batch, returned by the train step beside its own "train/..." metrics under their
+own names (the loop logs their mean over each logging window), never by the eval step. A diagnostic may not
+be named like the trainer's own metrics ("train/", "eval/", "perf/", "spike/") and must be a scalar. The
+names an objective lists in its attribute `plotted_metrics` are drawn on the end-of-run loss plot
+(`plotted_metrics(objective)`). With the default update the diagnostics come out of the same forward pass as
+the gradient (`has_aux`); an optimizer with its own update (`UpdateFn`, which differentiates a scalar loss)
+gets them from one more forward pass at the step's parameters, which XLA drops when there are none.
 """
 
 from __future__ import annotations
@@ -22,6 +33,43 @@ from icml26zoo.losses import Objective
 from icml26zoo.registry import UpdateFn
 
 LossFn = Callable[[dict, dict[str, jax.Array]], jax.Array]
+# The prefixes of the trainer's own metric names, which an objective's diagnostics may not take.
+RESERVED_PREFIXES = ("train/", "eval/", "perf/", "spike/")
+
+
+def is_diagnostic(name: str) -> bool:
+    """Whether objective metric `name` is a train diagnostic (a "/" in the name) rather than a summable statistic."""
+    return "/" in name
+
+
+def split_metrics(metrics: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    """An objective's metrics as (summable statistics, train diagnostics) (module docstring).
+
+    Raises ValueError naming a diagnostic with a reserved prefix or a non-scalar shape.
+    """
+    sums, diagnostics = {}, {}
+    for name, value in metrics.items():
+        if not is_diagnostic(name):
+            sums[name] = value
+            continue
+        if name.startswith(RESERVED_PREFIXES):
+            raise ValueError(f"objective metric {name!r}: a train diagnostic may not start with one of "
+                             f"{list(RESERVED_PREFIXES)} (the trainer's own metrics)")
+        if jnp.ndim(value) != 0:
+            raise ValueError(f"objective metric {name!r}: a train diagnostic must be a scalar, got shape "
+                             f"{jnp.shape(value)}")
+        diagnostics[name] = jnp.asarray(value, jnp.float32)
+    return sums, diagnostics
+
+
+def plotted_metrics(objective: Callable[..., Any]) -> tuple[str, ...]:
+    """The diagnostics `objective` asks to have drawn on the loss plot (its `plotted_metrics`; an objective with
+    its options bound by `functools.partial` is looked through)."""
+    names = getattr(getattr(objective, "func", objective), "plotted_metrics", ())
+    bad = [name for name in names if not isinstance(name, str) or not is_diagnostic(name)]
+    if bad:
+        raise ValueError(f"plotted_metrics must name train diagnostics (names with a '/'), got {bad}")
+    return tuple(names)
 
 
 class TrainState(NamedTuple):
@@ -73,25 +121,35 @@ def make_train_step(
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
     """Returns `train_step(state, batch) -> (state, metrics)` minimizing `objective` with `optimizer`.
 
+    metrics: "train/loss", "train/tokens", "train/grad_norm", "train/learning_rate" and the objective's train
+    diagnostics under their own names (module docstring).
     `update(loss_fn, params, batch, opt_state, optimizer) -> (loss, grads, updates, opt_state)` replaces
     the default single-gradient update for optimizers that declare their own (`zoo.registry.OPTIMIZERS`).
     """
-    update = default_update if update is None else update
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         caller_promotion = jax.config.jax_numpy_dtype_promotion
         objective_key, next_key = step_keys(state)
-        loss_of = objective_loss(graphdef, objective, objective_key)
 
-        def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
+        def loss_and_diagnostics(params: dict, batch: dict[str, jax.Array]) -> tuple[jax.Array, dict]:
             # The model traces under the caller's promotion rules (strict in the tests), not optax's.
             with jax.numpy_dtype_promotion(caller_promotion):
-                return loss_of(params, batch)
+                loss, metrics = objective(nnx.merge(graphdef, params), batch, objective_key)
+                return loss, split_metrics(metrics)[1]
+
+        def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
+            return loss_and_diagnostics(params, batch)[0]
 
         # optax mixes Python floats with int32 step counts (Adam's bias correction, schedules), which
         # strict dtype promotion rejects.
         with jax.numpy_dtype_promotion("standard"):
-            loss, grads, updates, opt_state = update(loss_fn, state.params, batch, state.opt_state, optimizer)
+            if update is None:
+                (loss, diagnostics), grads = jax.value_and_grad(loss_and_diagnostics, has_aux=True)(
+                    state.params, batch)
+                updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            else:
+                loss, grads, updates, opt_state = update(loss_fn, state.params, batch, state.opt_state, optimizer)
+                diagnostics = loss_and_diagnostics(state.params, batch)[1]
             learning_rate = schedule(state.step // accum_steps)
         weight = jnp.sum(batch["weights"])
         params = optax.apply_updates(state.params, updates)
@@ -100,6 +158,7 @@ def make_train_step(
             "train/tokens": weight,
             "train/grad_norm": optax.global_norm(grads),
             "train/learning_rate": learning_rate,
+            **diagnostics,
         }
         return TrainState(state.step + 1, params, opt_state, jax.random.key_data(next_key)), metrics
 
@@ -109,14 +168,15 @@ def make_train_step(
 def make_eval_step(
     graphdef: nnx.GraphDef, objective: Objective, seed: int = 0
 ) -> Callable[[dict, dict[str, jax.Array]], dict[str, jax.Array]]:
-    """Returns `eval_step(params, batch) -> metrics`, the objective's summable metrics (loss_sum, weight, ...).
+    """Returns `eval_step(params, batch) -> metrics`, the objective's summable metrics (loss_sum, weight, ...);
+    its train diagnostics are left out.
 
     Stochastic objectives get the same key, from `seed`, on every evaluation, so evaluations compare.
     """
 
     def eval_step(params: dict, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
         _, metrics = objective(nnx.merge(graphdef, params), batch, jax.random.key(seed))
-        return metrics
+        return split_metrics(metrics)[0]
 
     return eval_step
 

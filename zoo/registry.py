@@ -128,9 +128,7 @@ MODELS: Registry[Callable[..., Any]] = Registry("model")
 MIXERS: Registry[type] = Registry("mixer")
 OPTIMIZERS = OptimizerRegistry("optimizer")
 # Objectives `objective(model, batch, rng) -> (loss, metrics)` (see zoo.losses.objectives).
-OBJECTIVES: Registry[Callable[..., Any]] = Registry(
-    "objective", modules=("icml26zoo.losses", "icml26zoo.moe.objective")
-)
+OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective", modules=("icml26zoo.losses",))
 
 register_model = MODELS.register
 register_mixer = MIXERS.register

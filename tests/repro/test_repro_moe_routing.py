@@ -1,16 +1,15 @@
-"""The MoE routing reproduction: bad inputs (before anything is written), the script's one-line errors, each
-cell's configs (the router and balancing weight it names, the budget's steps/batch/tokens), and the aggregation
-of cells into rows. The QUICK experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The MoE routing reproduction: bad inputs (before anything is written), each cell's config (the router and
+balancing weight it names, the budget's steps/batch/tokens, points per row), the classification scores, and the
+aggregation of cells into rows. The SMOKE experiment itself runs in the experiment contract
+(tests/repro/test_experiments.py) and the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import moe_routing
-from icml26zoo.repro.cli import run_main
-from icml26zoo.repro.common import Budget
+from icml26zoo.repro.common import Budget, Experiment
 
 TINY = Budget(steps=5, batch_size=4, seq_len=4, seeds=(0,))
 
@@ -23,6 +22,7 @@ TINY = Budget(steps=5, batch_size=4, seq_len=4, seeds=(0,))
         ({"routers": ("confidence", "confidence")}, "must not repeat"),
         ({"experts": 1}, "experts"),
         ({"dim": 18}, "dim must be a multiple of 4"),
+        ({"dim": 20}, "dim must be a multiple of 4 .* i.e. a multiple of 8; got 20"),
         ({"train_size": 0}, "train_size"),
     ],
 )
@@ -32,39 +32,41 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--routers", "confidence,switch"], "unknown name 'switch'"),
-        (["--experts", "1"], "experts"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("moe_routing").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
-
-
 @pytest.mark.parametrize("router", list(moe_routing.ROUTERS))
-def test_cell_configs_name_the_router_balance_and_budget(router):
-    task, model, train = moe_routing._configs(router, 3, TINY, experts=6, dim=16, train_size=32, test_size=8)
+def test_cell_configs_name_the_router_balance_and_budget(router, tmp_path):
+    experiment = Experiment(tmp_path / "run", budget=TINY)
+    config = moe_routing.cell_config(experiment, router, 3, experts=6, dim=16, train_size=32, test_size=8)
+    model, task = config.model, dict(config.data.task_options)
     name, balance = moe_routing.ROUTERS[router]
     assert (model.moe.router, model.moe.load_balance_weight, model.moe.z_loss_weight) == (name, balance, 0.0)
-    assert (model.moe.num_experts, model.moe.top_k, model.dim) == (6, 2, 16)
-    assert (train.steps, train.batch_size, train.seed, task.seed, task.tokens) == (5, 4, 3, 3, 4)
-    assert (task.setting, task.num_modalities, task.train_size, task.test_size) == ("II", 3, 32, 8)
+    assert (model.name, model.moe.num_experts, model.moe.top_k, model.d_model) == ("confsmoe", 6, 2, 16)
+    assert (config.num_steps, config.batch_size, config.seed, task["seed"], task["tokens"]) == (5, 4, 3, 3, 4)
+    assert (task["setting"], len(task["feature_dims"]), task["train_examples"], task["eval_examples"]) == (
+        "II", 3, 32, 8)
+    assert dict(model.model_options)["tokens"] == 4 and config.seq_len == 3 * 4  # M·S points per row
+    assert config.objective == "multimodal_moe" and config.data.name == "zoo_multimodal"
     assert balance == (0.01 if router == "topk_softmax_lb" else 0.0)
+
+
+def test_classification_scores():
+    probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    scores = moe_routing.classification_scores(probs, np.array([0, 1, 2, 1]))
+    assert scores["accuracy"] == 0.75
+    # Per class: F1 of class 0 = 2/3, class 1 = 2/3, class 2 = 1.
+    np.testing.assert_allclose(scores["f1"], (2 / 3 + 2 / 3 + 1) / 3)
+    # Class 1: positives 0.8 and 0.3 against negatives 0.2 and 0.3: three pairs ordered, one tie (1/2): 0.875.
+    np.testing.assert_allclose(scores["auc"], (1.0 + 0.875 + 1.0) / 3)
 
 
 def test_rows_average_the_seeds():
     def cell(accuracy, load):
-        metrics = {"accuracy": accuracy, "collapse": accuracy / 2, "max_load_ratio": 1.0 + accuracy,
-                   "coselection": 0.1, "load": np.asarray(load)}
-        return {"metrics": metrics, "routing": []}
+        metrics = {name: accuracy for name in moe_routing.AVERAGED}
+        metrics.update(collapse=accuracy / 2, max_load_ratio=1.0 + accuracy, coselection=0.1, load=np.asarray(load))
+        return metrics
 
     row = moe_routing._row("mahalanobis", [cell(0.5, [0.5, 0.5]), cell(0.7, [0.25, 0.75])])
-    assert row == {"router": "mahalanobis", "balance_loss": 0.0, "accuracy": 0.6, "collapse": 0.3,
-                   "max_load_ratio": 1.6, "coselection": 0.1, "load": [0.375, 0.625]}
+    assert row == {"router": "mahalanobis", "balance_loss": 0.0, "accuracy": 0.6, "f1": 0.6, "auc": 0.6,
+                   "accuracy_no_impute": 0.6, "auc_no_impute": 0.6, "collapse": 0.3, "max_load_ratio": 1.6,
+                   "coselection": 0.1, "load": [0.375, 0.625]}
     figure = moe_routing._load_figure([row, {**row, "router": "confidence"}])
     assert len(figure.axes[0].patches) == 4

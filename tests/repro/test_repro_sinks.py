@@ -11,6 +11,8 @@ import pytest
 from flax import nnx
 from repro_scripts import load_repro_script
 
+from icml26zoo.mixers.attention import AttentionOptions
+from icml26zoo.mixers.base import mixer_options
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.repro import sinks
 from icml26zoo.repro.cli import run_main
@@ -52,8 +54,8 @@ def test_variants_change_only_their_switch():
     assert variant_config(CFG, "pre") == CFG
     assert variant_config(CFG, "post").norm_placement == "post"
     assert variant_config(CFG, "dyt").norm == "dyt" and variant_config(CFG, "dyt").norm_placement == "pre"
-    assert variant_config(CFG, "sink").option("sink") == "learnable"
-    assert variant_config(CFG, "gate").option("output_gate") == "channel"
+    assert mixer_options(variant_config(CFG, "sink"), "attention", AttentionOptions).sink == "learnable"
+    assert mixer_options(variant_config(CFG, "gate"), "attention", AttentionOptions).output_gate == "channel"
     changed = {v: {f.name for f in dataclasses.fields(CFG)
                    if getattr(variant_config(CFG, v), f.name) != getattr(CFG, f.name)} for v in VARIANTS}
     assert all(len(fields) == (v != "pre") for v, fields in changed.items())

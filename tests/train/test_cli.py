@@ -36,7 +36,7 @@ BAD_INPUTS = [
     ("unknown_field", ["model.depth=2"], "unknown config field 'model.depth'"),
     ("not_key_value", ["depth"], "override must look like key=value, got 'depth'"),
     ("unknown_model", ["model.name=gpt"],
-     "model.name must be one of ['apt', 'hybrid', 'llama', 'looped', 'one_layer', 'pacenet', 'platonic', "
+     "model.name must be one of ['apt', 'confsmoe', 'hybrid', 'llama', 'looped', 'one_layer', 'pacenet', 'platonic', "
      "'set_transformer', 'sola', 'spikenet'], got 'gpt'"),
     ("unknown_mixer", ["model.mixer=foxx"], "model.mixer must be one of ['attention', 'circulation',"),
     ("unknown_mixer_option", ["model.mixer_options=(('gate', 'full'),)"],
@@ -48,7 +48,8 @@ BAD_INPUTS = [
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),
     ("unknown_objective", ["objective=ranking"], "objective must be one of ['boolean_chain', 'classification', "),
     ("unknown_dataset", ["data.name=imagenet"], "'tfds_image:<name>', 'topics', 'zoo_darcy_amr', "
-                                                "'zoo_digit_patches', 'zoo_shapes', 'zoo_sphere'], got 'imagenet'"),
+                                                "'zoo_digit_patches', 'zoo_multimodal', 'zoo_shapes', 'zoo_sphere'], "
+                                                "got 'imagenet'"),
     ("infinite_learning_rate", ["optim.learning_rate=inf"], "'optim.learning_rate' expects a finite float, got 'inf'"),
     ("nan_learning_rate", ["optim.learning_rate=nan"], "'optim.learning_rate' expects a finite float, got 'nan'"),
     ("vocab_too_small", [*MQAR, "model.vocab_size=16"],

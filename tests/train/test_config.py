@@ -6,6 +6,8 @@ import pathlib
 
 import pytest
 
+from icml26zoo.mixers.attention import AttentionOptions
+from icml26zoo.mixers.base import mixer_options
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.train.config import (
     DataConfig,
@@ -46,7 +48,7 @@ def test_overrides_parse_nested_fields_by_type():
     assert config.data.name == "mqar"
     assert config.tensorboard is False
     assert config.model.head_dim is None
-    assert config.model.option("qk_norm") is True
+    assert mixer_options(config.model, "attention", AttentionOptions).qk_norm is True
 
 
 @pytest.mark.parametrize(

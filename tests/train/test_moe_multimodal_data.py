@@ -1,61 +1,80 @@
-"""The zoo_multimodal TFDS builder stores the generator's examples exactly; the ConfSMoE presets run from the
-command line on it, with overrides checked by name."""
+"""The zoo_multimodal dataset, registered with train.data: it stores the generator's examples with stage 1
+applied, laid out as point sets (exact round trip), names every setting on disk, checks its options and the row
+length by name; the confsmoe_multimodal preset takes the trainer's overrides (model.moe.* included)."""
 
-import json
+from __future__ import annotations
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from flax import nnx
 
-from icml26zoo.moe.multimodal_cli import apply_overrides, main
-from icml26zoo.moe.multimodal_data import MultimodalTaskConfig, make_multimodal_data
-from icml26zoo.moe.multimodal_train import PRESETS
-from icml26zoo.train.data.multimodal import ZooMultimodal, config_name, load_multimodal
+from icml26zoo.models import build_model
+from icml26zoo.moe.multimodal_data import fill_split, make_multimodal_data, pack_points
+from icml26zoo.train.config import DataConfig, apply_overrides, load_preset
+from icml26zoo.train.data.features import open_rows
+from icml26zoo.train.data.multimodal import MultimodalOptions, ZooMultimodal, config_name
+from icml26zoo.train.data.registry import dataset_for
 
-pytestmark = pytest.mark.usefixtures("fast_compile")
-
-TINY = ["task.feature_dims=(3, 4)", "task.signal=(1.0, 1.0)", "task.modality_missing_rates=(0.3, 0.3)",
-        "task.dropped_modality=1", "task.train_size=48", "task.test_size=16", "task.tokens=4", "model.dim=16",
-        "model.pool_size=2", "moe.num_experts=4", "train.steps=2", "train.batch_size=8"]
+OPTIONS = (("train_examples", 40), ("eval_examples", 24), ("tokens", 4), ("setting", "III"),
+           ("feature_dims", (3, 4, 5)), ("signal", (1.0, 0.5, 2.0)), ("modality_missing_rates", (0.1, 0.2, 0.3)),
+           ("dropped_modality", 2), ("pool_size", 3))
 
 
-def test_builder_round_trip_equals_the_generator_and_names_every_setting(tmp_path):
-    task = MultimodalTaskConfig(train_size=40, test_size=24, tokens=4, setting="III", feature_dims=(3, 4, 5),
-                                signal=(1.0, 0.5, 2.0), modality_missing_rates=(0.1, 0.2, 0.3), dropped_modality=2)
-    data, reference = load_multimodal(task, tmp_path), make_multimodal_data(task)
-    for split, expected in ((data.train, reference.train), (data.test, reference.test)):
-        for got, want in zip(split.inputs, expected.inputs, strict=True):
-            np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(split.present, expected.present)
-        np.testing.assert_array_equal(split.labels, expected.labels)
-    assert not data.test.present[:, 2].any() and data.test.present[:, :2].all()  # setting III at test
+def test_dataset_round_trip_equals_the_generator_and_names_every_setting(tmp_path):
+    data = DataConfig(name="zoo_multimodal", data_dir=str(tmp_path), task_options=OPTIONS)
+    options = dataset_for(data).options(data)
+    reference = make_multimodal_data(options.task)
+    for split, part in (("train", "train"), ("validation", "test")):
+        rows = open_rows(data, split, 3 * 4)
+        points, weights = pack_points(fill_split(reference, part, 3))
+        np.testing.assert_array_equal(rows.points, points)
+        np.testing.assert_array_equal(rows.weights, weights)
+        raw = getattr(reference, part)
+        np.testing.assert_array_equal(rows.labels, raw.labels)
+        # The generator's raw inputs come back where a modality is present (zeros elsewhere in both).
+        present = rows.weights.reshape(-1, 3, 4)[:, :, 0] > 0
+        np.testing.assert_array_equal(present, raw.present)
+        for m, x in enumerate(raw.inputs):
+            stored = rows.points.reshape(-1, 3, 4, 5)[:, m, :, :x.shape[-1]]
+            np.testing.assert_array_equal(np.where(present[:, m, None, None], stored, 0.0), x)
+    assert not present[:, 2].any() and present[:, :2].all()  # setting III at validation
     assert tfds.builder_cls("zoo_multimodal") is ZooMultimodal
-    names = {config_name(MultimodalTaskConfig(setting=s)) for s in ("I", "II", "III")}
-    names.add(config_name(MultimodalTaskConfig(seed=1)))
-    assert len(names) == 4
+    names = {config_name(MultimodalOptions(setting=s)) for s in ("I", "II", "III")}
+    names |= {config_name(MultimodalOptions(seed=1)), config_name(MultimodalOptions(pool_size=3))}
+    assert len(names) == 5
 
 
-def test_overrides_follow_the_task_and_bad_ones_name_themselves():
-    task, model, train = apply_overrides(PRESETS["setting_I"], ["task.tokens=4", "moe.router=topk_softmax",
-                                                                 "train.steps=7", "task.signal=(1, 2, 3)"])
-    assert (task.tokens, model.tokens, model.moe.router, train.steps) == (4, 4, "topk_softmax", 7)
-    assert task.signal == (1, 2, 3) and task.setting == "I"
-    for bad, match in (("task.tokens", "section.field=value"), ("optim.lr=1", "section must be one of"),
-                       ("task.nope=1", "has no field 'nope'"),
-                       ("task.feature_dims=(3, 4)", "signal"), ("model.tokens=3", "has no field 'tokens'"),
-                       ("train.steps=0", "'steps': 0"), ("moe.top_k=9", "top_k")):
+@pytest.mark.parametrize(("options", "match"), [
+    ((("pool", 3),), r"data.task_options: unknown zoo_multimodal dataset option 'pool'; valid options: \[.*'pool_"),
+    ((("missing_ratio", 1.5),), "data.task_options: missing_ratio"),
+    ((("feature_dims", (3, 4, 5)),), "data.task_options: .*signal"),
+    ((("pool_size", 0),), "data.task_options option 'pool_size' must be an integer >= 1, got 0"),
+])
+def test_bad_options_name_the_option(options, match):
+    with pytest.raises(ValueError, match=match):
+        DataConfig(name="zoo_multimodal", task_options=options)
+
+
+def test_rows_must_hold_every_modality_token():
+    data = DataConfig(name="zoo_multimodal", task_options=(("tokens", 4),))
+    dataset_for(data).check_seq_len(data, 8)
+    with pytest.raises(ValueError, match="seq_len must be >= 8, the points per zoo_multimodal example"):
+        dataset_for(data).check_seq_len(data, 7)
+
+
+def test_the_preset_takes_the_trainers_overrides():
+    config = apply_overrides(load_preset("confsmoe_multimodal"), [
+        "model.moe.router=topk_softmax", "model.moe.num_experts=4", "objective_options=(('impute', False),)",
+        "num_steps=7"])
+    assert (config.model.moe.router, config.model.moe.num_experts, config.num_steps) == ("topk_softmax", 4, 7)
+    assert config.objective_options == (("impute", False),) and config.model.name == "confsmoe"
+    assert config.seq_len == 3 * 8  # M·S points per row
+    for bad, match in (("model.moe.top_k=9", "top_k must be at most num_experts"),
+                       ("model.moe.nope=1", "unknown config field 'model.moe.nope'"),
+                       ("objective_options=(('impute', 1),)", "impute' must be a bool")):
         with pytest.raises(ValueError, match=match):
-            apply_overrides(PRESETS["setting_II"], [bad])
-
-
-def test_a_preset_runs_from_the_command_line(tmp_path, capsys):
-    results = main(["--preset", "setting_III", "--data-dir", str(tmp_path / "tfds"), "--workdir",
-                    str(tmp_path / "run"), *TINY])
-    written = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert written["preset"] == "setting_III" and written["router"] == "confidence"
-    for tag in ("impute", "no_impute"):
-        assert 0.0 <= results[f"{tag}/accuracy"] <= 1.0
-        np.testing.assert_allclose(sum(results[f"{tag}/load"]), 1.0, atol=1e-5)
-    assert "impute/collapse" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main(["--preset", "setting_II", "--data-dir", str(tmp_path), "task.nope=1"])
+            apply_overrides(load_preset("confsmoe_multimodal"), [bad])
+    without = apply_overrides(load_preset("confsmoe_multimodal"), ["model.moe=none"])
+    with pytest.raises(ValueError, match="model.moe must be a MoEConfig for model 'confsmoe'"):
+        build_model(without.model, rngs=nnx.Rngs(0))

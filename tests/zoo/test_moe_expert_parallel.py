@@ -13,15 +13,16 @@ import pytest
 from flax import nnx
 from tolerances import tolerance
 
+from icml26zoo.losses.moe import lm_moe_objective
 from icml26zoo.models import ModelConfig, build_model
+from icml26zoo.moe import MoEConfig
 from icml26zoo.moe.expert_parallel import expert_shardings
-from icml26zoo.moe.objective import lm_moe_objective
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
 DEVICES = 8
 CFG = ModelConfig(mixer="attention", vocab_size=32, d_model=16, num_layers=2, num_heads=2, num_kv_heads=2,
-                  mlp_dim=32, max_seq_len=16, moe_num_experts=16, moe_top_k=2, moe_capacity_factor=1.0)
+                  mlp_dim=32, max_seq_len=16, moe=MoEConfig(num_experts=16, top_k=2, capacity_factor=1.0))
 
 
 def _batch(rows: int = 4, length: int = 8) -> dict[str, jax.Array]:
@@ -76,7 +77,7 @@ def test_expert_weights_are_stored_split_over_the_axis(model_parts):
     assert experts
     for leaf in experts:
         shard = leaf.addressable_shards[0].data
-        assert shard.shape[-3] == CFG.moe_num_experts // DEVICES and leaf.shape[-3] == CFG.moe_num_experts
+        assert shard.shape[-3] == CFG.moe.num_experts // DEVICES and leaf.shape[-3] == CFG.moe.num_experts
     others = [leaf for path, leaf in paths.items() if "w_" not in path]
     assert all(leaf.sharding.is_fully_replicated for leaf in others)
     with pytest.raises(ValueError, match="'expert' axis"):

@@ -1,5 +1,6 @@
 """ConfSMoE's multimodal classifier: two-stage imputation invariants (ConfSMoE, ICML 2026), stage-1 pool, bad
-masks, the synthetic task's missingness settings, and a short training run at 50% missingness."""
+masks, the synthetic task's missingness settings, the feature-batch layout, and the registered model "confsmoe".
+The short training run at 50% missingness (through the shared trainer): tests/train/test_moe_multimodal_train.py."""
 
 from __future__ import annotations
 
@@ -12,23 +13,26 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.moe.layer import MoEConfig
 from icml26zoo.moe.multimodal import (
     ConfSMoEClassifier,
     ConfSMoEConfig,
     expert_imputation,
-    fill_missing,
     moe_with_slot_outputs,
-    training_pool,
+    unpack_points,
 )
 from icml26zoo.moe.multimodal_data import (
     MultimodalData,
     MultimodalSplit,
     MultimodalTaskConfig,
+    fill_missing,
+    fill_split,
     make_multimodal_data,
+    pack_points,
     random_missing_mask,
+    training_pool,
 )
-from icml26zoo.moe.multimodal_train import PRESETS, TrainConfig, evaluate_classifier, train_classifier
 
 # Compile time dominates these tiny models; the cheap pipeline also runs no fusion, so the plain and the
 # imputing program do the same float operations on complete samples and compare exactly.
@@ -37,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile")
 FEATURES = (3, 5, 4)
 CONFIG = ConfSMoEConfig(feature_dims=FEATURES, tokens=8, dim=16, num_classes=3, num_layers=2, num_heads=2,
                         moe=MoEConfig(num_experts=4, top_k=2, router="confidence", load_balance_weight=0.0,
-                                      z_loss_weight=0.0, implementation="dense"))
+                                      z_loss_weight=0.0, implementation="reference"))
 # Rows: complete; modality 0 missing; modalities 0 and 1 missing; modality 2 missing.
 PRESENT = jnp.array([[1, 1, 1], [0, 1, 1], [0, 0, 1], [1, 1, 0]], bool)
 
@@ -149,22 +153,35 @@ def test_stage_one_pool_uses_only_present_training_examples():
     data = MultimodalData(_split(train, train_present), _split(test, test_present), MultimodalTaskConfig())
     pool = training_pool(data)
     assert [r.shape[0] for r in pool.rows] == [3, 3] and all(np.all(np.asarray(r) == 1.0) for r in pool.rows)
-    filled = fill_missing(tuple(map(jnp.asarray, test)), jnp.asarray(test_present), pool, jax.random.key(0), 10)
+    filled = fill_missing(tuple(test), test_present, pool, np.random.default_rng(0), 10)
     for m, x in enumerate(filled):
         expected = np.where(test_present[:, m, None, None], 100.0, 1.0)
         np.testing.assert_array_equal(np.asarray(x), np.broadcast_to(expected, x.shape))
     with pytest.raises(ValueError, match="present .*shape \\[B, M\\] = \\(5, 2\\), got \\(5, 3\\)"):
-        fill_missing(tuple(map(jnp.asarray, test)), jnp.ones((5, 3), bool), pool, jax.random.key(0), 10)
+        fill_missing(tuple(test), np.ones((5, 3), bool), pool, np.random.default_rng(0), 10)
+
+
+# The three experiment settings at small scale (spec "Typical small-scale settings"): I modality-specific
+# availability, II random 50% missingness in training and test, III random 50% in training, modality 0 absent
+# at test; 3 modalities.
+SETTINGS = {
+    "setting_I": MultimodalTaskConfig(feature_dims=(6, 10, 4), signal=(1.0,) * 3, setting="I",
+                                      modality_missing_rates=(0.2, 0.4, 0.6)),
+    "setting_II": MultimodalTaskConfig(feature_dims=(6, 10, 4), signal=(1.0,) * 3, setting="II", missing_ratio=0.5,
+                                       modality_missing_rates=(0.3,) * 3),
+    "setting_III": MultimodalTaskConfig(feature_dims=(6, 10, 4), signal=(1.0,) * 3, setting="III",
+                                        missing_ratio=0.5, modality_missing_rates=(0.3,) * 3, dropped_modality=0),
+}
 
 
 def test_missingness_settings():
     mask = random_missing_mask(200, 3, 0.5, np.random.default_rng(0))
     assert mask.any(axis=1).all() and (~mask).sum() == 300
-    for name, (task, _, _) in PRESETS.items():
+    for name, task in SETTINGS.items():
         data = make_multimodal_data(dataclasses.replace(task, train_size=64, test_size=32))
         assert data.train.present.any(axis=1).all() and data.test.present.any(axis=1).all(), name
         assert all(np.all(x[~data.test.present[:, m]] == 0.0) for m, x in enumerate(data.test.inputs))
-    test_present = make_multimodal_data(dataclasses.replace(PRESETS["setting_III"][0], test_size=32)).test.present
+    test_present = make_multimodal_data(dataclasses.replace(SETTINGS["setting_III"], test_size=32)).test.present
     assert not test_present[:, 0].any() and test_present[:, 1:].all()
     with pytest.raises(ValueError, match="missing_ratio"):
         MultimodalTaskConfig(missing_ratio=1.5)
@@ -172,14 +189,33 @@ def test_missingness_settings():
         MultimodalTaskConfig(setting="III", dropped_modality=2)
 
 
-def test_short_training_beats_chance_with_half_missing():
-    task = MultimodalTaskConfig(num_classes=4, feature_dims=(4, 6), tokens=4, train_size=512, test_size=256,
-                                setting="II", missing_ratio=0.5, seed=3)
-    data = make_multimodal_data(task)
-    assert 0.45 < 1 - data.train.present.mean() < 0.55
-    config = dataclasses.replace(CONFIG, feature_dims=(4, 6), tokens=4, num_classes=4, num_layers=1)
-    trained = train_classifier(data, config, TrainConfig(steps=120, batch_size=32, learning_rate=3e-3),
-                               log_every=60)
-    result = evaluate_classifier(trained, data.test)
-    assert trained.curve[-1][1] < trained.curve[0][1]
-    assert result["accuracy"] > 0.5, result
+def test_feature_layout_round_trips_and_the_registered_model_equals_the_classifier(model, inputs):
+    data = make_multimodal_data(MultimodalTaskConfig(feature_dims=FEATURES, signal=(1.0,) * 3, tokens=8,
+                                                     modality_missing_rates=(0.3,) * 3, train_size=16, test_size=4))
+    filled = fill_split(data, "test", pool_size=3)
+    # Stage 1 changes only the missing entries; the present ones are the generator's.
+    for m, (x, raw) in enumerate(zip(filled.inputs, data.test.inputs, strict=True)):
+        np.testing.assert_array_equal(x[data.test.present[:, m]], raw[data.test.present[:, m]])
+        assert np.all(np.abs(x[~data.test.present[:, m]]).sum(axis=(1, 2)) > 0)
+    points, weights = pack_points(filled)
+    assert points.shape == (4, 3 * 8, max(FEATURES)) and weights.shape == (4, 3 * 8)
+    padded = np.pad(points, ((0, 0), (0, 5), (0, 0))), np.pad(weights, ((0, 0), (0, 5)))
+    unpacked, present = unpack_points(jnp.asarray(padded[0]), jnp.asarray(padded[1]), FEATURES, 8)
+    for got, want in zip(unpacked, filled.inputs, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(present), data.test.present)
+
+    cfg = ModelConfig(name="confsmoe", d_model=CONFIG.dim, num_layers=CONFIG.num_layers, num_heads=CONFIG.num_heads,
+                      num_kv_heads=CONFIG.num_heads, moe=CONFIG.moe,
+                      model_options=(("feature_dims", FEATURES), ("tokens", 8), ("num_classes", 3)))
+    registered = build_model(cfg, rngs=nnx.Rngs(0))
+    assert registered.classifier.config == CONFIG
+    nnx.update(registered.classifier, nnx.state(model))
+    points, weights = pack_points(MultimodalSplit(tuple(np.asarray(x) for x in inputs), np.asarray(PRESENT),
+                                                  np.zeros(4, np.int32)))
+    logits = registered(jnp.asarray(points), jnp.zeros((4, 24, 0)), jnp.asarray(weights))
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(model(inputs, PRESENT)[0]), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="model.model_options: confsmoe option 'feature_dims' must name at least 2"):
+        build_model(dataclasses.replace(cfg, model_options=(("feature_dims", (3,)),)), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="model.moe must be a MoEConfig for model 'confsmoe'"):
+        build_model(dataclasses.replace(cfg, moe=None), rngs=nnx.Rngs(0))

@@ -35,7 +35,7 @@ route = nnx.jit(lambda router, x: router(x, jnp.ones(x.shape[:1], jnp.bool_)))
 
 def _layer(router: str, **overrides) -> MoEFeedForward:
     options = (("num_classes", CLASSES),) if router == "confidence" else ()
-    config = MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router=router, implementation="dense",
+    config = MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router=router, implementation="reference",
                        router_options=options, **overrides)
     return MoEFeedForward(DIM, HIDDEN, config, rngs=nnx.Rngs(0))
 
@@ -242,17 +242,23 @@ def test_bad_moe_config_raises_naming_the_field(fields, match):
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({"moe_num_experts": 4, "moe_top_k": 5}, "moe_top_k must be at most moe_num_experts = 4, got 5"),
-        ({"moe_num_experts": 4, "moe_capacity_factor": 0.0}, "moe_capacity_factor must be None .* got 0.0"),
-        ({"moe_num_experts": -1}, "moe_num_experts must be an integer >= 0"),
-        ({"moe_num_experts": 4, "mlp_dim": 0}, "mlp_dim must not be 0"),
-        ({"moe_num_experts": 4, "moe_router": "mahalanobis", "moe_router_options": (("statistics", "running"),)},
+        ({"moe": MoEConfig(num_experts=4), "mlp_dim": 0}, "mlp_dim must not be 0"),
+        ({"moe": MoEConfig(num_experts=4, router="mahalanobis", router_options=(("statistics", "running"),))},
          "statistics must be 'batch'"),
+        ({"moe": {"num_experts": 4}}, "moe must be None or a MoEConfig, got dict"),
     ],
 )
 def test_bad_model_moe_options_raise_naming_the_field(fields, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**fields)
+
+
+def test_a_model_runs_the_mahalanobis_router_on_batch_statistics():
+    cfg = ModelConfig(moe=MoEConfig(num_experts=4, router="mahalanobis", router_options=(("ridge", 0.01),)))
+    assert cfg.moe.router_options == (("ridge", 0.01),)
+    assert cfg.resolved_moe.router_options == (("statistics", "batch"), ("ridge", 0.01))
+    assert ModelConfig(moe=MoEConfig(num_experts=4)).resolved_moe == MoEConfig(num_experts=4)
+    assert ModelConfig().resolved_moe is None
 
 
 def test_greedy_returns_distinct_experts_for_every_k():

@@ -1,44 +1,98 @@
-"""`zoo_multimodal`: the synthetic multimodal classification task of ConfSMoE as an offline TFDS dataset.
+"""`zoo_multimodal`: the synthetic multimodal classification task of ConfSMoE as a feature dataset of the trainer.
 
-The examples are those of `zoo.moe.multimodal_data.make_multimodal_data` (class-conditional Gaussian
-mixtures per modality; read that module for the generative model): the builder only stores them, so a
-dataset read back here equals the generator's arrays exactly. One example:
+The examples are those of `zoo.moe.multimodal_data.make_multimodal_data` (class-conditional Gaussian mixtures
+per modality; read that module for the generative model), with ConfSMoE's stage-1 imputation applied:
+a missing modality's input is the mean of `pool_size` random training inputs of that modality (from the
+training split only, `multimodal_data.fill_split`). Each example is laid out as a point set of M·S points
+(`multimodal_data.pack_points`), so the trainer batches it like the other feature datasets (`train.data.features`):
 
-    {"modality_0": float32 [S, F_0], ..., "modality_{M-1}": float32 [S, F_{M-1}],
-     "present": bool [M] (False = the modality is missing; its input is all zeros), "label": int32}
+    points  float32 [M·S, F_max]  point m·S + s: modality m's token s (F_m features, zeros after)
+    weights float32 [M·S]         1 where the modality is present, 0 where it is missing (its stage-1 fill)
+    label   int32
 
-Splits: "train" is the generator's training split and "validation" its test split.
+A batch row padded to seq_len > M·S points has weight 0 on the padding; `zoo.moe.multimodal.unpack_points`
+reads the classifier's inputs back. Splits: "train" is the generator's training split and "validation" its
+test split.
 
 Seeds: unlike the other generated datasets (one SeedSequence([seed, split index]) per split), both splits
-come from `np.random.SeedSequence(seed).spawn(3)`: the first child draws the class prototypes, which
-both splits must share (otherwise the test split would be a different task), the second the training
-split and the third the test split; labels, mixture components, noise and missingness are drawn in that
-order inside each split's stream.
+come from `np.random.SeedSequence(seed).spawn(5)`: the first child draws the class prototypes, which both
+splits must share (otherwise the test split would be a different task), the second the training split and
+the third the test split (labels, mixture components, noise and missingness, in that order); the fourth and
+fifth draw the stage-1 fills of the training and the validation split.
 
 Missingness (`setting`): "I" each modality missing independently with its own rate
 (`modality_missing_rates`) in both splits (a sample left with no modality keeps one at random); "II"
 ⌊N·M·missing_ratio⌋ (sample, modality) entries dropped in both splits, never a sample's one reserved
 modality; "III" training as "II", and every validation sample lacks modality `dropped_modality`.
 
-The builder is registered with TFDS by its name, "zoo_multimodal"; the config name spells out every
-parameter (`config_name`), so datasets with different settings never collide on disk. The shared
-trainer's datasets (`train.data.registry`) are token rows; these continuous inputs with per-sample
-masks are not, so the ConfSMoE loop (`zoo.moe.multimodal_train`) reads them with `load_multimodal`.
+Options go in `data.task_options` (`MultimodalOptions`), e.g. (("feature_dims", (6, 10, 4)), ("tokens", 8),
+("signal", (1.0, 1.0, 1.0)), ("modality_missing_rates", (0.3, 0.3, 0.3))); seq_len must be at least M·S. The
+builder config name spells out every option (`config_name`), so datasets with different settings never
+collide on disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import pathlib
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from icml26zoo.moe.multimodal_data import MultimodalData, MultimodalSplit, MultimodalTaskConfig, make_multimodal_data
+from icml26zoo.moe.multimodal_data import MultimodalTaskConfig, fill_split, make_multimodal_data, pack_points
+from icml26zoo.train.data.features import FeatureDataset, feature_spec
 from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig
+from icml26zoo.train.data.registry import register_dataset
+from icml26zoo.train.data.tasks import TaskOptions, check_option
 
 SPLIT_OF = {"train": "train", "validation": "test"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MultimodalOptions(TaskOptions):
+    """Synthetic multimodal classification with missing modalities (ConfSMoE)."""
+
+    num_classes: int = 4
+    # F_m per modality (2 or 3 modalities).
+    feature_dims: tuple[int, ...] = (6, 10)
+    # Tokens S per modality.
+    tokens: int = 8
+    # Gaussian components per class and modality.
+    components: int = 2
+    # signal_m per modality.
+    signal: tuple[float, ...] = (1.0, 1.0)
+    noise: float = 1.0
+    # "I", "II" or "III" (module docstring).
+    setting: str = "II"
+    # Share of (sample, modality) entries dropped in settings "II" and "III".
+    missing_ratio: float = 0.5
+    # Setting "I": each modality's own missing rate (one value per modality).
+    modality_missing_rates: tuple[float, ...] = (0.3, 0.5)
+    # Setting "III": the modality every validation sample lacks.
+    dropped_modality: int = 0
+    # Training inputs averaged per missing modality in stage 1.
+    pool_size: int = 10
+    train_examples: int = 2048
+    eval_examples: int = 512
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_option("pool_size", self.pool_size, 1)
+        self.task  # noqa: B018  (validates the task; its ValueError names the field)
+
+    @property
+    def task(self) -> MultimodalTaskConfig:
+        """The generator's config of these options."""
+        return MultimodalTaskConfig(
+            num_classes=self.num_classes, feature_dims=tuple(self.feature_dims), tokens=self.tokens,
+            components=self.components, signal=tuple(self.signal), noise=self.noise,
+            train_size=self.train_examples, test_size=self.eval_examples, setting=self.setting,
+            missing_ratio=self.missing_ratio, modality_missing_rates=tuple(self.modality_missing_rates),
+            dropped_modality=self.dropped_modality, seed=self.seed)
+
+    @property
+    def num_points(self) -> int:
+        """M·S: points per example."""
+        return len(self.feature_dims) * self.tokens
 
 
 def _spell(value: object) -> str:
@@ -47,77 +101,57 @@ def _spell(value: object) -> str:
     return f"{value:g}".replace(".", "p").replace("-", "m") if isinstance(value, float) else str(value)
 
 
-def config_name(task: MultimodalTaskConfig) -> str:
-    """A name that spells out every field of `task`, e.g. "c4_f6-10_t8_k2_s1-1_n1_tr2048_te512_II_..."."""
+def config_name(options: MultimodalOptions) -> str:
+    """A name that spells out every option, e.g. "c4_f6-10_t8_k2_s1-1_n1_tr2048_te512_II_..._p10"."""
+    task = options.task
     parts = [f"c{task.num_classes}", f"f{_spell(task.feature_dims)}", f"t{task.tokens}", f"k{task.components}",
              f"s{_spell(task.signal)}", f"n{_spell(task.noise)}", f"tr{task.train_size}", f"te{task.test_size}",
              task.setting, f"m{_spell(task.missing_ratio)}", f"r{_spell(task.modality_missing_rates)}",
-             f"d{task.dropped_modality}", f"seed{task.seed}"]
+             f"d{task.dropped_modality}", f"seed{task.seed}", f"p{options.pool_size}"]
     return "_".join(parts)
 
 
 @dataclasses.dataclass(kw_only=True)
 class MultimodalConfig(GeneratedConfig):
-    """The task behind a builder config; `name` must be `make_config(task)`'s name for it."""
+    """The options behind a builder config; `name` must be `config_name(options)`."""
 
-    task: MultimodalTaskConfig
+    options: MultimodalOptions
 
 
-def make_config(task: MultimodalTaskConfig) -> MultimodalConfig:
-    """The builder config of `task` (ValueError from MultimodalTaskConfig for a bad task)."""
-    if not isinstance(task, MultimodalTaskConfig):
-        raise ValueError(f"task must be a MultimodalTaskConfig, got {type(task).__name__}")
-    return MultimodalConfig(name=config_name(task), task=task, train_examples=task.train_size,
-                            eval_examples=task.test_size, seed=task.seed,
+def make_config(options: MultimodalOptions) -> MultimodalConfig:
+    """The builder config of `options`."""
+    return MultimodalConfig(name=config_name(options), options=options, train_examples=options.train_examples,
+                            eval_examples=options.eval_examples, seed=options.seed,
                             description="Synthetic multimodal classification with missing modalities.")
 
 
 class ZooMultimodal(GeneratedBuilder):
-    """Examples {"modality_m": float32 [S, F_m], "present": bool [M], "label": int32}; "train", "validation"."""
+    """Examples {"points": float32 [M·S, F_max], "weights": float32 [M·S], "label": int32}; "train", "validation"."""
 
-    BUILDER_CONFIGS = [make_config(MultimodalTaskConfig())]
+    BUILDER_CONFIGS = [make_config(MultimodalOptions())]
 
     def _features(self) -> dict[str, tfds.features.FeatureConnector]:
-        task = self.builder_config.task
-        features = {f"modality_{m}": tfds.features.Tensor(shape=(task.tokens, dim), dtype=np.float32)
-                    for m, dim in enumerate(task.feature_dims)}
-        features["present"] = tfds.features.Tensor(shape=(task.num_modalities,), dtype=np.bool_)
-        features["label"] = tfds.features.Tensor(shape=(), dtype=np.int32)
-        return features
+        options = self.builder_config.options
+        return feature_spec(options.num_points, max(options.feature_dims), 0)
 
     def _generate_examples(self, split: str) -> Examples:
-        data = make_multimodal_data(self.builder_config.task)
-        part: MultimodalSplit = getattr(data, SPLIT_OF[split])
-        for index in range(len(part)):
-            example = {f"modality_{m}": x[index] for m, x in enumerate(part.inputs)}
-            example.update(present=part.present[index], label=part.labels[index])
-            yield f"{index:08d}", example
+        options = self.builder_config.options
+        data = make_multimodal_data(options.task)
+        part = fill_split(data, SPLIT_OF[split], options.pool_size)
+        points, weights = pack_points(part)
+        for index, label in enumerate(part.labels):
+            yield f"{index:08d}", {"points": points[index], "weights": weights[index], "label": np.int32(label)}
 
 
-def build_multimodal(task: MultimodalTaskConfig, data_dir: str | os.PathLike) -> ZooMultimodal:
-    """The prepared builder of `task` under `data_dir` (built offline on first use)."""
-    if not isinstance(data_dir, str | os.PathLike) or not os.fspath(data_dir):
-        raise ValueError(f"data_dir must be a non-empty path, got {data_dir!r}")
-    pathlib.Path(data_dir).mkdir(parents=True, exist_ok=True)
-    builder = ZooMultimodal.for_config(os.fspath(data_dir), make_config(task))
-    if not builder.is_prepared():
-        tfds.disable_progress_bar()
-        builder.download_and_prepare()
-    return builder
+@register_dataset("zoo_multimodal")
+class MultimodalDataset(FeatureDataset):
+    """Labelled multimodal examples with missing modalities, for the "confsmoe" model and objective
+    "multimodal_moe"."""
 
+    name, options_class, builder_class = "zoo_multimodal", MultimodalOptions, ZooMultimodal
 
-def _read_split(builder: ZooMultimodal, split: str, task: MultimodalTaskConfig) -> MultimodalSplit:
-    source = builder.as_data_source(split=split)
-    examples = source.__getitems__(list(range(len(source))))
-    inputs = tuple(np.stack([np.asarray(e[f"modality_{m}"], np.float32) for e in examples])
-                   for m in range(task.num_modalities))
-    present = np.stack([np.asarray(e["present"], np.bool_) for e in examples])
-    labels = np.asarray([e["label"] for e in examples], np.int32)
-    return MultimodalSplit(inputs, present, labels)
+    def max_points(self, options: MultimodalOptions) -> int:
+        return options.num_points
 
-
-def load_multimodal(task: MultimodalTaskConfig, data_dir: str | os.PathLike) -> MultimodalData:
-    """The task's splits read back from its TFDS dataset under `data_dir` (built first if needed)."""
-    builder = build_multimodal(task, data_dir)
-    return MultimodalData(train=_read_split(builder, "train", task), test=_read_split(builder, "validation", task),
-                          config=task)
+    def builder(self, data, directory: str) -> ZooMultimodal:
+        return ZooMultimodal.for_config(directory, make_config(self.options(data)))

@@ -26,7 +26,7 @@ BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics"
                    "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean",
                    "icml26zoo.train.data.pcfg", "icml26zoo.train.data.point_sets",
                    "icml26zoo.train.data.sphere_signals", "icml26zoo.train.data.darcy_amr",
-                   "icml26zoo.train.data.digit_patches")
+                   "icml26zoo.train.data.digit_patches", "icml26zoo.train.data.multimodal")
 LAYOUTS = ("concat", "whole", "single")
 
 

@@ -52,7 +52,7 @@ def unrolled(model: nnx.Module) -> nnx.Module:
 def check_model(model: nnx.Module) -> None:
     """ValueError unless model is a DecoderLM-like LM with the plain RoPE/NoPE attention mixer and dense MLPs."""
     cfg = getattr(model, "cfg", None)
-    if cfg is None or getattr(cfg, "mixer", None) != "attention" or cfg.moe_num_experts:
+    if cfg is None or getattr(cfg, "mixer", None) != "attention" or cfg.moe is not None:
         raise ValueError(f"model must be an attention-mixer LM without MoE, got mixer "
                          f"{getattr(cfg, 'mixer', None)!r}")
     mixer = (model.layers.mixer if cfg.scan_layers else model.layers[0].mixer)

@@ -4,8 +4,13 @@
 registered training objectives (`lm`, `classification`), looked up by name in `zoo.registry.OBJECTIVES`.
 The papers' objectives register when their modules are imported below: the neural-collapse losses
 (`nc_*`), masked diffusion (`mdlm`, `puma`), the IPW scoring rule (`ipw_scoring`), language membership
-(`membership`), the PCFG KL (`pcfg_lm`) and the Boolean chains' SFT/RL (`boolean_chain`); the MoE language
-model's `lm_moe` lives with the MoE layer (`icml26zoo.moe.objective`, listed in `zoo.registry`).
+(`membership`), the PCFG KL (`pcfg_lm`), the Boolean chains' SFT/RL (`boolean_chain`) and the mixture-of-experts
+objectives `lm_moe` and `multimodal_moe` (`moe`).
+
+An objective returns `(loss, metrics)`: summable statistics (names without "/") that evaluation adds over
+batches, and optionally train diagnostics (names with a "/", e.g. "moe/collapse") that the trainer logs
+averaged over each logging window and draws on its loss plot when the objective lists them in
+`plotted_metrics` (the contract: `zoo.losses.objectives`).
 """
 
 from icml26zoo.losses import (  # noqa: F401  (each module registers its objectives)
@@ -14,6 +19,7 @@ from icml26zoo.losses import (  # noqa: F401  (each module registers its objecti
     ipw_scoring,
     masked_diffusion,
     membership,
+    moe,
     nc_objectives,
     pcfg_lm,
     progressive_unmasking,
@@ -28,6 +34,7 @@ __all__ = [
     "ipw_scoring",
     "lm_objective",
     "masked_diffusion",
+    "moe",
     "nc_objectives",
     "pooled_logits",
     "progressive_unmasking",

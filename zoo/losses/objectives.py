@@ -7,8 +7,17 @@ An objective is a pure function `objective(model, batch, rng) -> (loss, metrics)
            int32 and weights [B, T] float32, plus labels [B] int32 from labelled datasets
   rng      a PRNG key for stochastic objectives (fresh every training step, fixed during evaluation)
   loss     float32 scalar, the quantity the trainer differentiates
-  metrics  float32 scalars that add up over batches: "loss_sum", "weight" and "correct", from which
-           evaluation reports eval/loss = loss_sum / weight and eval/accuracy = correct / weight
+  metrics  float32 scalars of two kinds, told apart by their names:
+           - summable statistics (no "/" in the name) that add up over batches: "loss_sum", "weight" and
+             "correct", from which evaluation reports eval/loss = loss_sum / weight and eval/accuracy =
+             correct / weight, and any "X_sum" (reported as eval/X = X_sum / X_weight, or / weight);
+           - train diagnostics (a "/" in the name, a namespace such as "moe/collapse"): one batch's scalars
+             the trainer logs under that name at every train record, averaged over the steps since the
+             previous one; evaluation ignores them. Names may not start with "train/", "eval/", "perf/" or
+             "spike/" (the trainer's own).
+An objective that wants some of its diagnostics drawn on the end-of-run loss plot lists them in its
+attribute `plotted_metrics` (a tuple of names), e.g. `lm_moe_objective.plotted_metrics = ("moe/collapse",)`.
+The contract is enforced by `train.step` (`split_metrics`).
 
 A new objective registers itself with `@register_objective("name")` in a module imported by
 `zoo.losses`; the train step, the loop and evaluation only look it up by name.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from icml26zoo.models import hybrid, lm, looped, one_layer  # noqa: F401  (register hybrid, llama, looped, one_layer)
+from icml26zoo.models import confsmoe, hybrid, lm, looped, one_layer  # noqa: F401  (register them, llama from lm)
 from icml26zoo.models.block import convert_layer_layout, stack_layers, unstack_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.models.generate import generate, sample_logits

@@ -27,18 +27,18 @@ def block_residual(cfg: ModelConfig) -> Residual:
 
 
 def build_feed_forward(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
-    """The block's MLP (cfg.mlp_activation), or with cfg.moe_num_experts > 0 a `zoo.moe.MoEFeedForward`."""
+    """The block's MLP (cfg.mlp_activation), or with cfg.moe set a `zoo.moe.MoEFeedForward` of that config."""
     dtype = jnp.dtype(cfg.compute_dtype)
-    if not cfg.moe_num_experts:
+    if cfg.moe is None:
         return build_mlp(cfg.mlp_activation, cfg.d_model, cfg.resolved_mlp_dim, dtype=dtype, rngs=rngs)
-    return MoEFeedForward(cfg.d_model, cfg.resolved_mlp_dim, cfg.moe_config(), activation=cfg.mlp_activation,
+    return MoEFeedForward(cfg.d_model, cfg.resolved_mlp_dim, cfg.resolved_moe, activation=cfg.mlp_activation,
                           num_classes=cfg.vocab_size, dtype=dtype, rngs=rngs)
 
 
 class Block(nnx.Module):
     """One decoder layer: x -> Residual(mixer) -> Residual(MLP), both with cfg.norm_placement and cfg.norm.
 
-    The MLP is SwiGLU or GELU (cfg.mlp_activation), or a mixture of such experts (cfg.moe_num_experts > 0,
+    The MLP is SwiGLU or GELU (cfg.mlp_activation), or a mixture of such experts (cfg.moe set,
     `zoo.moe`). With cfg.mlp_dim == 0 the MLP sublayer (and its norm) is absent: x -> Residual(mixer).
     """
 
@@ -46,7 +46,7 @@ class Block(nnx.Module):
         self.mixer_residual = block_residual(cfg)
         self.mixer = MIXERS.get(cfg.mixer)(cfg, rngs=rngs)
         self.has_mlp = cfg.resolved_mlp_dim > 0
-        self.has_moe = cfg.moe_num_experts > 0
+        self.has_moe = cfg.moe is not None
         if self.has_mlp:
             self.mlp_residual = block_residual(cfg)
             self.mlp = build_feed_forward(cfg, rngs=rngs)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from icml26zoo.layers.options import build_options
+from icml26zoo.moe.layer import MoEConfig
 from icml26zoo.validation import check_choice, check_int, check_pairs, check_positive
 
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "none")
@@ -65,24 +66,16 @@ class ModelConfig:
     # options dataclass, e.g. (("loops", "log2"),) for "looped" or (("pattern", "gated_deltanet,attention"),)
     # for "hybrid" (zoo.models.looped, zoo.models.hybrid). "llama" takes none.
     model_options: tuple[tuple[str, Any], ...] = ()
-    # Mixture-of-experts feed-forward (zoo.moe): 0 keeps the dense MLP; E > 0 replaces every block's MLP by E
-    # expert MLPs (activation mlp_activation, hidden width the resolved mlp_dim), moe_top_k of them per token.
-    moe_num_experts: int = 0
-    # Experts per token k (<= moe_num_experts).
-    moe_top_k: int = 2
-    # Registered router (zoo.moe.registry.ROUTERS): "topk_softmax", "confidence", "gaussian", "laplacian",
-    # "mahalanobis".
-    moe_router: str = "topk_softmax"
-    # None: no token is dropped; else each expert keeps at most ceil(factor · tokens · k / E) assignments
-    # (tokens then compete for capacity across the batch, so decoding no longer equals the forward).
-    moe_capacity_factor: float | None = None
-    # Weights of the router's load-balancing loss and z-loss (routers that use them; added by objective "lm_moe").
-    moe_load_balance_weight: float = 0.01
-    moe_z_loss_weight: float = 1e-3
-    # Grouped matmul path of the experts: None (= "ragged_dot"), "dense" (one-hot reference) or "ragged_dot".
-    moe_implementation: str | None = None
-    # The router's own options as (name, value) pairs, e.g. (("covariance", "phi"),).
-    moe_router_options: tuple[tuple[str, Any], ...] = ()
+    # Mixture-of-experts feed-forward (`icml26zoo.moe.MoEConfig`): None keeps the dense MLP; a MoEConfig replaces
+    # every block's MLP by moe.num_experts expert MLPs (activation mlp_activation, hidden width the resolved
+    # mlp_dim), moe.top_k of them per token, chosen by the registered router moe.router. Its weights of the
+    # routers' auxiliary losses are added by objective "lm_moe". Set from the command line with
+    # `model.moe=default` (MoEConfig's defaults) and then its fields, e.g. `model.moe.num_experts=8`.
+    # A "mahalanobis" router estimates its co-occurrence statistics from each batch (router option
+    # statistics="batch", which the layers get when it is not given: `resolved_moe`), since a model carries
+    # only parameters; "running" is rejected. Its routing then depends on the whole batch, so decoding does
+    # not reproduce the forward.
+    moe: MoEConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "max_seq_len"):
@@ -114,44 +107,27 @@ class ModelConfig:
         self._check_moe()
 
     def _check_moe(self) -> None:
-        check_int("moe_num_experts", self.moe_num_experts, minimum=0)
-        check_pairs("moe_router_options", self.moe_router_options)
-        if not self.moe_num_experts:
+        moe = self.moe
+        if moe is None:
             return
+        if not isinstance(moe, MoEConfig):
+            raise ValueError(f"moe must be None or a MoEConfig, got {type(moe).__name__}")
         if self.mlp_dim == 0:
-            raise ValueError("mlp_dim must not be 0 when moe_num_experts > 0 (the experts replace the MLP), got 0")
-        self.moe_config()
+            raise ValueError("mlp_dim must not be 0 when moe is set (the experts replace the MLP), got 0")
+        if moe.router == "mahalanobis" and dict(moe.router_options).get("statistics", "batch") != "batch":
+            raise ValueError(
+                "moe.router_options statistics must be 'batch' for the mahalanobis router in a model "
+                f"(running statistics are state that a parameters-only model cannot carry), got {moe.router_options!r}"
+            )
 
-    def moe_config(self) -> Any:
-        """The blocks' `zoo.moe.MoEConfig` (validated: ValueError names the moe_* field), or None without MoE.
-
-        In the LM, the "mahalanobis" router estimates its co-occurrence statistics from each batch
-        ("statistics": "batch"), since the model carries only parameters; "running" is rejected here. Its
-        routing then depends on the whole batch, so decoding does not reproduce the forward exactly.
-        """
-        if not self.moe_num_experts:
-            return None
-        # Imported here: the config module stays free of flax for cheap config loading.
-        from icml26zoo.moe.layer import MoEConfig, check_moe_fields
-
-        check_moe_fields(
-            prefix="moe_", num_experts=self.moe_num_experts, top_k=self.moe_top_k, router=self.moe_router,
-            capacity_factor=self.moe_capacity_factor, load_balance_weight=self.moe_load_balance_weight,
-            z_loss_weight=self.moe_z_loss_weight, implementation=self.moe_implementation,
-        )
-        options = self.moe_router_options
-        if self.moe_router == "mahalanobis":
-            if dict(options).get("statistics", "batch") != "batch":
-                raise ValueError(
-                    "moe_router_options statistics must be 'batch' for the mahalanobis router in a model "
-                    f"(running statistics are state that a parameters-only model cannot carry), got {options!r}"
-                )
-            options = (("statistics", "batch"), *options)
-        return MoEConfig(
-            num_experts=self.moe_num_experts, top_k=self.moe_top_k, router=self.moe_router,
-            capacity_factor=self.moe_capacity_factor, load_balance_weight=self.moe_load_balance_weight,
-            z_loss_weight=self.moe_z_loss_weight, implementation=self.moe_implementation, router_options=options,
-        )
+    @property
+    def resolved_moe(self) -> MoEConfig | None:
+        """The MoEConfig the model's layers run: `moe`, with router option statistics="batch" added for a
+        "mahalanobis" router that does not set it (the only statistics a parameters-only model can use)."""
+        moe = self.moe
+        if moe is None or moe.router != "mahalanobis" or "statistics" in dict(moe.router_options):
+            return moe
+        return dataclasses.replace(moe, router_options=(("statistics", "batch"), *moe.router_options))
 
     @property
     def resolved_head_dim(self) -> int:
@@ -164,10 +140,6 @@ class ModelConfig:
         if self.mlp_activation == "gelu":
             return 4 * self.d_model
         return -(-(8 * self.d_model // 3) // 64) * 64
-
-    def option(self, name: str, default: Any = None) -> Any:
-        """The value of mixer option `name`, or `default` when it is not set."""
-        return dict(self.mixer_options).get(name, default)
 
 
 MODEL_OPTIONS_FIELD = "model.model_options"

@@ -1,8 +1,9 @@
 """Routing diagnostics from the MoE layers' aux outputs: expert load, entropies, co-selection and collapse.
 
-`routing_diagnostics(aux)` takes one layer's aux (`MoEFeedForward`) or the LM's stacked aux ([L, ...]
-leaves, `zoo.moe.objective.forward_with_aux`) and returns arrays; `diagnostics_metrics` flattens them into
-named floats for a metrics writer (a dict per step), and `plot_routing` draws a run's history.
+`routing_diagnostics(aux)` takes one layer's aux (`MoEFeedForward`) or stacked aux ([L, ...] leaves, e.g.
+the LM's from `icml26zoo.losses.moe.forward_with_aux`) and returns arrays; `diagnostics_scalars` flattens them
+into named scalars ("moe/collapse", "moe/layer0/load/3"), which the MoE objectives return as train-time
+diagnostics (the trainer logs and plots them), and `diagnostics_metrics` into Python floats.
 
   load_entropy    H(load) = −Σ_e f_e log f_e over the experts' shares f of routed assignments
   collapse        1 − H(load) / log E: 0 when every expert gets the same share, 1 when one takes all
@@ -14,11 +15,9 @@ named floats for a metrics writer (a dict per step), and `plot_routing` draws a 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from icml26zoo.moe.mahalanobis import FREQUENCY_CLIP
 
@@ -73,30 +72,3 @@ def diagnostics_scalars(diagnostics: dict[str, jax.Array], prefix: str = "moe/")
 def diagnostics_metrics(diagnostics: dict[str, jax.Array], prefix: str = "moe/") -> dict[str, float]:
     """`diagnostics_scalars` as Python floats, for a metrics writer."""
     return {name: float(value) for name, value in jax.device_get(diagnostics_scalars(diagnostics, prefix)).items()}
-
-
-def plot_routing(steps: Sequence[int], history: Sequence[dict[str, float]], *, title: str = "") -> object:
-    """A matplotlib Figure: the collapse indicator and router entropy against steps (left) and the last
-    step's expert load per layer (right). `history[i]` is `diagnostics_metrics` at `steps[i]`."""
-    # Imported here: matplotlib is needed only for plots; a bare Figure needs no backend.
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(9, 3.5))
-    curves, bars = figure.subplots(1, 2)
-    for name in ("collapse", "coselection", "router_entropy"):
-        curves.plot(steps, [h[f"moe/{name}"] for h in history], label=name)
-    curves.set_xlabel("step")
-    curves.legend()
-    last = history[-1]
-    layers = sorted({key.split("/")[1] for key in last if key.startswith("moe/layer") and "/load/" in key})
-    for offset, layer in enumerate(layers):
-        count = sum(key.startswith(f"moe/{layer}/load/") for key in last)
-        shares = [last[f"moe/{layer}/load/{e}"] for e in range(count)]
-        positions = np.arange(len(shares)) + offset / (len(layers) + 1)
-        bars.bar(positions, shares, width=1 / (len(layers) + 1), label=layer)
-    bars.set_xlabel("expert")
-    bars.set_ylabel("share of routed tokens")
-    bars.legend()
-    figure.suptitle(title)
-    figure.tight_layout()
-    return figure

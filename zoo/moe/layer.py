@@ -4,8 +4,8 @@
 
 e(t, s) and the gates come from the router (`MoEConfig.router`, looked up in `zoo.moe.registry.ROUTERS`);
 the router may reweight once the expert outputs are known (ConfSMoE). Experts are SwiGLU or GELU MLPs
-with stacked weights [E, ...], run by one grouped matmul per projection (`zoo.moe.grouped_matmul`). With a
-capacity factor, an expert keeps at most ceil(factor · N · k / E) assignments (first choices first, then
+with stacked weights [E, ...], run by one grouped matmul per projection (`icml26zoo.kernels.grouped_matmul`).
+With a capacity factor, an expert keeps at most ceil(factor · N · k / E) assignments (first choices first, then
 token order) and a dropped assignment contributes nothing (the residual stream carries the token on).
 With an "expert" axis in the context mesh the experts are sharded over it and tokens reach them by
 all-to-all (`zoo.moe.expert_parallel`).
@@ -20,35 +20,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.kernels import grouped_matmul
+from icml26zoo.kernels.grouped_matmul.api import IMPLEMENTATIONS
+from icml26zoo.moe.capacity import capacity_keep, expert_capacity
 from icml26zoo.moe.expert_parallel import expert_axis_size, expert_parallel_experts
-from icml26zoo.moe.grouped_matmul import IMPLEMENTATIONS, capacity_keep, expert_capacity, grouped_matmul
 from icml26zoo.moe.registry import ROUTERS, router_options
 from icml26zoo.moe.routers import balance_losses, masked_mean
+from icml26zoo.validation import check_pairs
 
 ACTIVATIONS = ("swiglu", "gelu")
-
-
-def check_moe_fields(*, prefix: str = "", num_experts: Any, top_k: Any, router: Any, capacity_factor: Any,
-                     load_balance_weight: Any, z_loss_weight: Any, implementation: Any) -> None:
-    """Raises ValueError naming the field (with `prefix`, e.g. "moe_") for any invalid MoE setting."""
-    for name, value in (("num_experts", num_experts), ("top_k", top_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{prefix}{name} must be an integer >= 1, got {value!r}")
-    if top_k > num_experts:
-        raise ValueError(f"{prefix}top_k must be at most {prefix}num_experts = {num_experts}, got {top_k}")
-    if capacity_factor is not None and (
-        isinstance(capacity_factor, bool) or not isinstance(capacity_factor, int | float) or capacity_factor <= 0
-    ):
-        raise ValueError(f"{prefix}capacity_factor must be None (no dropping) or a positive number, "
-                         f"got {capacity_factor!r}")
-    for name, value in (("load_balance_weight", load_balance_weight), ("z_loss_weight", z_loss_weight)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{prefix}{name} must be a number >= 0, got {value!r}")
-    if implementation is not None and implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"{prefix}implementation must be None or one of {list(IMPLEMENTATIONS)}, "
-                         f"got {implementation!r}")
-    if router not in ROUTERS:
-        raise ValueError(f"{prefix}router must be one of {ROUTERS.names()}, got {router!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,17 +47,32 @@ class MoEConfig:
     load_balance_weight: float = 0.01
     # Weight of the router z-loss (routers with Z_LOSS = True: linear-logit routers).
     z_loss_weight: float = 1e-3
-    # Grouped matmul path: None (= "ragged_dot"), "dense" (one-hot reference) or "ragged_dot".
+    # Grouped matmul path (`icml26zoo.kernels.grouped_matmul`): None (the backend default, "xla"), "reference"
+    # (one-hot contraction) or "xla" (`jax.lax.ragged_dot`).
     implementation: str | None = None
     # The router's own options as (name, value) pairs (its OPTIONS dataclass).
     router_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        check_moe_fields(
-            num_experts=self.num_experts, top_k=self.top_k, router=self.router,
-            capacity_factor=self.capacity_factor, load_balance_weight=self.load_balance_weight,
-            z_loss_weight=self.z_loss_weight, implementation=self.implementation,
-        )
+        for name in ("num_experts", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k must be at most num_experts = {self.num_experts}, got {self.top_k}")
+        factor = self.capacity_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0):
+            raise ValueError(f"capacity_factor must be None (no dropping) or a positive number, got {factor!r}")
+        for name in ("load_balance_weight", "z_loss_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be None or one of {list(IMPLEMENTATIONS)}, "
+                             f"got {self.implementation!r}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS.names()}, got {self.router!r}")
+        check_pairs("router_options", self.router_options)
         router_options(self.router, self.router_options)
 
 

@@ -6,8 +6,9 @@ registered router; ConfSMoE's is "confidence") with a post-LN residual h ← LN(
 the mean token of each modality, concatenates them and applies Linear → GELU → LN → Linear to C classes.
 
 Missing modalities (present [B, M] False):
-  stage 1 (input level, `fill_missing`): the raw input is replaced by the mean of `pool_size` random
-          training inputs of that modality (a `TrainingPool`, built from the training split only);
+  stage 1 (input level, before the model): the raw input is replaced by the mean of `pool_size` random
+          training inputs of that modality (`zoo.moe.multimodal_data.fill_missing` from a `TrainingPool` of
+          the training split only; the `zoo_multimodal` dataset stores its examples filled so);
   stage 2 (expert level, first layer only, `expert_imputation`): the missing modality's tokens (which the
           MoE skips) query the other modalities' per-slot expert outputs O [S, k, d]; attention weights
           are softmaxed over the other modalities' tokens per expert slot, only the top k' = ⌊(M−1)·S/4⌋
@@ -31,9 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.moe.grouped_matmul import capacity_keep, expert_capacity
+from icml26zoo.moe.capacity import capacity_keep, expert_capacity
 from icml26zoo.moe.layer import MoEConfig, MoEFeedForward
-from icml26zoo.moe.multimodal_data import MultimodalData
 from icml26zoo.validation import check_int
 
 Inputs = tuple[jax.Array, ...]
@@ -51,13 +51,11 @@ class ConfSMoEConfig:
     num_heads: int = 4
     moe: MoEConfig = MoEConfig(num_experts=4, top_k=2, router="confidence", load_balance_weight=0.0,
                                z_loss_weight=0.0)
-    # Training inputs averaged per missing modality in stage 1.
-    pool_size: int = 10
 
     def __post_init__(self) -> None:
         if len(self.feature_dims) < 2:
             raise ValueError(f"feature_dims must name at least 2 modalities, got {self.feature_dims!r}")
-        for name in ("tokens", "dim", "num_layers", "num_heads", "pool_size"):
+        for name in ("tokens", "dim", "num_layers", "num_heads"):
             check_int(name, getattr(self, name))
         check_int("num_classes", self.num_classes, minimum=2)
         if self.dim % self.num_heads:
@@ -89,43 +87,25 @@ def check_batch(config: ConfSMoEConfig, inputs: Inputs, present: jax.Array) -> i
     return batch
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainingPool:
-    """Stage 1's pool: rows[m] [P_m, S, F_m], the training inputs in which modality m is present.
+def unpack_points(points: jax.Array, weights: jax.Array, feature_dims: tuple[int, ...], tokens: int
+                  ) -> tuple[Inputs, jax.Array]:
+    """The classifier's inputs from a feature batch (`zoo.moe.multimodal_data.pack_points` wrote it).
 
-    Built only by `training_pool` from a dataset's training split, so test inputs cannot leak into the fill.
+    points [B, N, F_max] (N >= M·S; point m·S + s is modality m's token s, its first F_m coordinates),
+    weights [B, N] (> 0 where the modality is present) -> (inputs[m] [B, S, F_m], present [B, M] bool).
     """
-
-    rows: tuple[jax.Array, ...]
-
-
-def training_pool(data: MultimodalData) -> TrainingPool:
-    """The pool of `data.train` (never its test split); ValueError if some modality is never present."""
-    train = data.train
-    rows = []
-    for m, x in enumerate(train.inputs):
-        observed = train.present[:, m]
-        if not observed.any():
-            raise ValueError(f"training split has no sample with modality {m} present: stage 1 has no pool")
-        rows.append(jnp.asarray(x[observed]))
-    return TrainingPool(tuple(rows))
-
-
-def fill_missing(inputs: Inputs, present: jax.Array, pool: TrainingPool, key: jax.Array, pool_size: int) -> Inputs:
-    """Stage 1: each missing inputs[m][b] [S, F_m] becomes the mean of `pool_size` pool rows drawn at random
-    (with replacement, independently per sample); present entries are returned unchanged."""
-    if len(inputs) != len(pool.rows):
-        raise ValueError(f"inputs must hold {len(pool.rows)} modality arrays (the pool's), got {len(inputs)}")
-    expected = (inputs[0].shape[0], len(pool.rows))
-    if present.shape != expected:
-        raise ValueError(f"present (the missing-modality mask) must have shape [B, M] = {expected}, "
-                         f"got {present.shape}")
-    filled = []
-    for m, (x, rows) in enumerate(zip(inputs, pool.rows, strict=True)):
-        picks = jax.random.randint(jax.random.fold_in(key, m), (x.shape[0], pool_size), 0, rows.shape[0])
-        average = jnp.mean(rows[picks], axis=1).astype(x.dtype)
-        filled.append(jnp.where(present[:, m, None, None], x, average))
-    return tuple(filled)
+    modalities = len(feature_dims)
+    width = max(feature_dims)
+    batch, count = points.shape[0], modalities * tokens
+    if points.ndim != 3 or points.shape[1] < count or points.shape[2] != width:
+        raise ValueError(f"points must have shape [B, N, F_max] with N >= M·S = {count} and F_max = {width}, "
+                         f"got {points.shape}")
+    if weights.shape != points.shape[:2]:
+        raise ValueError(f"weights must have shape [B, N] = {points.shape[:2]}, got {weights.shape}")
+    grid = points[:, :count].reshape(batch, modalities, tokens, width)
+    inputs = tuple(grid[:, m, :, :features] for m, features in enumerate(feature_dims))
+    present = weights[:, :count].reshape(batch, modalities, tokens)[:, :, 0] > 0
+    return inputs, present
 
 
 def moe_with_slot_outputs(

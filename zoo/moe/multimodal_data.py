@@ -17,8 +17,15 @@ paper text was not available, the settings are read from its loaders):
          never a sample's one reserved (randomly chosen) modality, so every sample keeps one;
   "III"  training as "II"; every test sample lacks modality `dropped_modality` entirely.
 
-The shared trainer consumes token rows; this task's continuous multimodal inputs do not fit it, so the
-data is plain numpy arrays and `zoo.moe.multimodal_train` trains with its own optax loop.
+Stage 1 of ConfSMoE's imputation happens here, on the data: `fill_missing` replaces each missing input by the
+mean of `pool_size` random training inputs of that modality (a `TrainingPool` of the training split only,
+so test inputs never leak into a fill). `pack_points` lays a split out as a feature dataset of the shared
+trainer (`train.data.features`; the `zoo_multimodal` TFDS builder in `train.data.multimodal` stores it):
+
+    points  [N, M·S, F_max]  point m·S + s is modality m's token s: its F_m features, zeros after
+    weights [N, M·S]         1 where the modality is present, 0 where it is missing (its stage-1 fill)
+
+and `zoo.moe.multimodal.unpack_points` reads the classifier's inputs back from a batch of them.
 """
 
 from __future__ import annotations
@@ -167,3 +174,65 @@ def make_multimodal_data(config: MultimodalTaskConfig) -> MultimodalData:
         test=_sample(config, prototypes, config.test_size, train=False, rng=test_rng),
         config=config,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPool:
+    """Stage 1's pool: rows[m] [P_m, S, F_m], the training inputs in which modality m is present.
+
+    Built only by `training_pool` from a dataset's training split, so test inputs cannot leak into the fill.
+    """
+
+    rows: tuple[np.ndarray, ...]
+
+
+def training_pool(data: MultimodalData) -> TrainingPool:
+    """The pool of `data.train` (never its test split); ValueError if some modality is never present."""
+    train = data.train
+    rows = []
+    for m, x in enumerate(train.inputs):
+        observed = train.present[:, m]
+        if not observed.any():
+            raise ValueError(f"training split has no sample with modality {m} present: stage 1 has no pool")
+        rows.append(np.asarray(x[observed]))
+    return TrainingPool(tuple(rows))
+
+
+def fill_missing(inputs: tuple[np.ndarray, ...], present: np.ndarray, pool: TrainingPool, rng: np.random.Generator,
+                 pool_size: int) -> tuple[np.ndarray, ...]:
+    """Stage 1: each missing inputs[m][b] [S, F_m] becomes the mean of `pool_size` pool rows drawn at random
+    (with replacement, independently per sample); present entries are returned unchanged."""
+    if len(inputs) != len(pool.rows):
+        raise ValueError(f"inputs must hold {len(pool.rows)} modality arrays (the pool's), got {len(inputs)}")
+    expected = (inputs[0].shape[0], len(pool.rows))
+    if present.shape != expected:
+        raise ValueError(f"present (the missing-modality mask) must have shape [B, M] = {expected}, "
+                         f"got {present.shape}")
+    check_int("pool_size", pool_size)
+    filled = []
+    for m, (x, rows) in enumerate(zip(inputs, pool.rows, strict=True)):
+        picks = rng.integers(0, rows.shape[0], size=(x.shape[0], pool_size))
+        average = np.mean(rows[picks], axis=1).astype(x.dtype)
+        filled.append(np.where(present[:, m, None, None], x, average))
+    return tuple(filled)
+
+
+def fill_split(data: MultimodalData, split: str, pool_size: int) -> MultimodalSplit:
+    """`data`'s split "train" or "test" with stage 1 applied from the training pool, deterministic in the task
+    seed: the 4th and 5th children of SeedSequence(seed) (the first three draw the data) fill the two splits."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    part: MultimodalSplit = getattr(data, split)
+    child = np.random.SeedSequence(data.config.seed).spawn(5)[3 if split == "train" else 4]
+    inputs = fill_missing(part.inputs, part.present, training_pool(data), np.random.default_rng(child), pool_size)
+    return MultimodalSplit(inputs, part.present, part.labels)
+
+
+def pack_points(split: MultimodalSplit) -> tuple[np.ndarray, np.ndarray]:
+    """(points [N, M·S, F_max] float32, weights [N, M·S] float32): the split as a feature dataset (module
+    docstring); `zoo.moe.multimodal.unpack_points` inverts it."""
+    width = max(x.shape[-1] for x in split.inputs)
+    points = np.concatenate([np.pad(x, ((0, 0), (0, 0), (0, width - x.shape[-1]))) for x in split.inputs], axis=1)
+    tokens = split.inputs[0].shape[1]
+    weights = np.repeat(split.present.astype(np.float32), tokens, axis=1)
+    return points.astype(np.float32), weights
