@@ -15,15 +15,19 @@ evaluation at which a method's seed-mean bpb is at or below the random baseline'
 
 Example::
 
-    from icml26zoo.repro import puma
-    results = puma.run("runs/puma", budget=puma.QUICK)
+    from icml26zoo import repro
+    results = repro.run("puma", "runs/puma", budget="quick")
     print(results.markdown)
+
+From a shell: `python -m icml26zoo.repro puma [--smoke | --quick] --out DIR [num_phases=4]
+[mode=confidence_collapse] [methods=random,puma] [eval_every=50] ...` (`--help` lists every option).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -32,34 +36,52 @@ from matplotlib.figure import Figure
 
 from icml26zoo.losses.progressive_unmasking import check_settings
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, markdown_table
-from icml26zoo.repro.puma_parts import METHODS, Setup, eval_rows, model_config, train_method
+from icml26zoo.repro.puma_parts import METHODS, Setup, model_config, train_method
+from icml26zoo.repro.puma_parts import eval_rows as eval_rows_of
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "FULL_SETUP", "METHODS", "QUICK", "QUICK_SETUP", "Setup", "run"]
+__all__ = ["FULL", "METHODS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "Setup", "run"]
 
 QUICK = Budget(steps=8, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=400, batch_size=32, seq_len=64, seeds=(0, 1))
-FULL_SETUP = Setup()
-QUICK_SETUP = Setup(num_phases=4, eval_every=4, eval_rows=8, eval_mask_draws=1, sampler_steps=4)
+QUICK_ARGS = {"num_phases": 4, "eval_every": 4, "eval_rows": 8, "eval_mask_draws": 1, "sampler_steps": 4}
+# The smallest run: one PUMA cell (each method compiles its own training step; tests/repro/test_repro_puma.py
+# trains both), 2 steps of 4 windows of 16 bytes, a 1-layer 16-wide model, K = 2 phases, evaluated once at the
+# end on 4 windows.
+SMOKE = Budget(steps=2, batch_size=4, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"methods": ("puma",), "d_model": 16, "num_layers": 1, "num_phases": 2, "eval_every": 2, "eval_rows": 4,
+              "eval_mask_draws": 1, "sampler_steps": 2}
 LABELS = {"random": "random masking (MDLM)", "puma": "PUMA (progressive unmasking)"}
 
 
-def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, setup: Setup = FULL_SETUP,
-        methods: Sequence[str] = METHODS, resume: bool = False) -> Results:
+@register_experiment("puma", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/puma.md", volatile=("seconds",))
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS, d_model: int = 64,
+        num_layers: int = 2, learning_rate: float = 3e-3, num_phases: int = 8, mode: str = "standard",
+        eval_every: int = 50, eval_rows: int = 32, eval_mask_draws: int = 4, sampler_steps: int = 16,
+        resume: bool = False) -> Results:
     """Trains every method once per seed and writes the comparison (results.md/json, curves.png).
 
     Args:
       run_dir: the experiment's directory; each cell's curve is stored under cells/<method>_seed<s>/ and
-        reused when the script runs again with the same settings.
+        reused when the experiment runs again with the same settings.
       budget: steps, batch size B, window length T and seeds of every cell.
-      setup: model width/depth, learning rate, PUMA's K (num_phases) and mode, evaluation cadence and size.
       methods: from METHODS ("random", "puma").
+      d_model, num_layers: the denoiser's width and depth.
+      learning_rate: AdamW's peak learning rate (> 0).
+      num_phases: PUMA's K; mode: PUMA's mode ("standard" or "confidence_collapse").
+      eval_every: steps between evaluations; eval_rows: eval windows; eval_mask_draws: fixed random-mask draws
+        per eval window for the bpb; sampler_steps: steps of the greedy infilling sampler (at most T - T // 2).
       resume: require run_dir to exist.
     """
     methods = check_names("methods", methods, METHODS)
+    setup = Setup(d_model=d_model, num_layers=num_layers, learning_rate=learning_rate, num_phases=num_phases,
+                  mode=mode, eval_every=eval_every, eval_rows=eval_rows, eval_mask_draws=eval_mask_draws,
+                  sampler_steps=sampler_steps)
     _check_setup(setup, budget)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    eval_x0 = eval_rows(setup.eval_rows, budget.seq_len)
+    eval_x0 = eval_rows_of(setup.eval_rows, budget.seq_len)
     outcomes = {method: [_cell(experiment, method, setup, seed, eval_x0) for seed in budget.seeds]
                 for method in methods}
     curves = {method: _mean_curve(cells) for method, cells in outcomes.items()}
@@ -75,15 +97,14 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, setup: Setup = FUL
 
 
 def _check_setup(setup: Setup, budget: Budget) -> None:
-    if not isinstance(setup, Setup):
-        raise ValueError(f"setup must be a repro.puma.Setup, got {type(setup).__name__}")
     for name in ("d_model", "num_layers", "eval_every", "eval_rows", "eval_mask_draws", "sampler_steps"):
-        check_int(f"setup.{name}", getattr(setup, name))
+        check_int(name, getattr(setup, name))
     check_settings(setup.num_phases, setup.mode)
-    if not setup.learning_rate > 0:
-        raise ValueError(f"setup.learning_rate must be > 0, got {setup.learning_rate!r}")
+    rate = setup.learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or not rate > 0:
+        raise ValueError(f"learning_rate must be a finite number > 0, got {rate!r}")
     if setup.sampler_steps > budget.seq_len - budget.seq_len // 2:
-        raise ValueError(f"setup.sampler_steps must be at most the {budget.seq_len - budget.seq_len // 2} "
+        raise ValueError(f"sampler_steps must be at most the {budget.seq_len - budget.seq_len // 2} "
                          f"positions the sampler fills, got {setup.sampler_steps}")
     model_config(setup, budget.seq_len)
 

@@ -1,20 +1,17 @@
-"""The PUMA reproduction: bad inputs, the script's one-line errors, a tiny end-to-end run of both methods (rows,
-curves, figure, the pool's data consumption) and the reuse of finished cells."""
+"""The PUMA reproduction: bad inputs, a tiny end-to-end run of both methods (rows, curves, figure, the pool's data
+consumption) and the reuse of finished cells (refused with other settings). The SMOKE run's outputs, command line
+and resume are checked by the experiment contract (tests/repro/test_experiments.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import puma
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=4, batch_size=4, seq_len=16, seeds=(0,))
-TINY_SETUP = puma.Setup(d_model=16, num_layers=1, num_phases=2, eval_every=2, eval_rows=4, eval_mask_draws=1,
-                        sampler_steps=2)
+TINY_SETUP = {"d_model": 16, "num_layers": 1, "num_phases": 2, "eval_every": 2, "eval_rows": 4, "eval_mask_draws": 1,
+              "sampler_steps": 2}
 
 
 @pytest.mark.parametrize(
@@ -22,35 +19,19 @@ TINY_SETUP = puma.Setup(d_model=16, num_layers=1, num_phases=2, eval_every=2, ev
     [
         ({"methods": ("random", "adamw")}, "methods: unknown name 'adamw'"),
         ({"methods": ()}, "methods must name at least one"),
-        ({"setup": dataclasses.replace(TINY_SETUP, num_phases=0)}, "num_phases must be an integer >= 1"),
-        ({"setup": dataclasses.replace(TINY_SETUP, mode="greedy")}, "mode must be one of"),
-        ({"setup": dataclasses.replace(TINY_SETUP, sampler_steps=9)}, "setup.sampler_steps must be at most the 8"),
-        ({"setup": dataclasses.replace(TINY_SETUP, eval_every=0)}, "setup.eval_every"),
-        ({"setup": dataclasses.replace(TINY_SETUP, learning_rate=0.0)}, "setup.learning_rate must be > 0"),
-        ({"setup": {"num_phases": 2}}, "setup must be a repro.puma.Setup"),
+        ({"num_phases": 0}, "num_phases must be an integer >= 1"),
+        ({"mode": "greedy"}, "mode must be one of"),
+        ({"sampler_steps": 9}, "sampler_steps must be at most the 8"),
+        ({"eval_every": 0}, "eval_every must be an integer >= 1"),
+        ({"d_model": 0}, "d_model must be an integer >= 1"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a finite number > 0"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
-    kwargs = {"setup": TINY_SETUP, **kwargs}
     with pytest.raises(ValueError, match=match):
-        puma.run(tmp_path / "run", budget=TINY, **kwargs)
+        puma.run(tmp_path / "run", budget=TINY, **(TINY_SETUP | kwargs))
     assert not (tmp_path / "run").exists()  # rejected before anything is written
-
-
-def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        puma.run(tmp_path / "missing", budget=TINY, setup=TINY_SETUP, resume=True)
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [(["--methods", "random,sgd"], "unknown name 'sgd'"), (["--phases", "0"], "num_phases"),
-     (["--mode", "fast"], "mode must be one of"), (["--resume"], "does not exist")],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("puma").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_steps_to_reach_is_the_first_evaluation_at_or_below_the_target():
@@ -59,7 +40,7 @@ def test_steps_to_reach_is_the_first_evaluation_at_or_below_the_target():
 
 
 def test_tiny_run_writes_both_methods_and_reuses_finished_cells(tmp_path):
-    results = puma.run(tmp_path / "run", budget=TINY, setup=TINY_SETUP)
+    results = puma.run(tmp_path / "run", budget=TINY, **TINY_SETUP)
     rows = {row["method"]: row for row in results.rows}
     random, progressive = rows[puma.LABELS["random"]], rows[puma.LABELS["puma"]]
     assert random["fresh_rows"] == TINY.steps * TINY.batch_size
@@ -70,7 +51,7 @@ def test_tiny_run_writes_both_methods_and_reuses_finished_cells(tmp_path):
         assert 0 < row["bpb_final"] < 12 and 0 <= row["infill_acc_final"] <= 1
     assert results.extra["curves"]["puma"]["step"] == [2, 4]
     assert results.paths["curves"].is_file() and "| step |" in results.markdown
-    again = puma.run(tmp_path / "run", budget=TINY, setup=TINY_SETUP, resume=True)
+    again = puma.run(tmp_path / "run", budget=TINY, resume=True, **TINY_SETUP)
     assert again.rows == results.rows
     with pytest.raises(ValueError, match="ran with other settings"):
-        puma.run(tmp_path / "run", budget=TINY, setup=dataclasses.replace(TINY_SETUP, num_phases=4))
+        puma.run(tmp_path / "run", budget=TINY, **(TINY_SETUP | {"num_phases": 4}))
