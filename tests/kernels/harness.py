@@ -164,7 +164,30 @@ def _resolve(case: OpCase, impl: str | Callable[..., Any]) -> Callable[..., Any]
 
 # The parity checks compile many small programs: XLA's backend optimization level 0 halves compile time
 # (measured 5.8 s -> 2.7 s for one delta-rule case) and leaves the HLO, hence the float results, as they are.
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
+# XLA:CPU's elemental (non-fusion) emitters cut the LLVM work again by 2-3x (KDA VJP at T = 63: 2.4 s -> 0.7 s;
+# FoX xla VJP at T = 100: 1.8 s -> 0.5 s; a TPU-interpreted kernel: 2.5 s -> 1.1 s). They compute the same HLO
+# with other loop code: outputs and gradients move by ~1e-8 relative (measured: KDA T = 129, xla and pallas
+# VJPs), two orders below every bound of tests/tolerances.py, and each check still compares two programs
+# compiled under the same options. Only passed where this XLA knows the option (see `fast_compile`).
+_CHEAP_PIPELINE = {"xla_backend_optimization_level": 0}
+_ELEMENTAL_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
+
+
+@functools.cache
+def fast_compile() -> dict[str, Any]:
+    """The kernel tests' compile options: the cheap pipeline, plus the elemental emitters where this jaxlib's
+    compiler knows them (probed once with a tiny compile, at the first jit rather than at import)."""
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=_ELEMENTAL_EMITTERS).lower(np.float32(0)).compile()
+    except Exception:  # an XLA without the option: "No such compile option"
+        return dict(_CHEAP_PIPELINE)
+    return {**_CHEAP_PIPELINE, **_ELEMENTAL_EMITTERS}
+
+
+def jit(fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+    """`jax.jit` with the kernel tests' compile options (`fast_compile()`): the tests' own jits go through here."""
+    return jax.jit(fn, compiler_options=fast_compile(), **kwargs)
+
 
 @functools.cache
 def _jitted_vjp(fn: Callable[..., Any], static: tuple[tuple[str, int], ...],
@@ -177,12 +200,12 @@ def _jitted_vjp(fn: Callable[..., Any], static: tuple[tuple[str, int], ...],
         out, pull = jax.vjp(call, {n: inputs[n] for n in differentiable})
         return out, pull(cotangents)[0]
 
-    return jax.jit(run, compiler_options=FAST_COMPILE)
+    return jit(run)
 
 
 @functools.cache
 def _jitted(fn: Callable[..., Any], static: tuple[tuple[str, int], ...]) -> Callable[[Inputs], Any]:
-    return jax.jit(lambda inputs: fn(**inputs, **dict(static)), compiler_options=FAST_COMPILE)
+    return jit(lambda inputs: fn(**inputs, **dict(static)))
 
 
 def _path(case: OpCase, impl: str, chunk_size: int | None) -> Callable[[Inputs], Any]:
@@ -200,6 +223,14 @@ def forward_and_grads(case: OpCase, impl: str | Callable[..., Any], inputs: Inpu
     """(outputs, {name: gradient}) of one path through its VJP with the given cotangents."""
     static = () if impl == "reference" else _static(case, chunk_size)
     return _jitted_vjp(_resolve(case, impl), static, case.differentiable)(inputs, cotangents)
+
+
+def outputs(case: OpCase, impl: str, inputs: Inputs, chunk_size: int | None = None) -> Any:
+    """The path's outputs, read from its jitted VJP (zero cotangents): where a parity check ran on the same
+    shapes (`check_forward_and_grads`), nothing compiles; elsewhere a VJP compiles, dearer than a forward."""
+    shapes = jax.eval_shape(lambda i: case.reference(**i), inputs)
+    zeros = jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
+    return forward_and_grads(case, impl, inputs, zeros, chunk_size)[0]
 
 
 def check_forward_and_grads(case: OpCase, length: int, *, chunk_size: int | None = None, packed: bool = False,
@@ -278,19 +309,106 @@ def check_packed_equals_loop(case: OpCase, bounds: Bounds, *, impl: str = "refer
             assert_trees_close(row_state, state_i, tol, what=f"{case.name} final state row {row}")
 
 
+def _segments_in_rows(bounds: Bounds, rows: int) -> list[list[tuple[int, int, int]]]:
+    """Every segment (row, lo, hi) of `bounds`, dealt into groups of `rows` (the last group may be short)."""
+    segments = [(row, lo, hi) for row, edges in enumerate(bounds) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    return [segments[i:i + rows] for i in range(0, len(segments), rows)]
+
+
+def _row(tree: Any, row: int) -> Any:
+    """Row `row` of every leaf, kept as a batch of one."""
+    return jax.tree.map(lambda x: x[row:row + 1], tree)
+
+
+def _gather_rows(tree: Any, rows: Sequence[int | None]) -> Any:
+    """Leaves [B, ...] whose row r is the leaf's row rows[r], or zeros where rows[r] is None."""
+    def gather(x: jax.Array) -> jax.Array:
+        x = np.asarray(x)
+        return jnp.asarray(np.stack([np.zeros_like(x[0]) if i is None else x[i] for i in rows]))
+    return jax.tree.map(gather, tree)
+
+
+def _gather_spans(x: jax.Array, group: Sequence[tuple[int, int, int]], batch: int) -> jax.Array:
+    """[B, T, ...] zeros with row r holding x[row, lo:hi] of the group's r-th segment at positions 0:hi-lo."""
+    out = np.zeros(x.shape, x.dtype)
+    for r, (row, lo, hi) in enumerate(group):
+        out[r, :hi - lo] = np.asarray(x[row, lo:hi])
+    return jnp.asarray(out[:batch])
+
+
+def check_packed_equals_segments_alone(case: OpCase, bounds: Bounds, *, impl: str = "reference",
+                                       chunk_size: int | None = None, grads: bool = True, seed: int = 0,
+                                       tol: Tol | None = None) -> None:
+    """Packed rows (`bounds`, [B, T]) through `impl` equal each segment run alone through `impl`: outputs at every
+    position, the final state of each row's last segment and (`grads`) the gradients of every time input and
+    of the initial state, with random cotangents on the packed outputs and final state.
+
+    Compile once, check many: the packed rows run through the path's jitted VJP, and the segments run B at a
+    time as the rows of a [B, T] batch without segment ids (rows are independent): each segment right-padded
+    with zeros, with its slice of the packed cotangents (zeros on the padding, and on the final state unless
+    the segment closes its packed row), from a zero initial state unless it opens its row. Next to
+    `check_forward_and_grads(case, T, packed=True)` and `check_forward_and_grads(case, T)` with the same B and
+    chunk size, this check compiles nothing. Zero steps must leave the op's state as it is (delta rules:
+    beta = 0, g = 0; SSD: a = 0; selective scan: delta = 0) or come after everything they could touch
+    (causal attention). Inputs that are neither time inputs nor the state (a shared filter) are not compared.
+    """
+    if case.slice_segment is not None:
+        raise ValueError(f"{case.name}: `slice_segment` is set; use check_packed_equals_loop for this op")
+    tol = tolerance(case.name) if tol is None else tol
+    inputs = make_case_inputs(case, 0, seed=seed, bounds=bounds)
+    batch = len(bounds)
+    cotangents = random_cotangents(np.random.default_rng(seed + 1),
+                                   jax.eval_shape(lambda i: case.reference(**i), inputs))
+    packed_out, packed_grads = forward_and_grads(case, impl, inputs, cotangents, chunk_size)
+    out, state = packed_out if case.returns_state else (packed_out, None)
+    d_out, d_state = cotangents if case.returns_state else (cotangents, None)
+    state_name = case.state_input if case.state_input is not None and inputs.get(case.state_input) is not None \
+        else None
+    for group in _segments_in_rows(bounds, batch):
+        padding = [None] * (batch - len(group))
+        opens = [row if lo == 0 else None for row, lo, _ in group] + padding
+        closes = [row if hi == bounds[row][-1] else None for row, _, hi in group] + padding
+        alone = {n: v for n, v in inputs.items() if n != "segment_ids"} | {"segment_ids": None}
+        alone |= {name: _gather_spans(inputs[name], group, batch) for name in case.time_inputs}
+        if state_name is not None:
+            alone[state_name] = _gather_rows(inputs[state_name], opens)
+        d_alone = _gather_spans(d_out, group, batch)
+        if case.returns_state:
+            d_alone = (d_alone, _gather_rows(d_state, closes))
+        alone_out, alone_grads = forward_and_grads(case, impl, alone, d_alone, chunk_size)
+        o, s = alone_out if case.returns_state else (alone_out, None)
+        for r, (row, lo, hi) in enumerate(group):
+            what = f"{case.name}[{impl} packed vs alone] row {row}, {lo}:{hi}"
+            assert_close(out[row:row + 1, lo:hi], o[r:r + 1, :hi - lo], tol, what=f"{what} output")
+            if case.returns_state and closes[r] is not None:
+                assert_trees_close(_row(state, row), _row(s, r), tol, what=f"{what} final state")
+            if not grads:
+                continue
+            for name in case.time_inputs:
+                assert_close(packed_grads[name][row:row + 1, lo:hi], alone_grads[name][r:r + 1, :hi - lo], tol,
+                             kind="grad", what=f"{what} d{name}")
+            if state_name is not None and opens[r] is not None:
+                assert_trees_close(_row(packed_grads[state_name], row), _row(alone_grads[state_name], r), tol,
+                                   kind="grad", what=f"{what} d{state_name}")
+
+
 def check_decode_equals_forward(case: OpCase, length: int, *, impl: str = "reference", chunk_size: int | None = None,
-                                batch: int = 2, seed: int = 0, tol: Tol | None = None) -> None:
-    """`case.step` looped over T equals the forward through `impl`: every output and the final state."""
+                                batch: int = 2, seed: int = 0, tol: Tol | None = None, via_vjp: bool = False) -> None:
+    """`case.step` looped over T equals the forward through `impl`: every output and the final state.
+
+    via_vjp: read the forward from the path's jitted VJP (`outputs`): free next to a parity check of the same
+    shapes (plain rows, same B and chunk size), dearer than a forward compile anywhere else.
+    """
     if case.step is None:
         raise ValueError(f"{case.name}: `case.step` is None, expected the op's decode step")
     tol = tolerance(case.name) if tol is None else tol
     inputs = make_case_inputs(case, length, batch=batch, seed=seed)
-    forward = _path(case, impl, chunk_size)(inputs)
+    forward = outputs(case, impl, inputs, chunk_size) if via_vjp else _path(case, impl, chunk_size)(inputs)
     out, final = forward if case.returns_state else (forward, None)
     shared = {n: v for n, v in inputs.items()
               if n not in case.time_inputs and n not in (case.state_input, "segment_ids")}
     state = case.init_state(inputs) if case.init_state is not None else inputs.get(case.state_input)
-    step = jax.jit(case.step, compiler_options=FAST_COMPILE)
+    step = jit(case.step)
     outs = []
     for t in range(length):
         o_t, state = step(**{n: inputs[n][:, t] for n in case.time_inputs}, **shared, state=state)

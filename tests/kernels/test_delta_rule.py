@@ -55,7 +55,7 @@ CASES = {variant: _case(variant) for variant in VARIANTS}
 
 def _run(x: dict[str, jax.Array], **kw: object) -> tuple[jax.Array, jax.Array]:
     """gated_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: gated_delta_rule(**x, **kw), compiler_options=harness.FAST_COMPILE)(x)
+    return harness.jit(lambda x: gated_delta_rule(**x, **kw))(x)
 
 
 def _inputs(variant: str, length: int, *, seed: int, packed: bool, batch: int = B, **dims: int) -> dict:
@@ -152,7 +152,7 @@ def test_state_passing_equals_one_pass() -> None:
     o, s = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n not in ("initial_state", "segment_ids") else x[n])
                for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda h: gated_delta_rule(**h, chunk_size=32), compiler_options=harness.FAST_COMPILE)
+    run_half = harness.jit(lambda h: gated_delta_rule(**h, chunk_size=32))
     o1, s1 = run_half(halves[0])
     o2, s2 = run_half({**halves[1], "initial_state": s1})
     harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
@@ -183,7 +183,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype, variant: str) -> None:
         (o, s), vjp = jax.vjp(f, x["q"], x["g"])
         return o, s, vjp((do, jnp.ones_like(s)))
 
-    o, s, (dq, dg) = jax.jit(run, compiler_options=harness.FAST_COMPILE)(x)
+    o, s, (dq, dg) = harness.jit(run)(x)
     for a in (o, s, dq, dg):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0

@@ -68,7 +68,7 @@ def _inputs(length: int, *, seed: int, packed: bool, batch: int = B, **kw: objec
 
 def _run(x: dict, **kw: object) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """momentum_delta_rule(**x, **kw), jitted with the fast-compile options."""
-    return jax.jit(lambda x: momentum_delta_rule(**x, **kw), compiler_options=harness.FAST_COMPILE)(x)
+    return harness.jit(lambda x: momentum_delta_rule(**x, **kw))(x)
 
 
 # Every T meets one chunk size; across the T values both 16 and 64 occur, and both plain and packed rows.
@@ -142,8 +142,7 @@ def test_reduces_to_gated_delta_rule(impl: str) -> None:
     gdn = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"] * x["eta"],
                initial_state=x["initial_state"][0], segment_ids=x["segment_ids"])
     # mu = 0 drops M0 entirely: the first step's M is eta k e^T whatever M0 was.
-    o_gdn, s_gdn = jax.jit(lambda d: gated_delta_rule(**d, implementation="reference"),
-                           compiler_options=harness.FAST_COMPILE)(gdn)
+    o_gdn, s_gdn = harness.jit(lambda d: gated_delta_rule(**d, implementation="reference"))(gdn)
     harness.assert_close(o, o_gdn, TOL, what="o")
     harness.assert_close(s, s_gdn, TOL, what="final S")
 
@@ -157,7 +156,7 @@ def test_state_passing_equals_one_pass() -> None:
     x = _inputs(128, seed=9, packed=False)
     o, state = _run(x, chunk_size=32)
     halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n in SEQ else x[n]) for n in x} for i in (0, 1)]
-    run_half = jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=32), compiler_options=harness.FAST_COMPILE)
+    run_half = harness.jit(lambda d: momentum_delta_rule(**d, chunk_size=32))
     o1, state1 = run_half(halves[0])
     o2, state2 = run_half({**halves[1], "initial_state": state1})
     harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
@@ -187,7 +186,7 @@ def test_long_sequence_stays_finite(dtype: jnp.dtype) -> None:
         (o, (s, m)), vjp = jax.vjp(f, x["q"], x["g"], x["log_mu"])
         return o, s, m, vjp((do, (jnp.ones_like(s), jnp.ones_like(m))))
 
-    o, s, m, grads = jax.jit(run, compiler_options=harness.FAST_COMPILE)(x)
+    o, s, m, grads = harness.jit(run)(x)
     for a in (o, s, m, *grads):
         assert np.all(np.isfinite(np.asarray(a, np.float32)))
     assert float(jnp.max(jnp.abs(o.astype(jnp.float32)))) > 0
