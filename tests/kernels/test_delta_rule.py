@@ -65,18 +65,22 @@ def _inputs(variant: str, length: int, *, seed: int, packed: bool, batch: int = 
     return x
 
 
-# Every variant meets every T; the chunk size alternates so that every variant and every T meets both 16 and
-# 64 (the full cross product would double the compile-bound runtime). T in {1, 63}: plain rows; T in
-# {100, 129}: packed rows.
-PARITY_CASES = [(variant, t, chunk)
-                for variant, chunks in (("deltanet", (16, 64, 16, 64)), ("gdn", (64, 16, 64, 16)),
-                                        ("kda", (16, 64, 64, 16)))
-                for t, chunk in zip((1, 63, 100, 129), chunks, strict=True)]
+# Compile once, check many: each parity case compiles one VJP per path (reference, xla, pallas), and the checks
+# further down run on these programs (same shapes, B = 2) instead of compiling their own.
+# Every variant meets T = 1, T = 100 (plain rows; chunk 16: 6 chunks + 4, chunk 64: 1 + 36) and T = 129 (packed
+# rows; chunk 16: 8 + 1, chunk 64: 2 + 1), at both chunk sizes: each variant and each fast path runs several
+# chunks at 16 and at 64, remainder 1 and another remainder, packed rows at both sizes across the variants.
+# KDA also runs T = 129 plain at chunk 64, the batch of segments alone of the packed-rows check below.
+PARITY_CASES = [("deltanet", 1, 16, False), ("deltanet", 100, 16, False), ("deltanet", 129, 64, True),
+                ("gdn", 1, 64, False), ("gdn", 100, 64, False), ("gdn", 129, 16, True),
+                ("kda", 1, 16, False), ("kda", 100, 16, False), ("kda", 129, 64, True), ("kda", 129, 64, False)]
+# The plain-row parity case of each variant that its decode check reads its forward from.
+DECODE = {"deltanet": (100, 16), "gdn": (100, 64), "kda": (100, 16)}
 
 
-@pytest.mark.parametrize("variant, t, chunk", PARITY_CASES)
-def test_parity_forward_and_all_gradients(variant: str, t: int, chunk: int) -> None:
-    harness.check_forward_and_grads(CASES[variant], t, chunk_size=chunk, packed=t >= 100)
+@pytest.mark.parametrize("variant, t, chunk, packed", PARITY_CASES)
+def test_parity_forward_and_all_gradients(variant: str, t: int, chunk: int, packed: bool) -> None:
+    harness.check_forward_and_grads(CASES[variant], t, chunk_size=chunk, packed=packed)
 
 
 def _numpy_f64(x: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -104,9 +108,10 @@ def _numpy_f64(x: dict) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_reference_matches_float64_numpy(variant: str) -> None:
-    x = _inputs(variant, 40, seed=3, packed=True, dk=8, dv=4)
+    """The float32 reference on the packed parity inputs (T = 129, its compiled program) against float64 numpy."""
+    x = _inputs(variant, 129, seed=0, packed=True)
+    o, s = harness.outputs(CASES[variant], "reference", x)
     o64, s64 = _numpy_f64(x)
-    o, s = _run(x, implementation="reference")
     harness.assert_close(o, o64, TOL, what="o")
     harness.assert_close(s, s64, TOL, what="final state")
 
@@ -117,12 +122,13 @@ def test_kda_wide_per_channel_rates_match_float64(chunk: int) -> None:
     chunk some channels barely decay while others underflow after a step or two, so any factor above 1
     (exp(G_t) * exp(-G_s)) would overflow and any differenced cumsum would lose the slow channels. The
     chunked tree path must match a float64 recurrence in the forward pass and the fp32 reference in every
-    gradient."""
-    t, case = 200, CASES["kda"]
-    x = _inputs("kda", t, seed=17, packed=True, batch=1, dv=8)
+    gradient. On the packed KDA parity shapes (T = 129: chunk 64 reuses its programs; chunk 128 is one full
+    chunk and a remainder of 1)."""
+    t, case = 129, CASES["kda"]
+    x = _inputs("kda", t, seed=17, packed=True)
     rng = np.random.default_rng(17)
     rates = np.logspace(-4, np.log10(20.0), K)
-    x["g"] = jnp.asarray(-rates * rng.uniform(0.5, 1.0, (1, t, H, K)), jnp.float32)
+    x["g"] = jnp.asarray(-rates * rng.uniform(0.5, 1.0, (B, t, H, K)), jnp.float32)
     cotangents = harness.random_cotangents(rng, jax.eval_shape(lambda i: _REFERENCE(**i), x))
     (o, s), grads = harness.forward_and_grads(case, "xla", x, cotangents, chunk)
     o64, s64 = _numpy_f64(x)
@@ -133,26 +139,31 @@ def test_kda_wide_per_channel_rates_match_float64(chunk: int) -> None:
         harness.assert_close(grads[name], want[name], TOL, kind="grad", what=f"d{name}")
 
 
+# Two rows of T = 129 in eight segments (single tokens included, edges inside and on chunk edges of 64).
+PACKED_BOUNDS = [[0, 11, 12, 40, 64, 71, 129], [0, 1, 65, 129]]
+
+
 @pytest.mark.parametrize("impl", ("reference",) + IMPLS)
 def test_packed_equals_per_segment_loop(impl: str) -> None:
-    """KDA, one row of T = 90 in five segments (one of a single token), chunk 16; each segment is padded
-    with identity steps (beta = 0, g = 0) so that all of them share one compiled shape."""
-    harness.check_packed_equals_loop(CASES["kda"], [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16,
-                                     pad_segments_to=90)
+    """KDA at chunk 64: packed rows against each segment alone (zero-padded: beta = 0, g = 0 is the identity
+    step), outputs, final states and every gradient, on the programs of the T = 129 parity cases."""
+    harness.check_packed_equals_segments_alone(CASES["kda"], PACKED_BOUNDS, impl=impl, chunk_size=64)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_decode_steps_chained_equal_full_forward(variant: str) -> None:
-    harness.check_decode_equals_forward(CASES[variant], 21, impl="xla", chunk_size=16, seed=7)
+    t, chunk = DECODE[variant]
+    harness.check_decode_equals_forward(CASES[variant], t, impl="xla", chunk_size=chunk, seed=7, via_vjp=True)
 
 
 def test_state_passing_equals_one_pass() -> None:
-    """Running [x1; x2] equals running x1, then x2 from x1's final state (the chunked form's invariant)."""
-    x = _inputs("kda", 128, seed=9, packed=False)
-    o, s = _run(x, chunk_size=32)
-    halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n not in ("initial_state", "segment_ids") else x[n])
+    """Running [x1; x2] equals running x1, then x2 from x1's final state (the chunked form's invariant); the
+    cut at 50 is inside a chunk of the one pass (chunk 16, the KDA T = 100 parity case's program)."""
+    x = _inputs("kda", 100, seed=9, packed=False)
+    o, s = harness.outputs(CASES["kda"], "xla", x, 16)
+    halves = [{n: (x[n][:, i * 50:(i + 1) * 50] if n not in ("initial_state", "segment_ids") else x[n])
                for n in x} for i in (0, 1)]
-    run_half = harness.jit(lambda h: gated_delta_rule(**h, chunk_size=32))
+    run_half = harness.jit(lambda h: gated_delta_rule(**h, chunk_size=16, implementation="xla"))
     o1, s1 = run_half(halves[0])
     o2, s2 = run_half({**halves[1], "initial_state": s1})
     harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
