@@ -35,11 +35,12 @@ from matplotlib.figure import Figure
 
 from icml26zoo.repro import cubic_damping_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, parameter_count
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 METHODS = tuple(parts.METHODS)
 PROBLEMS = parts.PROBLEMS
@@ -48,9 +49,15 @@ FULL = Budget(steps=300, batch_size=8, seq_len=64, seeds=(0, 1))
 # The QUICK run (notebook, `--quick`): a trainer cell costs ~10 CPU-seconds of compilation, so the tiny GPT
 # compares only the two heavy-ball methods; the problems run every method, for fewer steps.
 QUICK_ARGS = {"gpt_methods": ("msgd", "cd_sgd"), "problem_steps": 400, "d_model": 32}
+# SMOKE: every method on the noisy quadratic for 20 steps, one CD-SGD GPT cell of 2 steps at width 16.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"problems": ("noisy_quadratic",), "gpt_methods": ("cd_sgd",), "problem_steps": 20, "dim": 4,
+              "d_model": 16}
 METRIC = "eval/bits_per_byte"
 
 
+@register_experiment("cubic_damping", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/cubic_damping.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS,
         gpt_methods: Sequence[str] | None = None, problems: Sequence[str] = PROBLEMS, problem_steps: int = 3000,
         dim: int = 32, condition: float = 1e4, noise: float = 0.3, damping_multiple: float = 3.0,

@@ -1,6 +1,7 @@
 """The cubic-damping reproduction: bad inputs, the damping rule, the test problems, the exact reductions of
-the compared methods inside the problem runner, and the GPT cells' optimizer configs. The QUICK experiment
-itself runs in the notebook test (tests/test_notebooks.py)."""
+the compared methods inside the problem runner, and the GPT cells' optimizer configs. The SMOKE experiment
+itself runs in the experiment contract (tests/repro/test_experiments.py: command line, outputs, resume) and the
+notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.registry import OPTIMIZERS
 from icml26zoo.repro import cubic_damping
 from icml26zoo.repro import cubic_damping_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 
 # Zero damping must reproduce the plain methods bit for bit, so these tests keep XLA's full pipeline.
@@ -41,22 +40,6 @@ def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, match)
     with pytest.raises(ValueError, match=match):
         cubic_damping.run(tmp_path / "run", budget=cubic_damping.QUICK, **kwargs)
     assert not (tmp_path / "run").exists()
-
-
-def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"does not exist: there is nothing to resume"):
-        cubic_damping.run(tmp_path / "missing", budget=cubic_damping.QUICK, resume=True)
-
-
-@pytest.mark.parametrize(("argv", "match"), [
-    (["--methods", "msgd,rmsprop"], "methods: unknown name 'rmsprop'"),
-    (["--noise", "-1"], "noise must be a float > 0"),
-    (["--problems", "", "--gpt-methods", ""], "problems and gpt_methods are both empty"),
-])
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("cubic_damping").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_damping_rule_bounds_steps_by_the_reference_velocity():
