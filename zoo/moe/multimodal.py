@@ -16,6 +16,10 @@ Missing modalities (present [B, M] False):
 Samples with a missing modality leave after layer 0; complete samples run every layer. Both choices are
 made per sample with `jnp.where`, so one jitted program serves every mask.
 
+The shared trainer runs the classifier as the registered model "confsmoe" (`icml26zoo.models.confsmoe`:
+sizes from a ModelConfig, inputs read from a point-set batch by `unpack_points`) with the objective
+"multimodal_moe" (`icml26zoo.losses.moe`) on the dataset "zoo_multimodal".
+
 Deviations from the reference code: a normal pre-LN attention residual (the reference adds the attention
 output to itself); tokens of a missing modality are masked out of the stage-2 softmax (the reference zeroes
 their values, which still draws softmax mass), so a missing modality receives no weight when another is
