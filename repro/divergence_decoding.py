@@ -3,7 +3,7 @@
 Paper: Merchant, Levy, "Divergence Decoding: Inference-Time Unlearning via Auxiliary Models" (ICML 2026,
 arXiv 2605.31293). See docs/papers/divergence_decoding.md.
 
-The benchmark (`icml26zoo.decode.divergence_facts`): a generated corpus of "name:attribute" facts, a fraction
+The benchmark (`repro/divergence_decoding_parts.py`): a generated corpus of "name:attribute" facts, a fraction
 of them the forget set. With the shared trainer it trains the base model (attention LM, 2 layers, d_model 64)
 on all facts, the retain auxiliary (2 layers, d_model 32) on the retain facts only, and the forget auxiliary
 (the same small model) on all facts, as the paper's TOFU setup does (`forget_aux_data="all"`); the variant
@@ -16,9 +16,10 @@ answer characters, prompt masked, `distill_steps` full-batch Adam steps) and sco
 
 Example::
 
-    from icml26zoo.repro import divergence_decoding
-    results = divergence_decoding.run("runs/dd", budget=divergence_decoding.QUICK,
-                                      **divergence_decoding.QUICK_ARGS)
+    python -m icml26zoo.repro divergence_decoding --quick --out runs/dd
+
+    from icml26zoo import repro
+    results = repro.run("divergence_decoding", "runs/dd", budget="quick")
     print(results.markdown)
 """
 
@@ -35,7 +36,8 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 from icml26zoo.decode.divergence import DivergenceDecoding, steered_logits
-from icml26zoo.decode.divergence_facts import (
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.divergence_decoding_parts import (
     VOCAB_SIZE,
     FactCorpus,
     answer_accuracy,
@@ -45,14 +47,15 @@ from icml26zoo.decode.divergence_facts import (
     make_corpus,
     score_answers,
 )
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import OptimConfig, TrainConfig
 from icml26zoo.train.loop import build_train_model, train
 from icml26zoo.train.presets import tiny_model
 from icml26zoo.validation import check_int
 
-__all__ = ["ALPHAS", "FORGET_AUX_DATA", "FULL", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["ALPHAS", "FORGET_AUX_DATA", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=30, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=400, batch_size=32, seq_len=48, seeds=(0,))
@@ -60,6 +63,10 @@ FULL = Budget(steps=400, batch_size=32, seq_len=48, seeds=(0,))
 # a result (30 steps memorize nothing).
 QUICK_ARGS = {"num_facts": 40, "alphas": (1.0, 2.0), "distill_steps": 5, "forget_aux_data": ("all",), "base_layers": 1,
               "aux_layers": 1}
+# Every stage (three trained models, steered scoring and decoding, distillation) at the smallest size.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"num_facts": 10, "alphas": (1.0,), "distill_steps": 1, "forget_aux_data": ("all",), "base_layers": 1,
+              "aux_layers": 1, "aux_d_model": 16}
 # The paper's sweep range, with its TOFU default 1.5 among them.
 ALPHAS = (0.5, 1.0, 1.5, 2.0, 3.0)
 FORGET_AUX_DATA = ("all", "forget")
@@ -71,6 +78,8 @@ _forward = jax.jit(lambda model, tokens: model(tokens))
 _steered = jax.jit(steered_logits)
 
 
+@register_experiment("divergence_decoding", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/divergence_decoding.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 200, forget_fraction: float = 0.1,
         alphas: Sequence[float] = ALPHAS, distill_alpha: float = 1.5, distill_steps: int = 100,
         distill_learning_rate: float = 1e-3, forget_aux_data: Sequence[str] = FORGET_AUX_DATA,
@@ -102,23 +111,24 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
     corpus = make_corpus(num_facts, forget_fraction, seed=0)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     rows, curves, extra = [], {}, {"distillation_loss": {}}
+    options = {"num_facts": num_facts, "forget_fraction": forget_fraction, "alphas": alphas,
+               "distill_alpha": distill_alpha, "distill_steps": distill_steps,
+               "distill_learning_rate": distill_learning_rate, "forget_aux_data": forget_aux_data,
+               "base_layers": base_layers, "aux_layers": aux_layers, "aux_d_model": aux_d_model}
     for seed in budget.seeds:
-        base = _train(experiment, "base", corpus.all, seed, d_model=64, layers=base_layers)
-        retain = _train(experiment, "retain_aux", corpus.retain, seed, d_model=aux_d_model,
-                        layers=aux_layers)
-        rows.append(_row("base", "-", 0.0, corpus, base, None, seed))
+        def measure(seed: int = seed) -> dict:
+            return _seed_rows(experiment, corpus, seed, alphas=alphas, distill_alpha=distill_alpha,
+                              distill_steps=distill_steps, distill_learning_rate=distill_learning_rate,
+                              forget_aux_data=forget_aux_data, base_layers=base_layers, aux_layers=aux_layers,
+                              aux_d_model=aux_d_model)
+
+        # The seed's scores, kept in the run directory: a resumed run reuses them as it reuses finished cells.
+        result = stored(experiment.run_dir / f"scores_seed{seed}.json", options, measure)
+        rows += result["rows"]
+        extra["distillation_loss"].update(result["distillation_loss"])
         for data in forget_aux_data:
-            forget = _train(experiment, f"forget_aux_{data}", corpus.all if data == "all" else corpus.forget, seed,
-                            d_model=aux_d_model, layers=aux_layers)
-            for alpha in alphas:
-                processor = DivergenceDecoding(base, retain, forget, alpha=alpha)
-                rows.append(_row("divergence decoding", data, alpha, corpus, base, processor, seed))
-            distilled, losses = _distill(base, DivergenceDecoding(base, retain, forget, alpha=distill_alpha),
-                                         corpus, steps=distill_steps, learning_rate=distill_learning_rate)
-            rows.append(_row("distilled", data, distill_alpha, corpus, distilled, None, seed))
-            extra["distillation_loss"][f"{data}_seed{seed}"] = losses
-            curves[data] = [r for r in rows if r["seed"] == seed and r["forget_aux_data"] in (data, "-")
-                            and r["model"] != "distilled"]
+            curves[data] = [r for r in result["rows"]
+                            if r["forget_aux_data"] in (data, "-") and r["model"] != "distilled"]
     return experiment.write(
         rows, columns=("model", "forget_aux_data", "alpha", "seed", "forget_nll", "retain_nll", "forget_answer_prob",
                        "retain_answer_prob", "forget_accuracy", "retain_accuracy"),
@@ -126,6 +136,27 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
         notes=_notes(corpus, base_layers, aux_layers, aux_d_model, distill_alpha, distill_steps,
                      distill_learning_rate),
         figures={"likelihood": _figure(curves, rows)}, extra=extra)
+
+
+def _seed_rows(experiment: Experiment, corpus: FactCorpus, seed: int, *, alphas: Sequence[float],
+               distill_alpha: float, distill_steps: int, distill_learning_rate: float,
+               forget_aux_data: Sequence[str], base_layers: int, aux_layers: int, aux_d_model: int) -> dict:
+    """Trains (or reuses) the seed's three models, scores base, steered and distilled: {"rows", "distillation_loss"}."""
+    rows, losses_by_data = [], {}
+    base = _train(experiment, "base", corpus.all, seed, d_model=64, layers=base_layers)
+    retain = _train(experiment, "retain_aux", corpus.retain, seed, d_model=aux_d_model, layers=aux_layers)
+    rows.append(_row("base", "-", 0.0, corpus, base, None, seed))
+    for data in forget_aux_data:
+        forget = _train(experiment, f"forget_aux_{data}", corpus.all if data == "all" else corpus.forget, seed,
+                        d_model=aux_d_model, layers=aux_layers)
+        for alpha in alphas:
+            processor = DivergenceDecoding(base, retain, forget, alpha=alpha)
+            rows.append(_row("divergence decoding", data, alpha, corpus, base, processor, seed))
+        distilled, losses = _distill(base, DivergenceDecoding(base, retain, forget, alpha=distill_alpha),
+                                     corpus, steps=distill_steps, learning_rate=distill_learning_rate)
+        rows.append(_row("distilled", data, distill_alpha, corpus, distilled, None, seed))
+        losses_by_data[f"{data}_seed{seed}"] = losses
+    return {"rows": rows, "distillation_loss": losses_by_data}
 
 
 def _distill(base: nnx.Module, processor: DivergenceDecoding, corpus: FactCorpus, *, steps: int,

@@ -23,6 +23,9 @@ This run, at toy scale on the built-in byte corpus (`pystdlib`):
 
 The mixer is a RECONSTRUCTION (zoo/mixers/protot.py): the paper's method section and code were not
 available. See docs/papers/protot.md.
+
+    python -m icml26zoo.repro protot --out runs/repro/protot       # FULL: 1000 steps per cell (~15 CPU-minutes)
+    python -m icml26zoo.repro protot --quick                        # what the notebook runs: ProtoT alone
 """
 
 from __future__ import annotations
@@ -53,20 +56,30 @@ from icml26zoo.repro.protot_parts import (
     show_bytes,
     usage_figure,
 )
+from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
 from icml26zoo.train.data.bytes_codec import decode
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "MIXERS", "QUICK", "run"]
+__all__ = ["FULL", "MIXERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 MIXERS = tuple(PRESETS)
 QUICK = Budget(steps=16, batch_size=4, seq_len=64, seeds=(0,))
 FULL = Budget(steps=1000, batch_size=8, seq_len=128, seeds=(0,))
+# The quick run (the notebook, --quick): ProtoT alone, the read-out and every edit on it.
+QUICK_ARGS = {"mixers": ("protot",)}
+# Every stage (training, read-out, edits, sampled generations) on one ProtoT cell of 2 steps, small tables.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"mixers": ("protot",), "eval_batches": 1, "analysis_rows": 1, "top_k": 2, "prompt": "def f(",
+              "new_tokens": 4, "sample_keys": 1}
 COLUMNS = ("mixer", "mlp_dim", "params", "param_gap", "bits_per_byte", "bpb_per_seed", "final_train_loss")
 
 
+@register_experiment("protot", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/protot.md")
 def run(
     run_dir: str | os.PathLike,
     *,
@@ -123,28 +136,19 @@ def run(
 
     configs = _configs(mixers)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    data_dir = str(experiment.run_dir / "data")
     summaries, counts = train_cells(experiment, configs, eval_batches)
     rows = _comparison_rows(experiment, mixers, configs, counts, summaries)
-    _, model, _ = load_run(experiment.cell_dir(f"protot_seed{budget.seeds[0]}"), devices=jax.devices()[:1])
-    batch = next(make_eval_iterator(dataclasses.replace(configs["protot"].data, data_dir=data_dir),
-                                    batch_size=analysis_rows, seq_len=budget.seq_len, max_batches=1))
-    real = int((batch["segment_ids"] != 0).sum())
-    tokens, segment_ids = jnp.asarray(batch["inputs"]), jnp.asarray(batch["segment_ids"])
-    proto_rows = prototype_rows(model, tokens, segment_ids, top_k=min(top_k, real))
     layer = protot_cfg.num_layers - 1 if edit_layer is None else edit_layer
-    targets = _edit_targets(model, proto_rows, prompt, layer, edit_prototype)
-    edits = _edits(model, targets, layer, float(amplify), int(np.argmin(prompt_usage(model, prompt, layer))))
-    # One compiled program for the sampling and one for the logits serve every edit: the edits are traced.
-    # Greedy decoding is degenerate at this budget (docs/papers/protot.md), so the generations are sampled.
-    prompts = _sample_prompts(prompt, np.asarray(tokens), np.asarray(segment_ids))
-    sampled = sampled_generations(model, jnp.asarray(prompts), edits, new_tokens=new_tokens,
-                                  keys=range(sample_keys))
-    sample_stats = {name: divergence(sampled["none"], sampled[name]) for name in edits}
-    samples = {name: decode(tokens_[0, 0]) for name, tokens_ in sampled.items()}
-    texts, effects = edit_effects(model, prompt, edits, new_tokens=new_tokens, tokens=tokens,
-                                  segment_ids=segment_ids, generations={n: t[0, 0] for n, t in sampled.items()})
-    text_share = class_share(np.asarray(tokens)[np.asarray(segment_ids) != 0], WHITESPACE)
+    options = {"seed": budget.seeds[0], "seq_len": budget.seq_len, "analysis_rows": analysis_rows, "top_k": top_k,
+               "layer": layer, "edit_prototype": edit_prototype, "amplify": amplify, "prompt": prompt,
+               "new_tokens": new_tokens, "sample_keys": sample_keys}
+    # The read-out, edits and generations of the trained ProtoT, kept in the run directory: a resumed run reuses
+    # a finished analysis as it reuses the trained cells.
+    analysis = stored(experiment.run_dir / "analysis.json", options,
+                      lambda: _analysis(experiment, configs["protot"], **options))
+    proto_rows, targets, real = analysis["prototypes"], analysis["edit_targets"], analysis["real"]
+    texts, effects, text_share = analysis["generations"], analysis["edit_effects"], analysis["text_share"]
+    samples, sample_stats = analysis["sampled_examples"], analysis["sampled_divergence"]
 
     curves = {LABELS[m]: _mean_curve(experiment, m, budget.seeds) for m in mixers}
     figures = {
@@ -153,7 +157,7 @@ def run(
         "prototype_usage": usage_figure(proto_rows, title=f"ProtoT prototypes (seed {budget.seeds[0]}, head 0)"),
     }
     notes = (_notes(proto_rows, real) + _edit_notes(texts, effects, targets, prompt, layer, amplify, text_share)
-             + _sample_notes(samples, sample_stats, len(prompts), sample_keys, prompt)
+             + _sample_notes(samples, sample_stats, len(analysis["sample_prompts"]), sample_keys, prompt)
              + ["", "## Equal-parameter comparison (eval bits per byte, mean over seeds)"])
     return experiment.write(
         rows, columns=COLUMNS, title="ProtoT vs Llama, Mamba2 and GDN at equal parameters (byte corpus)",
@@ -161,9 +165,36 @@ def run(
         extra={"prototypes": proto_rows, "generations": texts, "edit_effects": effects, "prompt": prompt,
                "edit_layer": layer, "edit_targets": targets, "amplify": amplify,
                "held_out_whitespace_share": text_share, "sampled_divergence": sample_stats,
-               "sampled_examples": samples, "sample_prompts": [decode(p) for p in prompts],
+               "sampled_examples": samples, "sample_prompts": analysis["sample_prompts"],
                "sample_keys": sample_keys},
     )
+
+
+def _analysis(experiment: Experiment, config: TrainConfig, *, seed: int, seq_len: int, analysis_rows: int, top_k: int,
+              layer: int, edit_prototype: int | None, amplify: float, prompt: str, new_tokens: int,
+              sample_keys: int) -> dict:
+    """Reads out the trained ProtoT of `seed` on held-out rows, edits it and samples: the JSON-able results."""
+    _, model, _ = load_run(experiment.cell_dir(f"protot_seed{seed}"), devices=jax.devices()[:1])
+    data = dataclasses.replace(config.data, data_dir=str(experiment.run_dir / "data"))
+    batch = next(make_eval_iterator(data, batch_size=analysis_rows, seq_len=seq_len, max_batches=1))
+    real = int((batch["segment_ids"] != 0).sum())
+    tokens, segment_ids = jnp.asarray(batch["inputs"]), jnp.asarray(batch["segment_ids"])
+    proto_rows = prototype_rows(model, tokens, segment_ids, top_k=min(top_k, real))
+    targets = _edit_targets(model, proto_rows, prompt, layer, edit_prototype)
+    edits = _edits(model, targets, layer, float(amplify), int(np.argmin(prompt_usage(model, prompt, layer))))
+    # One compiled program for the sampling and one for the logits serve every edit: the edits are traced.
+    # Greedy decoding is degenerate at this budget (docs/papers/protot.md), so the generations are sampled.
+    prompts = _sample_prompts(prompt, np.asarray(tokens), np.asarray(segment_ids))
+    sampled = sampled_generations(model, jnp.asarray(prompts), edits, new_tokens=new_tokens,
+                                  keys=range(sample_keys))
+    texts, effects = edit_effects(model, prompt, edits, new_tokens=new_tokens, tokens=tokens,
+                                  segment_ids=segment_ids, generations={n: t[0, 0] for n, t in sampled.items()})
+    return {"prototypes": proto_rows, "edit_targets": targets, "real": real, "generations": texts,
+            "edit_effects": effects, "sampled_divergence": {name: divergence(sampled["none"], sampled[name])
+                                                            for name in edits},
+            "sampled_examples": {name: decode(tokens_[0, 0]) for name, tokens_ in sampled.items()},
+            "sample_prompts": [decode(p) for p in prompts],
+            "text_share": class_share(np.asarray(tokens)[np.asarray(segment_ids) != 0], WHITESPACE)}
 
 
 def train_cells(experiment: Experiment, configs: dict[str, TrainConfig], eval_batches: int) -> tuple[dict, dict]:

@@ -1,6 +1,6 @@
-"""The Divergence Decoding reproduction: bad inputs, the script's one-line errors, the fact corpus and its batches,
-answer scoring against closed forms, and distillation moving a student to its teacher. The QUICK experiment
-itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The Divergence Decoding reproduction: bad inputs, the fact corpus and its batches, answer scoring against closed
+forms, and distillation moving a student to its teacher. The SMOKE experiment runs in the experiment contract
+(tests/repro/test_experiments.py) and the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 
 from icml26zoo.decode import distillation_loss
-from icml26zoo.decode.divergence_facts import (
+from icml26zoo.models import ModelConfig, build_model
+from icml26zoo.repro import divergence_decoding
+from icml26zoo.repro.common import Budget
+from icml26zoo.repro.divergence_decoding_parts import (
     ANSWER_LENGTH,
     ATTRIBUTES,
     PROMPT_LENGTH,
@@ -27,10 +29,6 @@ from icml26zoo.decode.divergence_facts import (
     make_corpus,
     score_answers,
 )
-from icml26zoo.models import ModelConfig, build_model
-from icml26zoo.repro import divergence_decoding
-from icml26zoo.repro.cli import run_main
-from icml26zoo.repro.common import Budget
 from icml26zoo.train.batch_source import check_batch
 
 TINY = Budget(steps=2, batch_size=2, seq_len=8, seeds=(0,))
@@ -55,23 +53,6 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         divergence_decoding.run(tmp_path / "run", budget=TINY, **kwargs)
     assert not (tmp_path / "run").exists()  # rejected before anything is written
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--alphas", "1,x"], "--alphas must be comma-separated numbers"),
-        (["--forget-aux-data", "all,none"], "unknown name 'none'"),
-        (["--num-facts", "3"], "num_facts"),
-        (["--forget-fraction", "0"], "forget_fraction"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("divergence_decoding").main,
-                      ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_corpus_is_a_deterministic_split_of_distinct_facts():

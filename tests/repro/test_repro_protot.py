@@ -1,5 +1,6 @@
 """The ProtoT reproduction (repro/protot.py): bad inputs, parameter matching, and the prototype read-out
-and edits on a tiny random model. The QUICK run itself runs in tests/test_notebooks.py."""
+and edits on a tiny random model. The SMOKE run itself runs in the experiment contract
+(tests/repro/test_experiments.py) and tests/test_notebooks.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 
 from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.models import build_model
@@ -67,20 +67,6 @@ def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, messag
     with pytest.raises(ValueError, match=message):
         protot.run(tmp_path / "run", budget=TINY, **kwargs)
     assert not (tmp_path / "run").exists()
-
-
-def test_resuming_a_missing_run_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"does not exist: there is nothing to resume"):
-        protot.run(tmp_path / "missing", budget=TINY, resume=True)
-
-
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys):
-    script = load_repro_script("protot")
-    from icml26zoo.repro.cli import run_main
-
-    status = run_main(script.main, ["--out", str(tmp_path / "run"), "--quick", "--mixers", "protot,foxx"])
-    err = capsys.readouterr().err
-    assert status == 2 and err.count("\n") == 1 and "mixers: unknown name 'foxx'" in err
 
 
 def test_baselines_are_matched_to_protot_within_3_percent():

@@ -1,4 +1,4 @@
-"""A synthetic unlearning benchmark for Divergence Decoding: a generated corpus of "name:attribute" facts.
+"""The divergence_decoding experiment's benchmark: a generated corpus of "name:attribute" facts.
 
 Each fact is the character string "\\n<name>:<attribute>" with a random five-letter name and an attribute
 drawn from `ATTRIBUTES` (sixteen words with distinct first letters), so an attribute can only be known by
@@ -21,6 +21,7 @@ from flax import nnx
 
 from icml26zoo.decode.divergence import distillation_loss
 from icml26zoo.decode.loop import LogitsProcessor, generate
+from icml26zoo.train.batch_source import batch_from_tokens
 from icml26zoo.validation import check_int
 
 __all__ = ["ALPHABET", "ATTRIBUTES", "VOCAB_SIZE", "FactCorpus", "FactScore", "answer_accuracy", "answer_arrays",
@@ -88,8 +89,6 @@ def fact_batches(facts: Sequence[tuple[str, str]], *, batch_size: int, seq_len: 
     """`steps` training batches in the trainer's format: each row is facts in a fresh random order, joined
     and cut to seq_len + 1 characters (every target weighted). Deterministic in `seed`, so a resumed run can
     replay the stream."""
-    from icml26zoo.train.batch_source import batch_from_tokens
-
     rng = np.random.default_rng(seed)
     texts = [_fact_text(fact) for fact in facts]
     for _ in range(steps):
