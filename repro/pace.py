@@ -1,0 +1,54 @@
+"""Reproduction: PACENet (PACE attention, compression-expansion from MCR²) against its set_transformer baseline.
+
+Paper: "PACE" (ICML 2026); docs/papers/pace_attention.md. The presets `geo_pacenet_digits` and
+`geo_digits_baseline` (same data, objective and recipe) are trained by the shared trainer on zoo_digit_patches
+(scikit-learn's 8x8 digits as 16 tokens of 2x2 patches; the `sklearn` extra), once per seed. Reported: the
+trainer's final test accuracy and loss on the 360 held-out images.
+
+    python -m icml26zoo.repro pace --out runs/repro/pace               # FULL: 300 steps per cell, 3 seeds
+    python -m icml26zoo.repro pace --quick                             # tiny models, 30 steps
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from icml26zoo.repro import geometric
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
+
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
+
+FAMILY = geometric.FAMILIES["pace"]
+# The page's runs: the presets' 300 steps of 64 images of 16 patches, now 3 seeds.
+FULL = Budget(steps=300, batch_size=64, seq_len=16, seeds=(0, 1, 2))
+QUICK = Budget(steps=30, batch_size=32, seq_len=16, seeds=(0,))
+QUICK_ARGS = {"tiny": True}
+# One cell (the model; the baseline runs the same code) of 2 steps at the tiny size.
+SMOKE = Budget(steps=2, batch_size=4, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"roles": ("model",), "tiny": True}
+
+
+@register_experiment("pace", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page=FAMILY.page, extras=("sklearn",))
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[str] = geometric.ROLES,
+        tiny: bool = False, resume: bool = False) -> Results:
+    """Trains the pacenet and baseline presets per seed; writes results.md/json and training.png.
+
+    Args:
+      run_dir: the experiment's directory (cells, the generated dataset, results).
+      budget: steps, batch size, points per row (seq_len, >= the 16 patches) and seeds of every cell.
+      roles: which of "model" (geo_pacenet_digits) and "baseline" (geo_digits_baseline) to train.
+      tiny: shrink the models (the smoke and quick runs; see repro/geometric.py; the digits split is fixed).
+      resume: require run_dir to exist; finished cells are reused either way.
+    """
+    roles = check_names("roles", roles, geometric.ROLES)
+    geometric.check_common(budget, FAMILY, tiny=tiny)
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
+    trained = geometric.train_family(FAMILY, experiment, roles=roles, tiny=tiny)
+    rows, columns = geometric.family_rows(FAMILY, trained)
+    figure = geometric.training_figure(experiment, FAMILY, trained, rows, "accuracy", ylabel="test accuracy")
+    return experiment.write(rows, columns=columns, notes=geometric.common_notes(FAMILY, budget, trained, tiny=tiny),
+                            figures={"training": figure},
+                            title="PACENet vs set_transformer on zoo_digit_patches (360 held-out digits)")
