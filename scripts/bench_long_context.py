@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 from icml26zoo.longctx import hard_kv  # noqa: E402
 from icml26zoo.longctx.compare import HARD_KV_BUDGETS, HARD_KV_INTERVAL, dense_causal, retrieval_rows  # noqa: E402
 from icml26zoo.longctx.pbs import pbs_prefill  # noqa: E402
+from icml26zoo.repro.needle import needle_task  # noqa: E402
 
 C6_SLACK = 0.15
 DENSITIES = (0.25, 0.5)
@@ -156,7 +157,7 @@ def main() -> int:
     memory, retrieval = memory_rows(), []
     write(out, args.quick, c6, memory, retrieval)
     for length in lengths:
-        retrieval += retrieval_rows(length)
+        retrieval += retrieval_rows(needle_task(length))
         print(f"retrieval T={length} done", flush=True)
         # written after every length, so a long run that is stopped keeps what it measured
         write(out, args.quick, c6, memory, retrieval)

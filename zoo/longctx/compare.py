@@ -3,7 +3,8 @@
 Each runner returns rows {"method", "cost", "accuracy", "agree_with_dense", "rel_error"}; cost is the fraction
 of dense attention each method pays: PBS, listed key blocks over causal blocks; HARD-KV, cache rows over T
 (memory and per-token attention work); ISA, attention FLOPs (the ISA paper's cost model). Used by
-scripts/bench_long_context.py and notebooks/long_context.ipynb.
+scripts/bench_long_context.py and notebooks/long_context.ipynb, on tasks built from the byte corpus by
+`needle_task` of repro/needle.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from icml26zoo.kernels.forgetting_attention import xla as dense_xla
 from icml26zoo.longctx import hard_kv
 from icml26zoo.longctx.isa import isa_attention_and_plan, isa_flop_fraction
 from icml26zoo.longctx.isa_plan import isa_sizes
-from icml26zoo.longctx.needle import NeedleTask, isa_layout, make_needle_task, retrieval_metrics
+from icml26zoo.longctx.needle import NeedleTask, isa_layout, retrieval_metrics
 from icml26zoo.longctx.pbs import pbs_prefill
 
 ISA_SETTINGS = ({"ctx_keep": 1 / 8, "full_frac": 1 / 2}, {"ctx_keep": 1 / 4, "full_frac": 1 / 2},
@@ -97,9 +98,9 @@ def isa_cost(length: int, setting: dict) -> float:
     return isa_flop_fraction(isa_sizes(length, length // 2, 64, setting["ctx_keep"], setting["full_frac"], 1 / 16))
 
 
-def retrieval_rows(length: int) -> list[dict]:
-    """Every method on one needle task of `length` tokens."""
-    task = make_needle_task(length)
+def retrieval_rows(task: NeedleTask) -> list[dict]:
+    """Every method, at every default setting, on one needle task; each row carries the task's length T."""
+    length = task.q.shape[1]
     dense = jax.jit(dense_causal)(task.q, task.k, task.v)
     rows = [{"method": "dense (causal)", "cost": 1.0, **retrieval_metrics(dense, dense, task)}]
     rows += pbs_rows(task, dense)

@@ -1,18 +1,18 @@
-"""A needle-in-a-haystack retrieval task at the attention level, built from the zoo's byte corpus.
+"""A needle-in-a-haystack retrieval task at the attention level, built from a given byte text.
 
-The haystack is a slice of the Python standard library's bytes (the `zoo_pystdlib` corpus, read straight
-from the interpreter's files). Each byte has a fixed random query, key and value embedding per head. Needles
-are `needle_len` consecutive tokens whose keys are one random direction u_i (plus small noise) and whose
-values are the code of an answer byte a_i; the last `n_needles` tokens are the questions, with query β·u_i.
-A method answers needle i correctly when its output at question i is nearest (summed over heads) to the
-value code of a_i among all 256 codes. The task is the same for every method; each is compared with dense
-attention on the same arrays: the causal methods (PBS prefill, HARD-KV decode) read the questions at the
-end, ISA (bidirectional, `isa_layout`) gets the sequence rotated so that the questions open the source part.
+The haystack is a slice of the bytes the caller passes (`repro/needle.py` passes the zoo's byte corpus, the
+Python standard library's files; tests can pass any text). Each byte has a fixed random query, key and value
+embedding per head. Needles are `needle_len` consecutive tokens whose keys are one random direction u_i (plus
+small noise) and whose values are the code of an answer byte a_i; the last `n_needles` tokens are the
+questions, with query β·u_i. A method answers needle i correctly when its output at question i is nearest
+(summed over heads) to the value code of a_i among all 256 codes. The task is the same for every method; each
+is compared with dense attention on the same arrays: the causal methods (PBS prefill, HARD-KV decode) read the
+questions at the end, ISA (bidirectional, `isa_layout`) gets the sequence rotated so that the questions open
+the source part.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -30,31 +30,18 @@ class NeedleTask(NamedTuple):
     codes: np.ndarray
 
 
-@functools.lru_cache(maxsize=1)
-def _corpus(max_bytes: int = 1 << 21) -> np.ndarray:
-    """The first `max_bytes` bytes of the standard-library corpus (sorted file order), as uint8."""
-    # The corpus's file list is the data layer's, which needs the [train] extra; importing it here keeps
-    # icml26zoo.longctx importable without that extra.
-    from icml26zoo.train.data.pystdlib import stdlib_files, stdlib_root
-
-    root, chunks, total = stdlib_root(), [], 0
-    for path in stdlib_files(root):
-        data = (root / path).read_bytes()
-        chunks.append(data)
-        total += len(data)
-        if total >= max_bytes:
-            break
-    return np.frombuffer(b"".join(chunks)[:max_bytes], np.uint8)
-
-
-def make_needle_task(length: int, *, n_needles: int = 8, needle_len: int = 16, heads: int = 2,
-                     head_dim: int = 64, beta: float = 2.0, seed: int = 0) -> NeedleTask:
-    """Haystack of `length` corpus bytes with needles in its second half (before the questions)."""
+def make_needle_task(text: np.ndarray | bytes, length: int, *, n_needles: int = 8, needle_len: int = 16,
+                     heads: int = 2, head_dim: int = 64, beta: float = 2.0, seed: int = 0) -> NeedleTask:
+    """Haystack of `length` bytes of `text` (bytes or uint8 [n], n > length; the slice drawn from `seed`) with
+    needles in its second half (before the questions)."""
     if length < 4 * n_needles * needle_len:
         raise ValueError(f"make_needle_task: `length` = {length}, expected >= 4 * n_needles * needle_len = "
                          f"{4 * n_needles * needle_len}")
+    corpus = np.frombuffer(text, np.uint8) if isinstance(text, bytes) else np.asarray(text)
+    if corpus.ndim != 1 or corpus.dtype != np.uint8 or corpus.size <= length:
+        raise ValueError(f"text must be bytes or uint8 [n] with n > length = {length}, got {corpus.dtype} "
+                         f"{corpus.shape}")
     rng = np.random.default_rng(seed)
-    corpus = _corpus()
     start = rng.integers(0, corpus.size - length)
     tokens = corpus[start: start + length].astype(np.int64)
     emb_q, emb_k, codes = (rng.normal(size=(256, heads, head_dim)).astype(np.float32) for _ in range(3))
