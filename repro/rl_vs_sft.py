@@ -7,13 +7,18 @@ spec asks, every step draws a fresh batch of x (the support S stays fixed by the
 generator of `train.data.sparse_boolean` directly instead of a stored split; the objective is the registered
 one, unchanged, and so are the presets' model and optimizer (the spec's Adam at a constant learning rate).
 Every `eval_every` steps it records the greedy free-running accuracy of each chain step j on fixed held-out x,
-the spec's acc_j(t) curves.
+the spec's acc_j(t) curves. Each (mode, seed) cell's history is stored under
+``<run_dir>/cells/<mode>_seed<seed>/history.json`` and reused on a rerun with the same settings.
+
+    python -m icml26zoo.repro rl_vs_sft [--smoke | --quick] --out DIR [modes=rl,free_running] [num_bits=16]
+                                        [sparsity=3] [eval_every=100] [learning_rate=1e-4] [d_model=64]
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 
 import jax
@@ -26,6 +31,7 @@ from icml26zoo.configs.boolean_sft import boolean_chain
 from icml26zoo.losses.boolean_chain import BooleanChainOptions, boolean_chain_objective, step_correct
 from icml26zoo.models import build_model
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.data.sparse_boolean import SparseBoolean, SparseBooleanOptions, chain_levels
 from icml26zoo.train.optim import build_optimizer
 from icml26zoo.validation import check_int, check_positive
@@ -36,6 +42,11 @@ NUM_BITS, SPARSITY = 16, 3
 QUICK = Budget(steps=300, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2)
 # The spec's shortest budget (5k-20k steps); 600 and 3,000 steps left RL on a plateau.
 FULL = Budget(steps=5000, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2)
+# The smallest run: one REINFORCE cell (the modes share every line of this loop and differ only in the
+# objective, tests/zoo/test_boolean_chain.py), 3-PARITY of 4 bits, 2 steps of 8 examples, width 8, an evaluation
+# at every step.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=4 + SPARSITY - 2)
+SMOKE_ARGS = {"modes": ("rl",), "num_bits": 4, "eval_every": 1, "d_model": 8}
 # The presets' width (MLP 4 x d_model).
 D_MODEL = 64
 # Learning rate per mode, as the presets (spec: Adam, 1e-3 for SFT, 1e-3 .. 1e-2 for RL).
@@ -71,8 +82,10 @@ def train_mode(mode: str, task: SparseBooleanOptions, *, budget: Budget, seed: i
             return boolean_chain_objective(nnx.merge(graphdef, p), batch, key, options=options)[0]
 
         grads = jax.grad(loss)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+        # optax mixes Python floats and int32 step counts, as the trainer's own step allows.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
 
     @jax.jit
     def accuracy(params, batch):
@@ -119,11 +132,14 @@ def onset(steps: Sequence[int], accuracies: Sequence[float], threshold: float = 
     return next((step for step, acc in zip(steps, accuracies, strict=True) if acc >= threshold), None)
 
 
-def run(out: str, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bits: int = NUM_BITS,
+@register_experiment("rl_vs_sft", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     page="docs/papers/rl_vs_sft_boolean.md")
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bits: int = NUM_BITS,
         sparsity: int = SPARSITY, eval_every: int = 100, learning_rate: float | None = None,
         d_model: int = D_MODEL, resume: bool = False) -> Results:
     """Trains each mode for each seed; writes per-step accuracy at the end, onsets and the acc_j(t) figure.
-    learning_rate None is LEARNING_RATES[mode] for each mode.
+    learning_rate None is LEARNING_RATES[mode] for each mode; budget.seq_len is set by the task
+    (num_bits + sparsity - 2 next-token positions).
 
     Bad input (an unknown mode, num_bits/sparsity out of range, eval_every or d_model < 1, a learning rate
     that is not positive) raises ValueError naming it.
@@ -135,7 +151,7 @@ def run(out: str, *, budget: Budget = FULL, modes: Sequence[str] = MODES, num_bi
         check_positive("learning_rate", learning_rate)
     task = SparseBooleanOptions(num_bits=num_bits, sparsity=sparsity)
     budget = dataclasses.replace(budget, seq_len=num_bits + sparsity - 2)
-    experiment = Experiment(out, budget=budget, resume=resume)
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
     levels = chain_levels(sparsity)
     rows, curves = [], {}
     for mode in modes:

@@ -1,13 +1,12 @@
-"""The RL-vs-SFT reproduction's bad inputs and its command line's one-line errors (the experiment itself trains
-the objective tested in tests/zoo/test_boolean_chain.py; its results are on docs/papers/rl_vs_sft_boolean.md)."""
+"""The RL-vs-SFT reproduction's bad inputs and its onset measure (the experiment trains the objective tested in
+tests/zoo/test_boolean_chain.py; its SMOKE run is checked by the experiment contract, tests/repro/test_experiments.py,
+and its results are on docs/papers/rl_vs_sft_boolean.md)."""
 
 from __future__ import annotations
 
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import rl_vs_sft
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=1, batch_size=8, seq_len=4)
@@ -24,13 +23,8 @@ TINY = Budget(steps=1, batch_size=8, seq_len=4)
 ])
 def test_bad_arguments_raise_naming_them(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        rl_vs_sft.run(str(tmp_path), budget=TINY, **kwargs)
-
-
-def test_script_reports_bad_flags_in_one_line(tmp_path, capsys):
-    script = load_repro_script("rl_vs_sft")
-    assert run_main(script.main, ["--modes", "sft", "--out", str(tmp_path)]) == 2
-    assert "modes: unknown name 'sft'" in capsys.readouterr().err
+        rl_vs_sft.run(tmp_path / "run", budget=TINY, **kwargs)
+    assert not (tmp_path / "run").exists()  # rejected before anything is written
 
 
 def test_onset_is_the_first_step_reaching_the_threshold():
