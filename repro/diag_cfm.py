@@ -43,20 +43,28 @@ from icml26zoo.repro.diag_cfm_parts import (
     mean_over,
     round_trip_figure,
 )
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_int
 
-__all__ = ["DIMS", "FULL", "ORDERS", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["DIMS", "FULL", "ORDERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=100, batch_size=64, seq_len=1, seeds=(0,))
 FULL = Budget(steps=3000, batch_size=256, seq_len=1, seeds=(0, 1))
 QUICK_ARGS = {"dims": (4,), "train_pairs": 1000, "targets": 8, "candidates": 4, "ode_steps": 10, "width": 32,
               "depth": 2}
+# SMOKE: both pairings at P = 2 (one label), the shuffled order, 20 steps of a width-8 MLP, 4 targets x 3
+# candidates: every code path in seconds.
+SMOKE = Budget(steps=20, batch_size=16, seq_len=1, seeds=(0,))
+SMOKE_ARGS = {"dims": (2,), "orders": ("shuffled",), "n_labels": 1, "train_pairs": 64, "targets": 4,
+              "candidates": 3, "ode_steps": 4, "width": 8, "depth": 1}
 DIMS = (4, 16, 64)
 ORDERS = ("aligned", "shuffled")
 COLUMNS = ("pairing", "P", "order", "final_loss", "rt_single", "rt_best_sc", "rt_best_zd", "rt_best_oracle",
            "sc_in", "zd_in", "sc_ood", "zd_ood", "auroc_sc", "auroc_zd")
 
 
+@register_experiment("diag_cfm", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/diag_cfm.md", extras=("flows",))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, pairings: Sequence[str] = PAIRINGS,
         dims: Sequence[int] = DIMS, orders: Sequence[str] = ORDERS, n_labels: int = 2, train_pairs: int = 20000,
         targets: int = 128, candidates: int = 16, ode_steps: int = 50, width: int = 128, depth: int = 4,

@@ -1,6 +1,7 @@
-"""The Diag-CFM reproduction: bad inputs and the script's one-line errors, the score summaries (best-of-N,
-abstention, AUROC) against hand-worked cases, the fixed design orderings, and one tiny cell end to end (trained,
-scored, stored, reused)."""
+"""The Diag-CFM reproduction: bad inputs, the score summaries (best-of-N, abstention, AUROC) against hand-worked
+cases, the fixed design orderings, and one tiny cell end to end (trained, scored, stored, reused, refused under
+other settings). The command line, its one-line errors and resume are the experiment contract's
+(tests/repro/test_experiments.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import json
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import diag_cfm
 from icml26zoo.repro import diag_cfm_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=20, batch_size=16, seq_len=1, seeds=(0,))
@@ -38,22 +37,6 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         diag_cfm.run(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--pairings", "diag,cfm"], "unknown name 'cfm'"),
-        (["--dims", "4,x"], "--dims must be comma-separated integers"),
-        (["--orders", "reversed"], "unknown name 'reversed'"),
-        (["--candidates", "0"], "candidates"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("diag_cfm").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_best_of_n_and_abstention_pick_by_the_score():
