@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_cases import FOX_CASE, FOX_INPUTS, HKV, D, H, check_packed_grads_equal_loop, make_fox_inputs
+from attention_cases import FOX_CASE, FOX_INPUTS, HKV, D, H, make_fox_inputs
 from tolerances import tolerance
 
 from icml26zoo.kernels import forgetting_attention
+from icml26zoo.kernels._dispatch import select_implementation
 from icml26zoo.kernels.forgetting_attention import (
     ForgettingAttentionState,
     api,
@@ -54,8 +55,14 @@ PATHS = {"reference": reference.forgetting_attention,
          **{name: functools.partial(fn, block_size=BLOCK) for name, fn in CASE.fast.items()}}
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["gqa", "packed"])
-@pytest.mark.parametrize("length", harness.LENGTHS)
+# Compile once, check many: each parity case compiles one VJP per path (reference, xla, pallas); the checks below
+# run on these programs where their shapes allow. GQA everywhere; T = 1, T = 63 (3 blocks of 16 + 15) and
+# T = 129 (8 blocks + 1), plain rows, and T = 129 packed: remainder 1 and another, T = 1, packed rows with a
+# padded tail. T = 129 plain also serves the segments alone of the packed-rows check.
+PARITY = [(1, False), (63, False), (129, False), (129, True)]
+
+
+@pytest.mark.parametrize("length, packed", PARITY, ids=[f"{t}-{'packed' if p else 'gqa'}" for t, p in PARITY])
 def test_parity_forward_and_all_gradients(length, packed):
     harness.check_forward_and_grads(CASE, length, chunk_size=BLOCK, packed=packed)
 
@@ -68,22 +75,23 @@ def test_parity_other_block_sizes():
 
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_packed_equals_loop_over_segments(impl):
-    """Forward and every gradient of packed rows equal each segment run alone (lengths 16, 1, 31 / 31, 1, 16)."""
-    bounds = [[0, 16, 17, 48], [0, 31, 32, 48]]
-    harness.check_packed_equals_loop(CASE, bounds, impl=impl, chunk_size=BLOCK)
-    check_packed_grads_equal_loop(CASE, impl, harness.make_case_inputs(CASE, 0, bounds=bounds), bounds, BLOCK)
+    """Outputs and every gradient of packed rows (T = 129: segments of 16, 1, 31, 81 / 31, 1, 68, 29, edges on
+    and inside blocks) equal each segment run alone, on the programs of the T = 129 parity cases."""
+    bounds = [[0, 16, 17, 48, 129], [0, 31, 32, 100, 129]]
+    harness.check_packed_equals_segments_alone(CASE, bounds, impl=impl, chunk_size=BLOCK)
 
 
 @pytest.mark.parametrize("length", [1, 63])
 def test_decode_equals_forward(length):
-    """One token at a time through `forgetting_attention_step` equals the reference forward."""
-    harness.check_decode_equals_forward(CASE, length)
+    """One token at a time through `forgetting_attention_step` equals the reference forward (read from the
+    reference's parity program of this length)."""
+    harness.check_decode_equals_forward(CASE, length, via_vjp=True)
 
 
 def test_chunked_prefill_equals_forward():
     """Chunks of 1, 5, 1, 20 and 36 tokens, with and without the gate, equal the reference forward."""
     x = harness.make_case_inputs(CASE, 63)
-    step = jax.jit(forgetting_attention_step)
+    step = harness.jit(forgetting_attention_step)
     for gated in (True, False):
         args = (x["q"], x["k"], x["v"], x["log_fgate"] if gated else None)
         state = init_forgetting_attention_state(2, 63, H, HKV, D, jnp.float32, gated=gated)
@@ -92,7 +100,8 @@ def test_chunked_prefill_equals_forward():
             o, state = step(*[None if a is None else a[:, start:start + size] for a in args], state=state)
             outputs.append(o)
             start += size
-        expected = reference.forgetting_attention(*args)
+        # Gated: the reference's T = 63 parity program; ungated: the reference as it is.
+        expected = harness.outputs(CASE, "reference", x) if gated else reference.forgetting_attention(*args)
         harness.assert_close(jnp.concatenate(outputs, axis=1), expected, TOL, what=f"chunked prefill, gated={gated}")
         assert int(state.index) == 63
 
@@ -116,17 +125,19 @@ def test_strong_gates_match_float64(impl):
     """Gates U(−20, 0) at T = 257: |Λ_T| ≈ 2.6e3; a global float32 cumsum is 5.6e-5 off here (measured)."""
     x = make_fox_inputs(np.random.default_rng(257), 2, 257, gate=(-20.0, 0.0))
     args = [x[n] for n in FOX_INPUTS]
-    harness.assert_close(jax.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
+    harness.assert_close(harness.jit(PATHS[impl])(*args), _float64_oracle(*args), TOL, what="o")
 
 
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_zero_gate_is_causal_dot_product_attention(impl):
-    x = make_fox_inputs(np.random.default_rng(100), 2, 100)
+    """A zero log gate (on the T = 129 plain parity program) and no gate at all are causal softmax attention."""
+    x = harness.make_case_inputs(CASE, 129, seed=100)
     q, k, v = x["q"], x["k"], x["v"]
     expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    zeros = jnp.zeros(q.shape[:3], jnp.float32)
-    harness.assert_close(jax.jit(PATHS[impl])(q, k, v, zeros), expected, TOL, what="zeros gate")
-    harness.assert_close(jax.jit(PATHS[impl])(q, k, v, None), expected, TOL, what="no gate")
+    zeros = x | {"log_fgate": jnp.zeros(q.shape[:3], jnp.float32)}
+    block = None if impl == "reference" else BLOCK
+    harness.assert_close(harness.outputs(CASE, impl, zeros, block), expected, TOL, what="zeros gate")
+    harness.assert_close(harness.jit(PATHS[impl])(q, k, v, None), expected, TOL, what="no gate")
 
 
 @pytest.mark.parametrize("length", [1, 63])
@@ -148,36 +159,39 @@ def test_very_strong_gates_are_finite_and_local(impl, length):
 
 @pytest.mark.parametrize("impl", list(PATHS))
 def test_no_gradient_crosses_a_segment_boundary(impl):
-    """A loss on the second segment's outputs gives exactly zero gradient to every first-segment input."""
-    x = make_fox_inputs(np.random.default_rng(40), 2, 40)
-    seg = jnp.asarray(np.repeat([[1] * 17 + [2] * 23], 2, axis=0), jnp.int32)
-    mask = (seg == 2).astype(jnp.float32)[..., None, None]
-    weights = jnp.asarray(np.random.default_rng(1).normal(size=x["q"].shape), jnp.float32) * mask
-
-    def loss(q, k, v, a):
-        return jnp.sum(PATHS[impl](q, k, v, a, segment_ids=seg).astype(jnp.float32) * weights)
-
-    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*[x[n] for n in FOX_INPUTS])
-    for name, grad in zip(FOX_INPUTS, grads, strict=True):
-        np.testing.assert_array_equal(np.asarray(grad[:, :17]), 0.0, err_msg=f"d{name} leaked across segments")
+    """A loss on the second segment's outputs gives exactly zero gradient to every first-segment input (on the
+    T = 129 packed parity program: segments 0:17 and 17:129, the edge inside a block)."""
+    x = harness.make_case_inputs(CASE, 129, seed=40, packed=True)
+    x["segment_ids"] = jnp.asarray(np.repeat([[1] * 17 + [2] * 112], 2, axis=0), jnp.int32)
+    mask = (x["segment_ids"] == 2).astype(jnp.float32)[..., None, None]
+    cotangent = jnp.asarray(np.random.default_rng(1).normal(size=x["q"].shape), jnp.float32) * mask
+    _, grads = harness.forward_and_grads(CASE, impl, x, cotangent, None if impl == "reference" else BLOCK)
+    for name in FOX_INPUTS:
+        np.testing.assert_array_equal(np.asarray(grads[name][:, :17]), 0.0, err_msg=f"d{name} leaked across segments")
 
 
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 def test_bfloat16_forward(impl):
     x = make_fox_inputs(np.random.default_rng(63), 2, 63, dtype=jnp.bfloat16)
     args = [x[n] for n in FOX_INPUTS]
-    o = jax.jit(PATHS[impl])(*args)
+    o = harness.jit(PATHS[impl])(*args)
     assert o.dtype == jnp.bfloat16
     harness.assert_close(o, reference.forgetting_attention(*args), tolerance("forgetting_attention", jnp.bfloat16),
                          what="o bf16")
 
 
 def test_implementation_dispatch(monkeypatch):
+    """None picks the blocked XLA path, names and sequences select their path (the paths' numerics are the parity
+    cases'), the api's default runs and matches the reference, unknown names raise, and an explicit choice that
+    cannot run never falls back."""
+    pick = functools.partial(select_implementation, "forgetting_attention", implementations=api._IMPLEMENTATIONS,
+                             defaults=api._DEFAULT)
+    for impl, fn in [(None, xla), ("reference", reference), ("xla", xla), ("pallas", pallas),
+                     (("pallas", "xla"), pallas)]:
+        assert pick(impl) is fn.forgetting_attention, impl
     args = [make_fox_inputs(np.random.default_rng(8), 2, 8)[n] for n in FOX_INPUTS]
-    expected = reference.forgetting_attention(*args)
-    for impl in [None, "reference", "xla", "pallas", ("pallas", "xla")]:
-        fn = jax.jit(functools.partial(forgetting_attention, implementation=impl))
-        harness.assert_close(fn(*args), expected, TOL, what=str(impl))
+    harness.assert_close(harness.jit(forgetting_attention)(*args), reference.forgetting_attention(*args), TOL,
+                         what="default path")
     with pytest.raises(ValueError, match="unknown"):
         forgetting_attention(*args, implementation="cuda")
     # "pallas" runs on every backend now: register it for TPU only to see an explicit choice refuse to fall back.
@@ -185,7 +199,7 @@ def test_implementation_dispatch(monkeypatch):
     with pytest.raises(RuntimeError, match="pallas"):
         forgetting_attention(*args, implementation="pallas")
     # A sequence is tried in order: here "pallas" cannot run, "xla" can.
-    harness.assert_close(forgetting_attention(*args, implementation=["pallas", "xla"]), expected, TOL, what="seq")
+    assert pick(["pallas", "xla"]) is xla.forgetting_attention
 
 
 def _bad_cases() -> dict[str, tuple[dict, str]]:
