@@ -10,10 +10,13 @@
 - `dpsgd`: `private_aggregate`, `dp_sgd`, `per_example_grads`, and the trainer's `optim.name="dp_sgd"`.
 
 Bad input raises ValueError naming the argument: eps ≤ 0, delta outside (0, 1), sensitivities, clip norms or
-noise scales ≤ 0; a calibration that cannot meet (eps, delta) says so. JAX's PRNG is for simulation only.
+noise scales ≤ 0; a calibration that cannot meet (eps, delta) says so (`check_epsilon` and `check_delta` are
+those checks, for callers that validate a privacy target before computing anything). JAX's PRNG is for
+simulation only.
 """
 
 from icml26zoo.privacy import accounting, dpsgd, gaussian, mechanisms, mog, sgg
+from icml26zoo.privacy._checks import check_delta, check_epsilon
 from icml26zoo.privacy.dpsgd import dp_sgd, per_example_grads, private_aggregate
 from icml26zoo.privacy.gaussian import analytic_gaussian_delta, analytic_gaussian_sigma
 from icml26zoo.privacy.mechanisms import noise_sampler, register_noise
@@ -28,8 +31,8 @@ from icml26zoo.privacy.sgg import (
 )
 
 __all__ = [
-    "accounting", "analytic_gaussian_delta", "analytic_gaussian_sigma", "dp_sgd", "dpsgd", "gaussian",
-    "geometric_weights", "mechanisms", "mog", "mog_delta", "mog_expected_l1", "mog_expected_l2", "mog_sample",
-    "mog_sigma", "noise_sampler", "per_example_grads", "private_aggregate", "privacy_loss_pmf", "register_noise",
-    "sgg", "sgg_delta", "sgg_expected_l1", "sgg_expected_l2", "sgg_sample", "sgg_sigma",
+    "accounting", "analytic_gaussian_delta", "analytic_gaussian_sigma", "check_delta", "check_epsilon", "dp_sgd",
+    "dpsgd", "gaussian", "geometric_weights", "mechanisms", "mog", "mog_delta", "mog_expected_l1", "mog_expected_l2",
+    "mog_sample", "mog_sigma", "noise_sampler", "per_example_grads", "private_aggregate", "privacy_loss_pmf",
+    "register_noise", "sgg", "sgg_delta", "sgg_expected_l1", "sgg_expected_l2", "sgg_sample", "sgg_sigma",
 ]
