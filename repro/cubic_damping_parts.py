@@ -27,7 +27,7 @@ import numpy as np
 import optax
 
 from icml26zoo.optim import cubic_damping as cd
-from icml26zoo.optim._hparams import with_standard_promotion
+from icml26zoo.optim.hparams import with_standard_promotion
 
 __all__ = ["LABELS", "METHODS", "PROBLEMS", "Problem", "make_problem", "method_options", "problem_losses",
            "transform"]

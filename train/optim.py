@@ -128,10 +128,10 @@ def train_only(optimizer: optax.GradientTransformation, trainable: Any) -> optax
 def check_lora_rank(model: Any, rank: int, targets: tuple[str, ...]) -> None:
     """ValueError naming lora_rank when it exceeds min(in, out) of a linear layer `targets` selects (a
     rank above the width adds nothing a full update could not and wastes compute)."""
-    from icml26zoo.lora import _matches, linear_layers
+    from icml26zoo.lora import linear_layers, matches_target
 
     for path, (_, _, linear) in linear_layers(model).items():
-        if any(_matches(path, pattern) for pattern in targets):
+        if any(matches_target(path, pattern) for pattern in targets):
             width = min(linear.in_features, linear.out_features)
             if rank > width:
                 raise ValueError(f"lora_rank must be at most the adapted layers' width, got {rank} > {width} "

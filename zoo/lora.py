@@ -107,7 +107,7 @@ def linear_layers(model: nnx.Module) -> dict[str, tuple[nnx.Module | nnx.List, A
     return found
 
 
-def _matches(path: str, pattern: str) -> bool:
+def matches_target(path: str, pattern: str) -> bool:
     """A pattern matches the attribute name (`q_proj`, `*_proj`) or the whole dotted path (`layers.0.*`)."""
     return fnmatch.fnmatchcase(path.rsplit(".", 1)[-1], pattern) or fnmatch.fnmatchcase(path, pattern)
 
@@ -141,13 +141,13 @@ def add_lora(
         model = nnx.clone(model)
     layers = linear_layers(model)
     for pattern in targets:
-        if not any(_matches(path, pattern) for path in layers):
+        if not any(matches_target(path, pattern) for path in layers):
             raise ValueError(
                 f"LoRA target pattern {pattern!r} matches no linear layer; available linear layers: "
                 f"{sorted(layers)}"
             )
     for path, (parent, name, linear) in layers.items():
-        if any(_matches(path, pattern) for pattern in targets):
+        if any(matches_target(path, pattern) for pattern in targets):
             _set_child(parent, name, LoRAAdapter(linear, rank=rank, alpha=alpha, rngs=rngs))
     return model
 
@@ -191,6 +191,7 @@ __all__ = [
     "count_lora_params",
     "linear_layers",
     "lora_filter",
+    "matches_target",
     "merge_lora",
     "split_lora",
 ]

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.models.block import convert_layer_layout
-from icml26zoo.models.lm import _check_tokens, positions_from_segments
+from icml26zoo.models.lm import check_tokens, positions_from_segments
 
 # h [B, T, D] at layer l -> h' [B, T, D]
 ResidualHook = Callable[[int, jax.Array], jax.Array]
@@ -155,7 +155,7 @@ def capture_forward(
       tokens [B, T]; mixer (name); has_attention (bool: the mixer exposes attention probabilities).
     A scanned model is first converted to the unrolled layout (a copy; the model is not changed).
     """
-    _check_tokens(tokens)
+    check_tokens(tokens)
     model = unrolled(model)
     cfg = model.cfg
     hooks = hooks or Hooks()

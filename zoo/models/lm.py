@@ -45,7 +45,7 @@ def positions_from_segments(segment_ids: jax.Array) -> jax.Array:
     return steps - segment_start
 
 
-def _check_tokens(tokens: Any) -> None:
+def check_tokens(tokens: Any) -> None:
     if not hasattr(tokens, "dtype") or not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(
             f"tokens must be an integer array of shape [B, T], got {getattr(tokens, 'dtype', type(tokens))} "
@@ -70,7 +70,7 @@ def decode_positions(tokens: jax.Array, cache: DecodeCache) -> jax.Array:
     Overflowing max_len raises ValueError when the index is concrete; under jit it cannot be checked and the
     caller must keep index + T' ≤ max_len.
     """
-    _check_tokens(tokens)
+    check_tokens(tokens)
     if not isinstance(cache, DecodeCache):
         raise ValueError(f"cache must be a DecodeCache from init_cache, got {type(cache).__name__}")
     batch, length = tokens.shape
@@ -120,7 +120,7 @@ class DecoderLM(nnx.Module):
         segment_ids [B, T] int (packed sequences, 0 = padding) restricts attention to equal ids; positions
         [B, T] int default to the index inside each segment (arange(T) without segments).
         """
-        _check_tokens(tokens)
+        check_tokens(tokens)
         return self.forward_embeddings(self.embed(tokens), segment_ids=segment_ids, positions=positions)
 
     def forward_embeddings(

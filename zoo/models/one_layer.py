@@ -27,7 +27,7 @@ from icml26zoo.models.lm import (
     DecodeCache,
     DecoderLM,
     _check_int_like,
-    _check_tokens,
+    check_tokens,
     decode_positions,
     positions_from_segments,
 )
@@ -83,7 +83,7 @@ class OneLayerTransformer(DecoderLM):
         self, tokens: jax.Array, *, segment_ids: jax.Array | None = None, positions: jax.Array | None = None
     ) -> jax.Array:
         """tokens [B, T] int -> logits [B, T, vocab] float32 (segment_ids and positions as in DecoderLM)."""
-        _check_tokens(tokens)
+        check_tokens(tokens)
         _check_int_like("segment_ids", segment_ids, tokens.shape)
         _check_int_like("positions", positions, tokens.shape)
         if tokens.shape[1] > self.max_positions:

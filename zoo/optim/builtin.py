@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import optax
 
-from icml26zoo.optim._hparams import optimizer_options
+from icml26zoo.optim.hparams import optimizer_options
 from icml26zoo.registry import register_optimizer
 
 DECAYED_NAMES = ("kernel", "embedding")

@@ -50,9 +50,10 @@ import jax.numpy as jnp
 import optax
 from optax import tree as otu
 
-from icml26zoo.optim._hparams import as_float32, check_non_negative, check_unit_interval, optimizer_options
 from icml26zoo.optim.builtin import decay_mask
+from icml26zoo.optim.hparams import as_float32, check_concrete, optimizer_options
 from icml26zoo.registry import register_optimizer
+from icml26zoo.validation import check_non_negative, check_unit_interval
 
 # Registered factories' default cubic coefficient (paper value unknown): 1/√c ≈ 3 bounds a step to
 # about three times a typical Adam step, so the damping acts on outliers only.
@@ -115,9 +116,9 @@ def discrete_from_physical(
     """Physical (γ, α) to discrete (μ, c) for step h = √η: μ = 1 − γ√η, c = 2 α η^{3/2}."""
     for name, value in (("friction", friction), ("cubic_friction", cubic_friction),
                         ("learning_rate", learning_rate)):
-        check_non_negative(name, value)
+        check_concrete(check_non_negative, name, value)
     momentum = 1.0 - friction * math.sqrt(learning_rate)
-    check_unit_interval("momentum (1 - friction * sqrt(learning_rate))", momentum)
+    check_concrete(check_unit_interval, "momentum (1 - friction * sqrt(learning_rate))", momentum)
     return momentum, 2.0 * cubic_friction * learning_rate**1.5
 
 
@@ -129,8 +130,8 @@ def scale_by_cubic_damped_momentum(
     Returns v' as the update (the caller scales by −η). `momentum` μ ∈ [0, 1), `damping` c ≥ 0;
     `accumulator_dtype` None keeps each buffer in its parameter's dtype.
     """
-    check_unit_interval("momentum", momentum)
-    check_non_negative("damping", damping)
+    check_concrete(check_unit_interval, "momentum", momentum)
+    check_concrete(check_non_negative, "damping", damping)
 
     def init_fn(params):
         return CubicDampedMomentumState(
@@ -167,9 +168,9 @@ def scale_by_adaptive_friction_momentum(
     μ ∈ [0, 1) is the linear friction's momentum, `coupling` a ≥ 0 how fast kinetic energy ṽ² feeds the
     friction (0: plain heavy ball), `temperature` τ ≥ 0 the ṽ² below which the friction drains back to 0.
     """
-    check_unit_interval("momentum", momentum)
-    check_non_negative("coupling", coupling)
-    check_non_negative("temperature", temperature)
+    check_concrete(check_unit_interval, "momentum", momentum)
+    check_concrete(check_non_negative, "coupling", coupling)
+    check_concrete(check_non_negative, "temperature", temperature)
 
     def init_fn(params):
         return AdaptiveFrictionState(
@@ -219,9 +220,9 @@ def scale_by_cubic_damped_adam(
     (`mu_dtype` overrides the first moment's).
     """
     for name, value in (("b1", b1), ("b2", b2)):
-        check_unit_interval(name, value)
+        check_concrete(check_unit_interval, name, value)
     for name, value in (("eps", eps), ("eps_root", eps_root), ("damping", damping)):
-        check_non_negative(name, value)
+        check_concrete(check_non_negative, name, value)
 
     def init_fn(params):
         return CubicDampedAdamState(
@@ -260,8 +261,8 @@ def cubic_damped_sgd(
     or callable of booleans) limits the weight decay; pass it through `static_args="mask"` when wrapping
     in `optax.inject_hyperparams`, which otherwise takes a callable for a schedule.
     """
-    check_non_negative("learning_rate", learning_rate)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_non_negative, "learning_rate", learning_rate)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     return optax.chain(
         scale_by_cubic_damped_momentum(momentum, damping, accumulator_dtype),
         optax.add_decayed_weights(weight_decay, mask),
@@ -278,8 +279,8 @@ def cubic_damped_adam(
 
     With damping = weight_decay = 0 this is `optax.adam(learning_rate, b1, b2, eps, eps_root)` exactly.
     """
-    check_non_negative("learning_rate", learning_rate)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_non_negative, "learning_rate", learning_rate)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     return optax.chain(
         scale_by_cubic_damped_adam(b1, b2, eps, eps_root, damping, mu_dtype),
         optax.add_decayed_weights(weight_decay, mask),
@@ -293,8 +294,8 @@ def adaptive_friction_sgd(
 ) -> optax.GradientTransformation:
     """x ← x − η (v' + λ x) with the adaptive-friction heavy ball; coupling = weight_decay = 0 is
     `optax.sgd(learning_rate, momentum)` exactly. Physical (ε, T₀) map to a = η²/ε, τ = T₀/η."""
-    check_non_negative("learning_rate", learning_rate)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_non_negative, "learning_rate", learning_rate)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     return optax.chain(
         scale_by_adaptive_friction_momentum(momentum, coupling, temperature, accumulator_dtype),
         optax.add_decayed_weights(weight_decay, mask),

@@ -44,7 +44,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from icml26zoo.optim._hparams import as_float32, check_non_negative, check_positive, check_unit_interval
+from icml26zoo.optim.hparams import as_float32, check_concrete
+from icml26zoo.validation import check_non_negative, check_positive, check_unit_interval
 
 Objective = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -126,8 +127,8 @@ def pl_surrogate_weights(mu_y: float, cross_smoothness: float) -> tuple[float, f
     ‖B‖ = 10, 3000 steps): b = 1 stalls (every try rejected); the bound's b = 1 + (L_xy/μ2)² is too
     conservative (stalls after ~1600 steps at ‖z‖ ≈ 0.06); b = 1 + L_xy/μ2 converges (‖z‖ 5 → 3e-5).
     """
-    check_positive("mu_y", mu_y)
-    check_non_negative("cross_smoothness", cross_smoothness)
+    check_concrete(check_positive, "mu_y", mu_y)
+    check_concrete(check_non_negative, "cross_smoothness", cross_smoothness)
     return 1.0, 1.0 + cross_smoothness / mu_y
 
 
@@ -136,8 +137,8 @@ def gda(
     alternating: bool = False,
 ) -> MinimaxTrace:
     """Simultaneous GDA, or AGDA (ascent first, descent at the new y) when `alternating`."""
-    check_positive("tau_x", tau_x)
-    check_positive("tau_y", tau_y)
+    check_concrete(check_positive, "tau_x", tau_x)
+    check_concrete(check_positive, "tau_y", tau_y)
     grad_x, grad_y = jax.grad(f, argnums=0), jax.grad(f, argnums=1)
 
     def step(carry, _):
@@ -204,11 +205,11 @@ def talda(
     Returns the iterates and the per-step `TaldaInfo` (each field `[num_steps]`).
     """
     for name, value in (("tau_x", tau_x), ("tau_y", tau_y), ("a", a), ("b", b)):
-        check_positive(name, value)
-    check_unit_interval("kappa", kappa)
+        check_concrete(check_positive, name, value)
+    check_concrete(check_unit_interval, "kappa", kappa)
     if not isinstance(max_retries, int) or max_retries < 1:
         raise ValueError(f"max_retries must be an integer >= 1, got {max_retries!r}")
-    check_non_negative("grow - 1", grow - 1)
+    check_concrete(check_non_negative, "grow - 1", grow - 1)
 
     def step(state, _):
         state, info = talda_step(f, state, tau_y=tau_y, tau_x_max=tau_x, a=a, b=b, kappa=kappa,

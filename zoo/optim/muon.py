@@ -42,14 +42,9 @@ import numpy as np
 import optax
 from optax.contrib import MuonDimensionNumbers
 
-from icml26zoo.optim._hparams import (
-    check_non_negative,
-    check_positive,
-    check_unit_interval,
-    optimizer_options,
-    with_standard_promotion,
-)
+from icml26zoo.optim.hparams import check_concrete, optimizer_options, with_standard_promotion
 from icml26zoo.registry import register_optimizer
+from icml26zoo.validation import check_int, check_non_negative, check_unit_interval
 
 EMBEDDING_KEYWORDS = ("embed",)  # a path key containing one of these names an embedding table
 HEAD_NAMES = ("head", "lm_head", "unembed", "classifier", "output_head")  # exact path keys of heads
@@ -81,7 +76,7 @@ def polar_express_coeffs(ns_steps: int, *, low: float = 1e-3, safety: float = 1e
                          cushion: float = 0.02) -> tuple[tuple[float, float, float], ...]:
     """The first `ns_steps` Polar-Express triples: optimal quintics composed on [low, 1], each one mapping the
     current singular-value interval [l, u] into one centred on 1; all but the last shrunk by 1 + safety."""
-    check_positive("ns_steps", ns_steps)
+    check_int("ns_steps", ns_steps)
     triples, upper = [], 1.0
     for step in range(ns_steps):
         a, b, c = _optimal_quintic(max(low, cushion * upper), upper)
@@ -189,12 +184,12 @@ def muon_finetune(
     implies. Runs under standard dtype promotion (see `with_standard_promotion`). `ns_coeffs` ("standard" or
     "polar_express") and `ns_dtype` ("float32" or "bfloat16") choose the orthogonalisation (module docstring).
     """
-    check_non_negative("learning_rate", learning_rate)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_non_negative, "learning_rate", learning_rate)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     for name, value in (("beta", beta), ("adam_b1", adam_b1), ("adam_b2", adam_b2)):
-        check_unit_interval(name, value)
+        check_concrete(check_unit_interval, name, value)
     if consistent_rms is not None:
-        check_non_negative("consistent_rms", consistent_rms)
+        check_concrete(check_non_negative, "consistent_rms", consistent_rms)
     if ns_dtype not in NS_DTYPES:
         raise ValueError(f"ns_dtype must be one of {list(NS_DTYPES)}, got {ns_dtype!r}")
     coeffs = ns_coefficients(ns_coeffs, ns_steps)

@@ -38,16 +38,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from icml26zoo.optim._hparams import (
-    as_float32,
-    check_non_negative,
-    check_positive,
-    check_unit_interval,
-    concrete_value,
-    optimizer_options,
-)
 from icml26zoo.optim.builtin import decay_mask
+from icml26zoo.optim.hparams import as_float32, check_concrete, concrete_value, optimizer_options
 from icml26zoo.registry import register_optimizer
+from icml26zoo.validation import check_non_negative, check_positive, check_unit_interval
 
 DEFAULT_RHO = 0.05  # the CIFAR-scale SAM default radius
 # A squared gradient norm at or below this counts as a zero gradient (step 0), as in optax.scale_by_polyak.
@@ -99,7 +93,7 @@ def sam_polyak_grads(
     Pass 1 at θ gives f_S(θ) and ∇f_S(θ); the ascent point is e = θ + s ∇f_S(θ) with
     s = ρ/(‖∇f_S(θ)‖ + eps) (SAM) or s = ρ (USAM); pass 2 at e gives f_S(e) and g = ∇f_S(e).
     """
-    check_non_negative("rho", rho)
+    check_concrete(check_non_negative, "rho", rho)
     loss, ascent = jax.value_and_grad(loss_fn)(params, batch)
     norm = jnp.sqrt(_tree_sq_norm32(ascent))
     scale = as_float32(rho) / (norm + eps) if normalize else as_float32(rho)
@@ -121,9 +115,9 @@ def scale_by_sam_polyak(
     with `optax.scale_by_learning_rate`). `max_learning_rate` γ_b may be a schedule of the step count.
     `clamp=False` drops the [·]_+ (redundant for USAM with ρ ≤ 1/L), letting γ go negative.
     """
-    check_non_negative("max_learning_rate", max_learning_rate)
-    check_positive("c", c)
-    check_non_negative("eps", eps)
+    check_concrete(check_non_negative, "max_learning_rate", max_learning_rate)
+    check_concrete(check_positive, "c", c)
+    check_concrete(check_non_negative, "eps", eps)
 
     def init_fn(params):
         del params
@@ -181,8 +175,8 @@ def sam_polyak(
     perturbation None it equals `optax.polyak_sgd(max_learning_rate=learning_rate, f_min=f_min,
     eps=eps, variant="sps+")`. The deterministic variant is `learning_rate=jnp.inf` on full-batch losses.
     """
-    check_non_negative("learning_rate", learning_rate)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_non_negative, "learning_rate", learning_rate)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     return optax.chain(
         scale_by_sam_polyak(f_min, learning_rate, c, eps, clamp),
         _add_decay_times_rate(weight_decay, learning_rate, mask),
@@ -221,7 +215,7 @@ class SamPolyakOptions:
 def rho_from_config(cfg: Any) -> float:
     """The SAM radius ρ of a train config (`optim.options=(("rho", 0.05),)`), validated."""
     rho = optimizer_options(cfg, "sam_polyak", SamPolyakOptions).rho
-    check_non_negative("rho", rho)
+    check_concrete(check_non_negative, "rho", rho)
     return float(rho)
 
 
@@ -230,7 +224,7 @@ def two_pass_update(rho: float, *, polyak: bool) -> Callable:
     (`sam_polyak_grads`), then the optimizer's step on g = ∇f_S(e); `polyak` also hands it the loss at e
     and the perturbation e − θ (SAM-Polyak), otherwise it gets g alone (plain SAM's base optimizer).
     Returns `update(loss_fn, params, batch, opt_state, optimizer) -> (f_S(θ), g, updates, opt_state)`."""
-    check_non_negative("rho", rho)
+    check_concrete(check_non_negative, "rho", rho)
 
     def update(
         loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, opt_state: Any,
@@ -273,7 +267,7 @@ def _sam_polyak_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> opta
 def _check_learning_rate(learning_rate: optax.ScalarOrSchedule) -> None:
     """η finite and > 0 for a constant; a schedule may start at 0 (warmup) but never below it."""
     if callable(learning_rate):
-        check_non_negative("learning_rate", learning_rate)
+        check_concrete(check_non_negative, "learning_rate", learning_rate)
         return
     number = concrete_value(learning_rate)
     if number is not None and not (number > 0 and math.isfinite(number)):
@@ -290,8 +284,8 @@ def sam_sgd(
     [0, 1); weight_decay λ >= 0, applied where `mask` is True (all parameters for None).
     """
     _check_learning_rate(learning_rate)
-    check_unit_interval("momentum", momentum)
-    check_non_negative("weight_decay", weight_decay)
+    check_concrete(check_unit_interval, "momentum", momentum)
+    check_concrete(check_non_negative, "weight_decay", weight_decay)
     return optax.chain(
         optax.add_decayed_weights(weight_decay, mask=mask),
         optax.sgd(learning_rate, momentum=momentum or None),
@@ -324,8 +318,8 @@ class SamOptions:
 def sam_options(cfg: Any) -> SamOptions:
     """The validated `sam` options of a train config (`optim.options=(("rho", 0.05), ("momentum", 0.9))`)."""
     options = optimizer_options(cfg, "sam", SamOptions)
-    check_non_negative("rho", options.rho)
-    check_unit_interval("momentum", options.momentum)
+    check_concrete(check_non_negative, "rho", options.rho)
+    check_concrete(check_unit_interval, "momentum", options.momentum)
     return options
 
 

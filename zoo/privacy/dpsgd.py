@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from icml26zoo.optim._hparams import optimizer_options
+from icml26zoo.optim.hparams import optimizer_options
 from icml26zoo.privacy._checks import check_positive
 from icml26zoo.privacy.mechanisms import noise_sampler
 from icml26zoo.registry import register_optimizer

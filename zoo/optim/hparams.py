@@ -9,6 +9,7 @@ the values they stand for were checked when the alias was first built from plain
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
@@ -42,25 +43,12 @@ def concrete_value(value: Any) -> float | None:
         return None
 
 
-def check_non_negative(name: str, value: Any) -> None:
-    """Raises ValueError naming `name` when a concrete `value` is negative or NaN."""
+def check_concrete(check: Callable[..., Any], name: str, value: Any) -> None:
+    """Applies a `icml26zoo.validation` check (e.g. `check_positive`) to `value` when it is concrete (a number, a
+    concrete array, or a schedule read at step 0); a tracer passes unchecked (see the module docstring)."""
     number = concrete_value(value)
-    if number is not None and not number >= 0:
-        raise ValueError(f"{name} must be non-negative, got {number!r}")
-
-
-def check_positive(name: str, value: Any) -> None:
-    """Raises ValueError naming `name` when a concrete `value` is not > 0 (or NaN)."""
-    number = concrete_value(value)
-    if number is not None and not number > 0:
-        raise ValueError(f"{name} must be positive, got {number!r}")
-
-
-def check_unit_interval(name: str, value: Any) -> None:
-    """Raises ValueError naming `name` when a concrete `value` lies outside [0, 1)."""
-    number = concrete_value(value)
-    if number is not None and not 0 <= number < 1:
-        raise ValueError(f"{name} must lie in [0, 1), got {number!r}")
+    if number is not None:
+        check(name, number)
 
 
 def as_float32(value: Any) -> jnp.ndarray:
