@@ -34,24 +34,32 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
-from icml26zoo.privacy._checks import check_delta, check_epsilon
+from icml26zoo.privacy import check_delta, check_epsilon
 from icml26zoo.repro import dp_mechanisms_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, markdown_table
+from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=20, batch_size=50, seq_len=1, seeds=(0,))
 FULL = Budget(steps=200, batch_size=50, seq_len=1, seeds=(0, 1, 2))
 # What the notebook and `--quick` run: the whole pipeline on the smallest grids (about 10 CPU-seconds).
 QUICK_ARGS = {"eps_values": (1.0, 4.0), "deltas": (1e-5,), "decay_factors": (1.0,), "spacings": (1.0,),
               "dims": (1, 2), "powers": (1.0, 2.0), "a_ratios": (1.0,), "compositions": (10,)}
+# SMOKE: one (eps, delta) cell, one MoG candidate, the Gaussian and the l2 mechanism in T = 1, 2 DP-SGD steps.
+SMOKE = Budget(steps=2, batch_size=50, seq_len=1, seeds=(0,))
+SMOKE_ARGS = {"eps_values": (1.0,), "deltas": (1e-5,), "decay_factors": (1.0,), "spacings": (1.0,), "dims": (1,),
+              "powers": (1.0, 2.0), "a_ratios": (1.0,), "compositions": (10,)}
 TRAIN_SIZE = 2000
 SGG_GRID = (500, 500)
 MAIN_COLUMNS = ("eps", "delta", "gauss_sigma", "gauss_l1", "mog_l1", "l1_ratio", "gauss_l2", "mog_l2", "l2_ratio",
                 "mog_l1_setting", "mog_l2_setting", "delta_check_l1", "delta_check_l2")
 
 
+@register_experiment("dp_mechanisms", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/dp_mixture_mechanisms.md", extras=("privacy",))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0),
         deltas: Sequence[float] = (1e-5, 1e-6), decay_factors: Sequence[float] = (0.5, 1.0, 1.5),
         spacings: Sequence[float] = (0.5, 1.0, 2.0), dims: Sequence[int] = (1, 2, 5, 10),
@@ -82,15 +90,30 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequen
     check_int("workers", workers)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
 
+    # Each part's result is kept under cells/ with the options it depends on: a resumed run reuses it.
+    cells = experiment.run_dir / "cells"
+    floats = lambda values: [float(v) for v in values]  # noqa: E731
     with _pool(workers) as pool:
-        scalar = list(pool.map(parts.mog_row, *zip(*[(e, d, tuple(decay_factors), tuple(spacings))
-                                                     for d in deltas for e in eps_values], strict=True)))
+        scalar = stored(cells / "mog.json", {"eps_values": floats(eps_values), "deltas": floats(deltas),
+                                             "decay_factors": floats(decay_factors), "spacings": floats(spacings)},
+                        lambda: list(pool.map(parts.mog_row, *zip(*[(e, d, tuple(decay_factors), tuple(spacings))
+                                                                     for d in deltas for e in eps_values],
+                                                                    strict=True))))
         shapes = [(dim, p, ratio) for dim in dims for p in powers for ratio in a_ratios]
-        calibrated = list(pool.map(parts.sgg_member, *zip(*[(sgg_eps, sgg_delta, dim, p, ratio, SGG_GRID)
-                                                            for dim, p, ratio in shapes], strict=True)))
+        sgg_key = {"sgg_eps": float(sgg_eps), "sgg_delta": float(sgg_delta), "dims": list(dims),
+                   "powers": floats(powers), "a_ratios": floats(a_ratios)}
+        calibrated = stored(cells / "sgg_members.json", sgg_key,
+                            lambda: list(pool.map(parts.sgg_member,
+                                                  *zip(*[(sgg_eps, sgg_delta, dim, p, ratio, SGG_GRID)
+                                                         for dim, p, ratio in shapes], strict=True))))
     members = {dim: [m for m in calibrated if m["dim"] == dim] for dim in dims}
-    vector = [parts.sgg_summary(sgg_eps, sgg_delta, dim, members[dim], SGG_GRID, compositions) for dim in dims]
-    training = _dpsgd_rows(budget, dp_eps, dp_delta)
+    vector = stored(cells / "sgg_summary.json", sgg_key | {"compositions": list(compositions)},
+                    lambda: [parts.sgg_summary(sgg_eps, sgg_delta, dim, members[dim], SGG_GRID, compositions)
+                             for dim in dims])
+    training = stored(cells / "dpsgd.json", {"steps": budget.steps, "batch_size": budget.batch_size,
+                                             "seeds": list(budget.seeds), "dp_eps": float(dp_eps),
+                                             "dp_delta": float(dp_delta)},
+                      lambda: _dpsgd_rows(budget, dp_eps, dp_delta))
 
     notes = _notes(budget, sgg_eps, sgg_delta, dp_eps, dp_delta)
     notes += ["", f"**SGG in dimension T at (eps, delta) = ({sgg_eps:g}, {sgg_delta:g})** (per-coordinate MSE; "

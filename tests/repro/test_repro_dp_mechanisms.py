@@ -1,18 +1,17 @@
-"""The DP-mechanisms reproduction: bad arguments and the script's one-line errors, and its parts on tiny
-inputs (the DP-SGD noise calibration, a DP-SGD run; the MoG calibration is tested in tests/zoo). The QUICK
-experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The DP-mechanisms reproduction: bad arguments, and its parts on tiny inputs (the DP-SGD noise calibration, a
+DP-SGD run; the MoG calibration is tested in tests/zoo). The SMOKE experiment itself runs in the experiment
+contract (tests/repro/test_experiments.py: command line, one-line errors, outputs, resume) and the notebook test
+(tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.privacy import accounting, gaussian
 from icml26zoo.repro import dp_mechanisms
 from icml26zoo.repro import dp_mechanisms_parts as parts
-from icml26zoo.repro.cli import run_main
 
 
 @pytest.mark.parametrize(
@@ -27,29 +26,13 @@ from icml26zoo.repro.cli import run_main
         ({"compositions": (1.5,)}, "compositions must be integers >= 1"),
         ({"dp_eps": -1.0}, "dp_eps must be a finite number > 0"),
         ({"sgg_delta": 0.0}, "sgg_delta"),
+        ({"workers": 0}, "workers must be an integer >= 1"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         dp_mechanisms.run(tmp_path / "run", budget=dp_mechanisms.QUICK, **kwargs)
     assert not (tmp_path / "run").exists()  # rejected before anything is written
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--eps", "1,x"], "--eps must be comma-separated numbers"),
-        (["--dims", "1.5"], "--dims must be comma-separated integers"),
-        (["--deltas", "2"], "deltas"),
-        (["--dp-eps", "0"], "dp_eps"),
-        (["--workers", "0"], "workers must be an integer >= 1"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("dp_mechanisms").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def test_dpsgd_noise_meets_the_target_after_all_releases():
