@@ -316,8 +316,13 @@ def _segments_in_rows(bounds: Bounds, rows: int) -> list[list[tuple[int, int, in
 
 
 def _row(tree: Any, row: int) -> Any:
-    """Row `row` of every leaf, kept as a batch of one."""
-    return jax.tree.map(lambda x: x[row:row + 1], tree)
+    """Row `row` of every leaf (numpy), kept as a batch of one."""
+    return jax.tree.map(lambda x: np.asarray(x)[row:row + 1], tree)
+
+
+def _numpy(tree: Any) -> Any:
+    """Every array leaf as numpy: slicing jax arrays eagerly compiles one small program per slice shape."""
+    return jax.tree.map(lambda x: x if x is None else np.asarray(x), tree)
 
 
 def _gather_rows(tree: Any, rows: Sequence[int | None]) -> Any:
@@ -330,9 +335,10 @@ def _gather_rows(tree: Any, rows: Sequence[int | None]) -> Any:
 
 def _gather_spans(x: jax.Array, group: Sequence[tuple[int, int, int]], batch: int) -> jax.Array:
     """[B, T, ...] zeros with row r holding x[row, lo:hi] of the group's r-th segment at positions 0:hi-lo."""
+    x = np.asarray(x)
     out = np.zeros(x.shape, x.dtype)
     for r, (row, lo, hi) in enumerate(group):
-        out[r, :hi - lo] = np.asarray(x[row, lo:hi])
+        out[r, :hi - lo] = x[row, lo:hi]
     return jnp.asarray(out[:batch])
 
 
@@ -359,9 +365,10 @@ def check_packed_equals_segments_alone(case: OpCase, bounds: Bounds, *, impl: st
     batch = len(bounds)
     cotangents = random_cotangents(np.random.default_rng(seed + 1),
                                    jax.eval_shape(lambda i: case.reference(**i), inputs))
-    packed_out, packed_grads = forward_and_grads(case, impl, inputs, cotangents, chunk_size)
+    packed_out, packed_grads = _numpy(forward_and_grads(case, impl, inputs, cotangents, chunk_size))
     out, state = packed_out if case.returns_state else (packed_out, None)
-    d_out, d_state = cotangents if case.returns_state else (cotangents, None)
+    d_out, d_state = _numpy(cotangents) if case.returns_state else (_numpy(cotangents), None)
+    time_inputs = [name for name in case.time_inputs if inputs.get(name) is not None]
     state_name = case.state_input if case.state_input is not None and inputs.get(case.state_input) is not None \
         else None
     for group in _segments_in_rows(bounds, batch):
@@ -369,13 +376,13 @@ def check_packed_equals_segments_alone(case: OpCase, bounds: Bounds, *, impl: st
         opens = [row if lo == 0 else None for row, lo, _ in group] + padding
         closes = [row if hi == bounds[row][-1] else None for row, _, hi in group] + padding
         alone = {n: v for n, v in inputs.items() if n != "segment_ids"} | {"segment_ids": None}
-        alone |= {name: _gather_spans(inputs[name], group, batch) for name in case.time_inputs}
+        alone |= {name: _gather_spans(inputs[name], group, batch) for name in time_inputs}
         if state_name is not None:
             alone[state_name] = _gather_rows(inputs[state_name], opens)
         d_alone = _gather_spans(d_out, group, batch)
         if case.returns_state:
             d_alone = (d_alone, _gather_rows(d_state, closes))
-        alone_out, alone_grads = forward_and_grads(case, impl, alone, d_alone, chunk_size)
+        alone_out, alone_grads = _numpy(forward_and_grads(case, impl, alone, d_alone, chunk_size))
         o, s = alone_out if case.returns_state else (alone_out, None)
         for r, (row, lo, hi) in enumerate(group):
             what = f"{case.name}[{impl} packed vs alone] row {row}, {lo}:{hi}"
@@ -384,7 +391,7 @@ def check_packed_equals_segments_alone(case: OpCase, bounds: Bounds, *, impl: st
                 assert_trees_close(_row(state, row), _row(s, r), tol, what=f"{what} final state")
             if not grads:
                 continue
-            for name in case.time_inputs:
+            for name in time_inputs:
                 assert_close(packed_grads[name][row:row + 1, lo:hi], alone_grads[name][r:r + 1, :hi - lo], tol,
                              kind="grad", what=f"{what} d{name}")
             if state_name is not None and opens[r] is not None:
@@ -409,12 +416,13 @@ def check_decode_equals_forward(case: OpCase, length: int, *, impl: str = "refer
               if n not in case.time_inputs and n not in (case.state_input, "segment_ids")}
     state = case.init_state(inputs) if case.init_state is not None else inputs.get(case.state_input)
     step = jit(case.step)
+    per_step = _numpy({n: inputs[n] for n in case.time_inputs})  # numpy: slicing it compiles nothing
     outs = []
     for t in range(length):
-        o_t, state = step(**{n: inputs[n][:, t] for n in case.time_inputs}, **shared, state=state)
+        o_t, state = step(**{n: x[:, t] for n, x in per_step.items()}, **shared, state=state)
         outs.append(o_t)
     chex.assert_type(outs[-1], out.dtype)
-    assert_close(jnp.stack(outs, axis=1), out, tol, what=f"{case.name} decode vs forward[{impl}]")
+    assert_close(np.stack(outs, axis=1), out, tol, what=f"{case.name} decode vs forward[{impl}]")
     if case.returns_state:
         assert_trees_close(state, final, tol, what=f"{case.name} decode state vs forward[{impl}]")
 
@@ -459,7 +467,9 @@ def _poison(inputs: Inputs, names: Sequence[str], row: int, lo: int, hi: int, va
     """The inputs with `value` written into positions lo:hi of row `row` of every time input in `names`."""
     poisoned = dict(inputs)
     for name in names:
-        poisoned[name] = inputs[name].at[row, lo:hi].set(value)
+        x = np.array(inputs[name])  # numpy: an eager `.at[].set` compiles one scatter per shape
+        x[row, lo:hi] = value
+        poisoned[name] = jnp.asarray(x)
     return poisoned
 
 
