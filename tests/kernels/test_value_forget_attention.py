@@ -9,8 +9,9 @@ U(−20, 0)). Decode at the same 1e-5: the float32 value cache is multiplied onc
 RMSNorm below is per head over Dv, as the FiX mixer applies it: the softmax denominator is a per-(row, head)
 scalar, so only a per-head norm removes it.
 
-Compiles dominate the runtime, so the parity cases are a covering set (every T, both block sizes, with and
-without packing, with and without the scalar gate) and later tests reuse their compiled functions.
+Compiles dominate the runtime, so the parity cases are a covering set (T = 1, remainder 1 and another, both block
+sizes, with and without packing, with and without the scalar gate) and later tests run on their compiled
+programs (same shapes, B = 2): compile once, check many.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import numpy as np
 import pytest
 from attention_cases import (
     FIX_CASE,
-    check_packed_grads_equal_loop,
     fix_case,
     fix_float64_oracle,
     make_fix_inputs,
@@ -38,14 +38,16 @@ from icml26zoo.kernels.value_forget_attention import api, decode, reference, xla
 
 TOL = tolerance("value_forget_attention")
 INPUTS = FIX_CASE.time_inputs
-# (T, packed, scalar gate, block size, Dv): each T, each flag value and both block sizes at least once.
-CASES = [(1, False, True, 16, 8), (63, False, False, 16, 16), (100, True, True, 16, 8),
-         (129, True, True, 16, 8), (129, False, True, 64, 8), (100, True, False, 64, 8)]
+# (T, packed, scalar gate, block size, Dv): T = 1; T = 63 (3 blocks of 16 + 15) without the scalar gate;
+# T = 100 (1 block of 64 + 36) packed; T = 129 (8 blocks of 16 + 1) packed, and plain: the segments alone of
+# the packed-rows check.
+CASES = [(1, False, True, 16, 8), (63, False, False, 16, 16), (100, True, True, 64, 8),
+         (129, True, True, 16, 8), (129, False, True, 16, 8)]
 
 
 def _inputs(length: int, *, seed: int = 0, **kwargs) -> dict[str, jax.Array]:
-    """The case's inputs at T = length (B = 2), seeded per length."""
-    return make_fix_inputs(np.random.default_rng(seed + length), 2, length, **kwargs)
+    """The case's inputs at T = length (B = 2), seeded per length, without segment ids."""
+    return make_fix_inputs(np.random.default_rng(seed + length), 2, length, **kwargs) | {"segment_ids": None}
 
 
 def _cotangent(inputs: dict[str, jax.Array]) -> jax.Array:
@@ -103,13 +105,13 @@ def test_xla_matches_reference_forward_and_all_gradients(length, packed, with_fg
 
 
 def test_packed_equals_loop_over_segments_and_no_gradient_crosses():
-    """Two segments of 50 tokens per row (not block-aligned with block 16, ids 0, 1 and 5, 9) against each
-    segment alone, outputs and every gradient; then a loss on the later segments only."""
-    bounds = [[0, 50, 100], [0, 50, 100]]
-    harness.check_packed_equals_loop(FIX_CASE, bounds, impl="xla", chunk_size=16)
-    inputs = _inputs(100)
-    seg = jnp.asarray([np.repeat([0, 1], 50), np.repeat([5, 9], 50)], jnp.int32)
-    check_packed_grads_equal_loop(FIX_CASE, "xla", inputs | {"segment_ids": seg}, bounds, 16)
+    """Packed rows of T = 129 (segments of 50, 1, 78 / 17, 112: edges inside blocks of 16) against each segment
+    alone, outputs and every gradient; then two segments per row (ids 0, 1 and 5, 9) with a loss on the later
+    ones only. All on the T = 129 parity programs."""
+    harness.check_packed_equals_segments_alone(FIX_CASE, [[0, 50, 51, 129], [0, 17, 129]], impl="xla",
+                                               chunk_size=16)
+    inputs = _inputs(129)
+    seg = jnp.asarray([np.repeat([0, 1], [50, 79]), np.repeat([5, 9], [50, 79])], jnp.int32)
     # A loss on the later segments only: exactly zero gradient for every first-segment input.
     later_only = _cotangent(inputs) * (seg != seg[:, :1]).astype(jnp.float32)[..., None, None]
     for impl in ("xla", "reference"):
@@ -125,42 +127,43 @@ def test_strong_gates_match_float64():
     x = _inputs(257, gate=(-20.0, 0.0))
     args = [x[n] for n in INPUTS]
     expected = fix_float64_oracle(*args)[0]
-    harness.assert_close(jax.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4]), expected, TOL,
+    harness.assert_close(harness.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4]), expected, TOL,
                          what="reference")
-    harness.assert_close(jax.jit(_xla(64))(*args[:4], log_fgate=args[4]), expected, TOL, what="xla")
+    harness.assert_close(harness.jit(_xla(64))(*args[:4], log_fgate=args[4]), expected, TOL, what="xla")
 
 
 def test_zero_gates_are_causal_dot_product_attention():
-    """B.5 (4): log_vgate ≡ 0 without a scalar gate is plain causal softmax attention."""
-    x = _inputs(63, dv=16)
-    q, k, v = x["q"], x["k"], x["v"]
-    zeros = jnp.zeros(q.shape[:3] + (16,), jnp.float32)
-    expected = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    for name, fn in (("xla", _xla(16)), ("reference", reference.value_forget_attention)):
-        harness.assert_close(jax.jit(fn)(q, k, v, zeros), expected, TOL, what=name)
+    """B.5 (4): log_vgate ≡ 0 without a scalar gate is plain causal softmax attention (the T = 63 programs)."""
+    x = _inputs(63, dv=16, with_fgate=False)
+    x["log_vgate"] = jnp.zeros(x["q"].shape[:3] + (16,), jnp.float32)
+    expected = jax.nn.dot_product_attention(x["q"], x["k"], x["v"], is_causal=True)
+    for impl in ("xla", "reference"):
+        got = harness.outputs(fix_case(False, 16), impl, x, None if impl == "reference" else 16)
+        harness.assert_close(got, expected, TOL, what=impl)
 
 
 def test_uniform_gates_equal_fox_only_after_rms_norm():
     """B.5 (8): a gate equal in every channel gives FiX u = (positive per-row scalar)·FoX o, never FiX = FoX.
 
     FiX normalizes by Σ_j exp(s_ij) while FoX normalizes by Σ_j exp(s_ij)·f-decay_ij, so the per-head
-    RMSNorm of both agree while the raw outputs differ.
+    RMSNorm of both agree while the raw outputs differ. (The T = 63 xla program, without the scalar gate.)
     """
     x = _inputs(63, dv=16, gate=(-0.5, 0.0))
-    q, k, v, af = x["q"], x["k"], x["v"], x["log_fgate"]
-    uniform = jnp.broadcast_to(af[..., None], q.shape[:3] + (16,))
-    u_fix = jax.jit(_xla(16))(q, k, v, uniform)
-    o_fox = fox_reference.forgetting_attention(q, k, v, af)
+    q, k, v, af = x["q"], x["k"], x["v"], x.pop("log_fgate")
+    x["log_vgate"] = jnp.broadcast_to(af[..., None], q.shape[:3] + (16,))
+    u_fix = harness.outputs(fix_case(False, 16), "xla", x, 16)
+    o_fox = harness.jit(fox_reference.forgetting_attention)(q, k, v, af)
     harness.assert_close(_rms_norm(u_fix), _rms_norm(o_fox), TOL, what="RMSNorm(FiX) vs RMSNorm(FoX)")
     assert harness.max_normalized_error(u_fix, o_fox) > 0.05, "raw FiX u must differ from FoX (FoX renormalizes)"
 
 
 def test_denominator_is_redundant_under_rms_norm():
-    """B.5 (3): RMSNorm(Σ_j exp(s_ij) D_ij ⊙ v_j) = RMSNorm(u), with packed segments and a scalar gate."""
-    x = _inputs(100)
-    seg = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, size=(2, 100)), axis=1), jnp.int32)
-    u = jax.jit(_xla(16))(*[x[n] for n in INPUTS[:4]], log_fgate=x["log_fgate"], segment_ids=seg)
-    numerator = fix_float64_oracle(*[x[n] for n in INPUTS], seg)[1]
+    """B.5 (3): RMSNorm(Σ_j exp(s_ij) D_ij ⊙ v_j) = RMSNorm(u), with packed segments and a scalar gate (the
+    T = 129 packed xla program)."""
+    x = _inputs(129)
+    x["segment_ids"] = jnp.asarray(np.sort(np.random.default_rng(0).integers(1, 4, size=(2, 129)), axis=1), jnp.int32)
+    u = harness.outputs(FIX_CASE, "xla", x, 16)
+    numerator = fix_float64_oracle(*[x[n] for n in INPUTS], x["segment_ids"])[1]
     harness.assert_close(_rms_norm(u), _rms_norm(numerator), TOL, what="RMSNorm")
 
 
@@ -173,16 +176,17 @@ def test_long_sequence_bf16_strong_gates_stay_finite():
     k, v = (jnp.asarray(rng.normal(size=(1, t, 1, 16)), jnp.bfloat16) for _ in range(2))
     av = jnp.asarray(rng.uniform(-5.5, -4.5, size=(1, t, 1, 16)), jnp.float32)
     af = jnp.asarray(rng.uniform(-5.5, -4.5, size=(1, t, 1)), jnp.float32)
-    u = jax.jit(_xla(128))(q, k, v, av, log_fgate=af)
+    u = harness.jit(_xla(128))(q, k, v, av, log_fgate=af)
     assert u.dtype == jnp.bfloat16
     assert np.all(np.isfinite(np.asarray(u, np.float32)))
     harness.assert_close(_rms_norm(u), _rms_norm(v), tolerance("value_forget_attention", jnp.bfloat16),
                          what="RMSNorm(u) ≈ RMSNorm(v)")
 
 
-@pytest.mark.parametrize("length", [1, 100])
+@pytest.mark.parametrize("length", [1, 129])
 def test_very_strong_gates_are_finite_and_local(length):
-    """log f = −1e4 in both gates: each query sees only itself, u_i = v_i; all gradients finite, gates' zero."""
+    """log f = −1e4 in both gates: each query sees only itself, u_i = v_i; all gradients finite, gates' zero
+    (the parity programs: T = 1 plain, T = 129 packed)."""
     inputs = _inputs(length)
     inputs["log_vgate"] = jnp.full(inputs["log_vgate"].shape, -1e4, jnp.float32)
     inputs["log_fgate"] = jnp.full(inputs["log_fgate"].shape, -1e4, jnp.float32)
@@ -199,16 +203,22 @@ def test_very_strong_gates_are_finite_and_local(length):
                 harness.assert_close(g, jnp.zeros_like(g), TOL, kind="grad", what=f"{impl} d{name}")
 
 
+# The reference forward of the decode check comes from a plain parity program: with the scalar gate T = 129
+# (Dv 8), without it T = 63 (Dv 16).
+DECODE = {True: (129, 8), False: (63, 16)}
+
+
 @pytest.mark.parametrize("with_fgate", [True, False])
 def test_decode_one_token_at_a_time_equals_forward(with_fgate):
     """The harness's decode check: `value_forget_attention_step` per token against the reference forward."""
-    harness.check_decode_equals_forward(fix_case(with_fgate), 63)
+    length, dv = DECODE[with_fgate]
+    harness.check_decode_equals_forward(fix_case(with_fgate, dv), length, via_vjp=True)
 
 
 @functools.cache
 def _decode_step(prune_eps: float | None, prefill_block: int):
-    return jax.jit(functools.partial(decode.value_forget_attention_step, prune_eps=prune_eps,
-                                     prefill_block=prefill_block))
+    return harness.jit(functools.partial(decode.value_forget_attention_step, prune_eps=prune_eps,
+                                         prefill_block=prefill_block))
 
 
 def _decode_all(inputs, chunks, capacity, *, with_fgate=True, prune_eps=None, prefill_block=64):
@@ -312,8 +322,9 @@ def test_implementation_dispatch():
     with pytest.raises(ValueError, match="unknown"):
         pick("cuda")
     args = [_inputs(8)[n] for n in INPUTS]
-    u = jax.jit(functools.partial(value_forget_attention, block_size=4))(*args[:4], log_fgate=args[4])
-    harness.assert_close(u, reference.value_forget_attention(*args[:4], log_fgate=args[4]), TOL, what="default path")
+    u = harness.jit(functools.partial(value_forget_attention, block_size=4))(*args[:4], log_fgate=args[4])
+    expected = harness.jit(reference.value_forget_attention)(*args[:4], log_fgate=args[4])
+    harness.assert_close(u, expected, TOL, what="default path")
 
 
 def _bad_cases() -> dict[str, tuple[dict, str]]:
