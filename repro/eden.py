@@ -33,6 +33,7 @@ import numpy as np
 from icml26zoo.models import count_params
 from icml26zoo.repro import eden_parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import data as data_lib
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
@@ -40,7 +41,7 @@ from icml26zoo.train.data import nucleotide, sources
 from icml26zoo.train.presets import EDEN_ARCHS, EDEN_SHAPES, eden_lm
 from icml26zoo.validation import check_int
 
-__all__ = ["ARCHS", "FULL", "QUICK", "QUICK_GRID", "SIZES", "run"]
+__all__ = ["ARCHS", "FULL", "QUICK", "QUICK_ARGS", "SIZES", "SMOKE", "SMOKE_ARGS", "run"]
 
 ARCHS = tuple(EDEN_ARCHS)
 SIZES = ("tiny", "small", "medium")
@@ -49,13 +50,19 @@ FULL = Budget(steps=150, batch_size=8, seq_len=64, seeds=(0, 1, 2))
 QUICK = Budget(steps=30, batch_size=8, seq_len=64, seeds=(0,))
 # The notebook's and `--quick`'s grid: one architecture at two sizes fits in its CPU budget (each
 # architecture and size costs a fresh XLA compile of ~5-15 CPU-s).
-QUICK_GRID: dict[str, tuple[str, ...]] = {"archs": ("llama",), "sizes": ("tiny", "small")}
+QUICK_ARGS: dict[str, tuple[str, ...]] = {"archs": ("llama",), "sizes": ("tiny", "small")}
+# SMOKE: one Llama cell at the tiny size, 2 steps of 8 rows (a multiple of the devices) of 32 bases (no fit:
+# one size), scored and plotted.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=32, seeds=(0,))
+SMOKE_ARGS: dict[str, tuple[str, ...]] = {"archs": ("llama",), "sizes": ("tiny",)}
 MAMBA_IMPLEMENTATIONS = (None, "reference", "xla", "pallas")
 COLUMNS = ("arch", "size", "params", "non_embedding", "bits_per_base", "bits_sd", "gap_to_optimum", "motif_acc",
            "motif_sd", "paired_acc")
 FIT_COLUMNS = ("alpha", "alpha_se", "raw_alpha", "raw_alpha_se", "points")
 
 
+@register_experiment("eden", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/eden.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, archs: tuple[str, ...] = ARCHS,
         sizes: tuple[str, ...] = SIZES, motif_prefix: int = 4, mamba_implementation: str | None = None,
         resume: bool = False) -> Results:

@@ -1,13 +1,12 @@
-"""icml26zoo.repro.eden: argument errors, the power-law fit, greedy motif completion and its prompts."""
+"""icml26zoo.repro.eden: argument errors, the power-law fit, greedy motif completion and its prompts. The SMOKE
+run, its command line and resume are the experiment contract's (tests/repro/test_experiments.py)."""
 
 
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import eden, eden_parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 from icml26zoo.train.data import nucleotide
 
@@ -26,16 +25,6 @@ def test_bad_arguments_name_the_argument(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         eden.run(tmp_path / "run", budget=TINY, **kwargs)
     assert not (tmp_path / "run").exists()
-
-
-def test_resume_needs_an_existing_run_dir_and_the_script_reports_bad_input(tmp_path, capsys):
-    with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        eden.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_repro_script("eden")
-    assert run_main(script.main, ["--out", str(tmp_path / "x"), "--archs", "llama,gpt"]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith("error: archs: unknown name 'gpt'") and error.count("\n") == 1
-    assert run_main(script.main, ["--out", str(tmp_path / "y"), "--resume", "--no-compile-cache"]) == 2
 
 
 def test_power_law_fit_recovers_a_planted_exponent():
