@@ -19,16 +19,21 @@ no gradient clipping (clipping would change g inside the Polyak ratio) and no mo
 
 Example::
 
-    from icml26zoo.repro import sam_polyak
-    results = sam_polyak.run("runs/sam_polyak", budget=sam_polyak.QUICK, **sam_polyak.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("sam_polyak", "runs/sam_polyak", budget="quick")
     print(results.markdown)
+
+From a shell: `python -m icml26zoo.repro sam_polyak [--smoke | --quick] --out DIR [sam_learning_rates=0.03,0.1,0.3]
+[polyak_cap=10] [rho=0.1] [optimizers=sam_polyak,sam] [probe_batches=8]`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import pathlib
 import statistics
 from collections.abc import Sequence
 
@@ -41,6 +46,7 @@ from flax import nnx
 from icml26zoo.optim.sam import sam_polyak_grads, scale_by_sam_polyak
 from icml26zoo.registry import OBJECTIVES
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.config import OptimConfig, TrainConfig
 from icml26zoo.train.data import make_train_iterator
@@ -48,13 +54,18 @@ from icml26zoo.train.presets import tiny_classifier
 from icml26zoo.train.step import objective_loss
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "run"]
+__all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=20, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=150, batch_size=16, seq_len=64, seeds=(0, 1))
 # What the QUICK run (the notebook, `--quick`) runs: one SAM-Polyak and one SAM cell, the whole pipeline
 # rather than a sweep (each cell compiles its two-pass step, several CPU-seconds on its own).
 QUICK_ARGS = {"sam_learning_rates": (0.1,), "probe_batches": 2}
+# The smallest run: one SAM-Polyak cell and its probe (a plain SAM cell is the same trainer path with the other
+# optimizer, which tests/repro/test_repro_sam_polyak.py checks step by step), 2 steps of 8 rows of 9 tokens
+# (fewer rows only add batches to the final eval of the 256 eval examples), one probe minibatch.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=8, seeds=(0,))
+SMOKE_ARGS = {"optimizers": ("sam_polyak",), "probe_batches": 1}
 OPTIMIZERS = ("sam_polyak", "sam")
 # Plain SAM's sweep: half-decades around the tiny classifier's stable SGD range (1.0 diverges).
 SAM_LEARNING_RATES = (0.01, 0.03, 0.1, 0.3, 1.0)
@@ -63,6 +74,8 @@ SAM_LEARNING_RATES = (0.01, 0.03, 0.1, 0.3, 1.0)
 FINAL_FRACTION = 0.2
 
 
+@register_experiment("sam_polyak", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/sam_polyak.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequence[str] = OPTIMIZERS,
         sam_learning_rates: Sequence[float] = SAM_LEARNING_RATES, polyak_cap: float = 1.0, rho: float = 0.05,
         probe_batches: int = 8, resume: bool = False) -> Results:
@@ -70,7 +83,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
 
     Args:
       run_dir: the experiment's directory (cells, the topics dataset, results.md/json, loss_curves.png,
-        lr_sweep.png).
+        lr_sweep.png: SAM's final eval loss against its learning rate, SAM-Polyak's as a dashed line).
       budget: steps, batch size, row length T (the topics rows have T + 1 tokens) and seeds of every cell.
       optimizers: from OPTIMIZERS: "sam_polyak" and/or "sam".
       sam_learning_rates: plain SAM's learning rates η (finite, > 0, distinct), one cell each per seed.
@@ -98,15 +111,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
             config = experiment.cell_config(_method_config(base, name, lr, rho), seed=seed)
             summary = dict(experiment.train_cell(cell, config, devices=devices))
             if name == "sam_polyak":
-                summary["polyak_steps"] = final_polyak_steps(experiment.cell_dir(cell), rho=rho,
-                                                             batches=probe_batches, devices=devices)
+                summary["polyak_steps"] = _probed_steps(experiment.cell_dir(cell), rho=rho, batches=probe_batches,
+                                                        devices=devices)
             per_seed.append((summary, experiment.metrics(cell, "train/loss")))
         outcomes[(name, lr)] = per_seed
     best = _tuned(outcomes)
     rows = [_row(name, lr, per_seed, best) for (name, lr), per_seed in outcomes.items()]
-    figures = {"loss_curves": _loss_figure(outcomes, best)}
-    if learning_rates:
-        figures["lr_sweep"] = _sweep_figure(outcomes)
+    figures = {"loss_curves": _loss_figure(outcomes, best), "lr_sweep": _sweep_figure(outcomes)}
     return experiment.write(
         rows, columns=("optimizer", "step_size", "tuned", "final_train_loss", "eval_loss", "eval_loss_spread",
                        "eval_accuracy", "polyak_step_end", "capped_end"),
@@ -141,6 +152,21 @@ def final_polyak_steps(cell_dir: str | os.PathLike, *, rho: float, batches: int,
     iterator = make_train_iterator(config.data, batch_size=config.batch_size, seq_len=config.seq_len,
                                    seed=config.seed + 1_000_003)
     return [float(step_size({k: jnp.asarray(v) for k, v in next(iterator).items()})) for _ in range(batches)]
+
+
+def _probed_steps(cell_dir: pathlib.Path, *, rho: float, batches: int, devices: list) -> list[float]:
+    """`final_polyak_steps` of a trained cell, stored in the cell (polyak_steps.json) and read back on a rerun
+    with the same probe settings (a cell is retrained only in a new run directory, so its final parameters and
+    the probe's minibatches are fixed)."""
+    path = cell_dir / "polyak_steps.json"
+    settings = {"rho": rho, "batches": batches}
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("settings") == settings:
+            return stored["steps"]
+    steps = final_polyak_steps(cell_dir, rho=rho, batches=batches, devices=devices)
+    path.write_text(json.dumps({"settings": settings, "steps": steps}) + "\n")
+    return steps
 
 
 def _check_number(field: str, value: object, expected: str, *, positive: bool) -> None:
@@ -259,13 +285,15 @@ def _loss_figure(outcomes: dict, best: tuple[str, float] | None):
 def _sweep_figure(outcomes: dict):
     sam = sorted((lr, per_seed) for (name, lr), per_seed in outcomes.items() if name == "sam")
     lrs = [lr for lr, _ in sam]
-    series = {"SAM (final eval loss)": (lrs, [_mean_of(p, "eval_loss") for _, p in sam])}
+    # Without SAM cells (optimizers=sam_polyak) the figure holds SAM-Polyak's line alone, on a linear x axis.
+    series = {"SAM (final eval loss)": (lrs, [_mean_of(p, "eval_loss") for _, p in sam])} if sam else {}
     hlines = {f"SAM-Polyak cap {lr:g} (untuned)": _mean_of(p, "eval_loss")
               for (name, lr), p in outcomes.items() if name == "sam_polyak"}
-    finite = [v for v in series["SAM (final eval loss)"][1] + list(hlines.values()) if np.isfinite(v)]
+    finite = [v for _, ys in series.values() for v in ys if np.isfinite(v)]
+    finite += [v for v in hlines.values() if np.isfinite(v)]
     figure = line_figure(series, xlabel="SAM learning rate", ylabel="final eval loss (mean over seeds)",
-                         title="SAM's learning-rate sweep against one untuned SAM-Polyak run", logx=True, logy=True,
-                         hlines=hlines)
+                         title="SAM's learning-rate sweep against one untuned SAM-Polyak run", logx=bool(sam),
+                         logy=True, hlines=hlines)
     if finite:
         figure.axes[0].set_ylim(min(finite) / 1.5, max(finite) * 1.5)
     return figure

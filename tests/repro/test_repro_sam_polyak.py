@@ -1,6 +1,6 @@
-"""The SAM-Polyak reproduction: bad inputs, the script's one-line errors, that each cell's config wires the
-trainer to exactly the optimizer it names (constant step, no clipping), and the tuned-rate selection. The QUICK
-experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The SAM-Polyak reproduction: bad inputs, that each cell's config wires the trainer to exactly the optimizer it
+names (constant step, no clipping), and the tuned-rate selection. The SMOKE experiment runs in the experiment
+contract (tests/repro/test_experiments.py) and the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.optim import sam as sp
 from icml26zoo.repro import sam_polyak
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 from icml26zoo.train.optim import build_optimizer, custom_update
 
@@ -43,29 +41,6 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         sam_polyak.run(tmp_path / "run", budget=TINY, **kwargs)
     assert not (tmp_path / "run").exists()  # rejected before anything is written
-
-
-def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        sam_polyak.run(tmp_path / "missing", budget=TINY, resume=True)
-
-
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [
-        (["--optimizers", "sam,sgd"], "unknown name 'sgd'"),
-        (["--sam-lrs", "0.1,x"], "--sam-lrs must be comma-separated numbers"),
-        (["--sam-lrs", "0.1,-1"], "sam_learning_rates"),
-        (["--rho", "-1"], "rho"),
-        (["--polyak-cap", "0"], "polyak_cap"),
-        (["--probe-batches", "0"], "probe_batches"),
-        (["--resume"], "does not exist"),
-    ],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("sam_polyak").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
 
 
 def _loss(params, batch):
