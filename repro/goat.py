@@ -41,23 +41,31 @@ from icml26zoo.repro.goat_parts import (
     sink_figure,
     sink_profile,
 )
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "MODELS", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["FULL", "MODELS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=16, batch_size=8, seq_len=32, seeds=(0,))
 # What the notebook's QUICK run passes besides the budget: XLA's cheap compile pipeline, since compiling each
 # model costs ~12 CPU-s with full optimizations and the notebook has 40 CPU-s for all three.
 QUICK_ARGS = {"fast_compile": True}
+# SMOKE: GOAT alone, 2 steps of 8 rows (a multiple of the devices) x 16 bytes, evaluated at 16, 32 and 64 on 8
+# rows, sinks on 2 of them from query 4.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"models": ("goat",), "head_dim": 16, "eval_rows": 8, "sink_rows": 2, "sink_i0": 4, "position_bins": 8,
+              "fast_compile": True}
 FULL = Budget(steps=300, batch_size=8, seq_len=128, seeds=(0, 1))
 FACTORS = (1, 2, 4)  # evaluation lengths in multiples of the training length T
 COLUMNS = ("model", "params", "param_gap", "bpb_T", "bpb_2T", "bpb_4T", "change_4T", "bpb_4T_per_seed",
            "sink_mass_T", "sink_mass_4T")
 
 
+@register_experiment("goat", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/goat.md")
 def run(
     run_dir: str | os.PathLike,
     *,

@@ -1,6 +1,7 @@
 """The GOAT reproduction's inputs and its measuring pieces: the length evaluator (same targets at every context
 length, exact against separately cut rows, bounded by max_seq_len) and the sink statistic (closed forms on
-hand-built attention matrices). The QUICK experiment itself runs in the notebook test."""
+hand-built attention matrices). The SMOKE experiment itself runs in the experiment contract
+(tests/repro/test_experiments.py: command line, one-line errors, outputs, resume) and the notebook test."""
 
 from __future__ import annotations
 
@@ -12,13 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 from tolerances import tolerance
 
 from icml26zoo.models import build_model
 from icml26zoo.models.lm import positions_from_segments
 from icml26zoo.repro import goat
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.goat_parts import (
     chunked_segments,
     length_losses,
@@ -74,21 +73,6 @@ def test_run_rejects_bad_arguments_before_training(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         goat.run(tmp_path / "run", budget=goat.QUICK, **kwargs)
     assert not (tmp_path / "run").exists()
-
-
-def test_resuming_a_missing_run_directory_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"does not exist: there is nothing to resume"):
-        goat.run(tmp_path / "missing", budget=goat.QUICK, resume=True)
-
-
-def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    script = load_repro_script("goat")
-    main = script.main
-    assert run_main(main, ["--out", str(tmp_path / "a"), "--models", "goat,transformer"]) == 2
-    assert run_main(main, ["--out", str(tmp_path / "missing"), "--resume"]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("error: models: unknown name 'transformer'")
-    assert "nothing to resume" in lines[1]
 
 
 def test_chunked_segments_cut_rows_into_independent_chunks():
