@@ -59,48 +59,57 @@ def test_exported_from_kernels():
     assert kernels.selective_scan is selective_scan and "selective_scan" in kernels.__all__
 
 
-@pytest.mark.parametrize("seqlen", harness.LENGTHS)
-def test_xla_matches_reference_forward_and_gradients(seqlen):
-    for chunk in (16, 64):
-        _, grads = harness.check_forward_and_grads(STRONG, seqlen, chunk_size=chunk, packed=True, seed=seqlen)
+# Compile once, check many: each parity case compiles the reference's and the xla path's VJP (strong decays;
+# CASE has the same shapes, so its checks run on the same programs). T = 1; T = 100 at chunk 64 (1 chunk + 36);
+# T = 129 at chunk 16 (8 chunks + 1), packed, and plain: the segments alone of the packed-rows check and the
+# forward of the decode check.
+PARITY = [(1, 16, True), (100, 64, True), (129, 16, True), (129, 16, False)]
+
+
+@pytest.mark.parametrize("seqlen, chunk, packed", PARITY)
+def test_xla_matches_reference_forward_and_gradients(seqlen, chunk, packed):
+    _, grads = harness.check_forward_and_grads(STRONG, seqlen, chunk_size=chunk, packed=packed, seed=seqlen)
     # The initial state must matter in the first segment (a wiring check that can fail).
     assert float(jnp.max(jnp.abs(grads["initial_state"]))) > 0
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla"])
 def test_matches_float64_numpy(impl):
-    segments = np.array([[0] * 20 + [1] * 30, [4] * 7 + [5] * 40 + [6] * 3], np.int32)
-    inputs = _make(np.random.default_rng(3), B, 50)
-    y, h = selective_scan(**inputs, segment_ids=jnp.asarray(segments), chunk_size=16, implementation=impl)
-    want_y, want_h = _numpy64(**inputs, segments=segments)
+    """Both paths against a float64 numpy loop on packed rows (segments 0:20, 20:129 / 0:7, 7:125, 125:129; the
+    T = 129 packed parity programs)."""
+    segments = np.array([[0] * 20 + [1] * 109, [4] * 7 + [5] * 118 + [6] * 4], np.int32)
+    inputs = _make(np.random.default_rng(3), B, 129) | {"segment_ids": jnp.asarray(segments)}
+    y, h = harness.outputs(CASE, impl, inputs, None if impl == "reference" else 16)
+    want_y, want_h = _numpy64(**{k: v for k, v in inputs.items() if k != "segment_ids"}, segments=segments)
     harness.assert_close(y, want_y, F64, what="y")
     harness.assert_close(h, want_h, F64, what="state")
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla"])
 def test_packed_segments_equal_per_segment_loop(impl):
-    """Packed rows = each segment run alone (the initial state only reaches each row's first segment); each
-    segment is right-padded with Δ = 0 steps (the identity), so one compile serves all of them."""
-    bounds = [[0, 5, 45, 64], [0, 64]]
-    harness.check_packed_equals_loop(CASE, bounds, impl=impl, alone="reference", chunk_size=16, pad_segments_to=64,
-                                     seed=5)
+    """Packed rows = each segment run alone (the initial state only reaches each row's first segment), outputs,
+    final states and every per-step and initial-state gradient; each segment is right-padded with Δ = 0 steps
+    (the identity). On the T = 129 parity programs: nothing compiles."""
+    bounds = [[0, 5, 45, 64, 129], [0, 1, 129]]
+    harness.check_packed_equals_segments_alone(CASE, bounds, impl=impl, chunk_size=16, seed=5)
 
 
 def test_decode_chained_equals_forward():
-    harness.check_decode_equals_forward(CASE, 20, impl="xla", chunk_size=16, seed=7)
+    harness.check_decode_equals_forward(CASE, 129, impl="xla", chunk_size=16, seed=7, via_vjp=True)
 
 
 def test_long_sequence_finite_and_bf16():
     seqlen = 16384
     i = _make(np.random.default_rng(11), 1, seqlen)
-    y, h = selective_scan(**dict(i, initial_state=None), chunk_size=128)
+    y, h = harness.jit(functools.partial(selective_scan, chunk_size=128))(**dict(i, initial_state=None))
     assert np.all(np.isfinite(np.asarray(y))) and np.all(np.isfinite(np.asarray(h)))
     tail = {k: (v[:, -300:] if k in CASE.time_inputs else v) for k, v in i.items()}
-    y_ref, _ = selective_scan(**dict(tail, initial_state=None), implementation="reference")
+    reference_path = harness.jit(functools.partial(selective_scan, implementation="reference"))
+    y_ref, _ = reference_path(**dict(tail, initial_state=None))
     # The state forgets (decay <= exp(-0.37 * 0.1) per step at worst): the last 50 outputs hardly see the cut.
     harness.assert_close(y[:, -50:], y_ref[:, -50:], tolerance("selective_scan.truncated"), what="cut at T - 300")
     head = {k: (v[:, :100].astype(jnp.bfloat16) if k in ("u", "delta", "B", "C") else v) for k, v in i.items()}
-    yb, hb = selective_scan(**dict(head, initial_state=None))
+    yb, hb = harness.jit(selective_scan)(**dict(head, initial_state=None))
     assert yb.dtype == jnp.bfloat16 and hb.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(yb, np.float32)))
 
 
@@ -131,6 +140,9 @@ def test_bad_inputs_raise():
         selective_scan_step(u[:, 0], delta[:, 0], a, b[:, 0], c[:, 0], state=h0[:1])
 
 
+_JITTED_SCAN = harness.jit(lambda i: selective_scan(**i))
+
+
 def _valid(seqlen: int = 8) -> dict[str, jax.Array]:
     i = _make(np.random.default_rng(0), B, seqlen)
     return {k: i[k] for k in ("u", "delta", "A", "B", "C")}
@@ -149,13 +161,14 @@ def test_values_checked_in_eager_mode_nan_included(name, value, message):
     inputs[name] = value(inputs)
     with pytest.raises(ValueError, match=message):
         selective_scan(**inputs)
-    # Under jit the values are unknown: the checks are skipped, nothing raises.
-    jax.jit(lambda i: selective_scan(**i))(inputs)
+    # Under jit the values are unknown: the checks are skipped, nothing raises. (One jitted function for all
+    # the cases: its trace sees no values, so it is the same whatever they are.)
+    _JITTED_SCAN(inputs)
 
 
 def test_checked_catches_bad_values_under_jit():
     inputs = _valid()
-    run = jax.jit(lambda i: kernels.checked(selective_scan)(**i))
+    run = harness.jit(lambda i: kernels.checked(selective_scan)(**i))
     run(inputs)
     with pytest.raises(Exception, match=r"selective_scan: `A` must be finite and < 0"):
         jax.block_until_ready(run({**inputs, "A": inputs["A"].at[0, 1].set(jnp.nan)}))
@@ -199,7 +212,7 @@ def test_nan_in_one_segment_never_reaches_another(impl):
     cotangents = harness.random_cotangents(np.random.default_rng(9), jax.eval_shape(
         lambda d: selective_scan(**d, **rest, segment_ids=segment_ids, implementation=impl), diff))
 
-    @jax.jit
+    @harness.jit
     def run(d):
         out, pull = jax.vjp(lambda d: selective_scan(**d, **rest, segment_ids=segment_ids, chunk_size=16,
                                                      implementation=impl), d)
