@@ -38,11 +38,17 @@ from matplotlib.figure import Figure
 
 from icml26zoo.losses import ipw_scoring
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
 
-__all__ = ["FULL", "METHODS", "QUICK", "REFERENCES", "ate_estimates", "fit_propensities", "make_data", "run"]
+__all__ = ["FULL", "METHODS", "QUICK", "REFERENCES", "SMOKE", "SMOKE_ARGS", "ate_estimates", "fit_propensities",
+           "make_data", "run"]
 
 QUICK = Budget(steps=30, batch_size=500, seq_len=5, seeds=(0, 1, 2, 3))
 FULL = Budget(steps=60, batch_size=2000, seq_len=5, seeds=tuple(range(100)))
+# SMOKE: one method per loss and model (sigmoid and canonical IPW rule, the MLP with log-loss), 3 L-BFGS
+# iterations on 2 data sets of 40 units in d = 2, one strength.
+SMOKE = Budget(steps=3, batch_size=40, seq_len=2, seeds=(0, 1))
+SMOKE_ARGS = {"methods": ("ipw_sigmoid", "ipw_canonical", "mlp_log_loss"), "strengths": (2.5,)}
 METHODS = ("log_loss", "ipw_sigmoid", "ipw_canonical", "mlp_log_loss", "mlp_ipw_sigmoid")
 REFERENCES = ("true_propensity", "naive")
 TAU = 1.0
@@ -212,6 +218,8 @@ def weight_figure() -> Figure:
     return figure
 
 
+@register_experiment("ipw_scoring", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     page="docs/papers/ipw_scoring.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS,
         strengths: Sequence[float] = STRENGTHS, q_min: float = Q_MIN, resume: bool = False) -> Results:
     """Fits every method on every seed's data set, per confounding strength, and writes the comparison.
