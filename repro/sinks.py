@@ -16,9 +16,12 @@ This run, at toy scale on the built-in byte corpus (`pystdlib`):
 
 Example::
 
-    from icml26zoo.repro import sinks
-    results = sinks.run("runs/sinks", budget=sinks.QUICK)
+    from icml26zoo import repro
+    results = repro.run("sinks", "runs/sinks", budget="quick")
     print(results.markdown)
+
+From a shell: `python -m icml26zoo.repro sinks [--smoke | --quick] --out DIR [variants=pre,gelu,plus_one]
+[num_layers=4] [eval_rows=16] [i0=8] [eps=0.3] [clamp_channels=2]`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import jax
 import numpy as np
 
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, parameter_count
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.sinks_parts import (
     LABELS,
     VARIANTS,
@@ -47,7 +51,8 @@ from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int
 
-__all__ = ["DEFAULT_VARIANTS", "FULL", "QUICK", "QUICK_VARIANTS", "VARIANTS", "run"]
+__all__ = ["DEFAULT_VARIANTS", "FULL", "QUICK", "QUICK_ARGS", "QUICK_VARIANTS", "SMOKE", "SMOKE_ARGS", "VARIANTS",
+           "run"]
 
 QUICK = Budget(steps=12, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=300, batch_size=8, seq_len=64, seeds=(0, 1))
@@ -55,11 +60,18 @@ FULL = Budget(steps=300, batch_size=8, seq_len=64, seeds=(0, 1))
 # compares only the two norm placements the paper contrasts.
 DEFAULT_VARIANTS = ("pre", "post", "sandwich", "none", "dyt", "sink", "gate")
 QUICK_VARIANTS = ("pre", "post")
+QUICK_ARGS = {"variants": QUICK_VARIANTS}
+# Every stage at the smallest size: one pre-norm cell of 2 layers, 2 steps of 8 rows of 16 bytes, measured on 4
+# eval rows (queries i >= 4).
+SMOKE = Budget(steps=2, batch_size=8, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"variants": ("pre",), "num_layers": 2, "eval_rows": 4, "i0": 4}
 COLUMNS = ("variant", "params", "bpb", "max_ratio", "ratio_layer", "spike_on_tok0", "sink_mass", "sink_rate",
            "slot_mass", "clamp_dloss", "clamp_mass_before", "clamp_mass_after", "remove_dloss",
            "remove_ratio_before", "remove_ratio_after")
 
 
+@register_experiment("sinks", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/sinks.md")
 def run(
     run_dir: str | os.PathLike,
     *,
@@ -100,9 +112,11 @@ def run(
 
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     configs = {v: _cell_base(v, budget, str(experiment.run_dir / "data"), num_layers) for v in variants}
+    devices = jax.devices()[:1]  # tiny models; batches need not divide a (possibly simulated) device count
     for variant in variants:
         for seed in budget.seeds:
-            experiment.train_cell(f"{variant}_seed{seed}", _cell_config(experiment, configs[variant], seed))
+            experiment.train_cell(f"{variant}_seed{seed}", _cell_config(experiment, configs[variant], seed),
+                                  devices=devices)
 
     batch = next(make_eval_iterator(configs[variants[0]].data, batch_size=eval_rows, seq_len=budget.seq_len,
                                     max_batches=1))
@@ -111,12 +125,12 @@ def run(
     for variant in variants:
         per_seed, ablation = [], None
         for seed in budget.seeds:
-            _, model, _ = load_run(experiment.cell_dir(f"{variant}_seed{seed}"), devices=jax.devices()[:1])
+            _, model, _ = load_run(experiment.cell_dir(f"{variant}_seed{seed}"), devices=devices)
             per_seed.append(profile(model, tokens, i0=i0, eps=eps))
             if ablation is None:
                 ablation = ablations(model, tokens, i0=i0, eps=eps, channels=clamp_channels)
         profiles[variant] = {key: np.mean([p[key] for p in per_seed], axis=0) for key in per_seed[0]}
-        rows.append(_row(experiment, variant, budget.seeds, configs[variant], profiles[variant], ablation))
+        rows.append(_row(experiment, variant, budget.seeds, configs[variant], profiles[variant], ablation, devices))
 
     title = f"Massive activations and attention sinks by architecture ({num_layers} layers, T = {budget.seq_len})"
     figures = {
@@ -149,10 +163,10 @@ def _cell_config(experiment: Experiment, config: TrainConfig, seed: int) -> Trai
 
 
 def _row(experiment: Experiment, variant: str, seeds: Sequence[int], config: TrainConfig,
-         prof: dict[str, Any], ablation: dict[str, Any]) -> dict[str, Any]:
+         prof: dict[str, Any], ablation: dict[str, Any], devices: list) -> dict[str, Any]:
     """One table row: seed-averaged eval bits per byte and profile, the seed-0 ablations."""
-    bpb = [experiment.train_cell(f"{variant}_seed{s}", _cell_config(experiment, config, s))["eval/bits_per_byte"]
-           for s in seeds]
+    bpb = [experiment.train_cell(f"{variant}_seed{s}", _cell_config(experiment, config, s),
+                                 devices=devices)["eval/bits_per_byte"] for s in seeds]
     ratio = np.asarray(prof["ratio"])
     top = int(np.argmax(ratio[1:])) + 1
     params = parameter_count(config.model)

@@ -1,5 +1,6 @@
 """The sinks reproduction: bad inputs, the variants, and the measurements on a tiny untrained model with a planted
-spike. The QUICK experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+spike. The SMOKE experiment runs in the experiment contract (tests/repro/test_experiments.py) and the notebook
+test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,11 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 
 from icml26zoo.mixers.attention import AttentionOptions
 from icml26zoo.mixers.base import mixer_options
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.repro import sinks
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.sinks_parts import VARIANTS, _spike_entries, _stream_stats, document_rows, profile, variant_config
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, mlp_dim=64, scan_layers=False)
@@ -37,20 +36,9 @@ def test_bad_arguments_raise(tmp_path, kwargs, message):
     assert not (tmp_path / "run").exists()  # rejected before anything is written
 
 
-def test_resume_needs_an_existing_run_dir(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"does not exist"):
-        sinks.run(tmp_path / "missing", budget=sinks.QUICK, resume=True)
-
-
-def test_script_reports_bad_input_in_one_line(tmp_path, capsys):
-    main = load_repro_script("sinks").main
-    assert run_main(main, ["--out", str(tmp_path / "r"), "--quick", "--variants", "pre,layernorm"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: variants: unknown name 'layernorm'") and "\n" not in err
-
-
 def test_variants_change_only_their_switch():
     assert set(sinks.DEFAULT_VARIANTS) <= set(VARIANTS) and set(sinks.QUICK_VARIANTS) <= set(VARIANTS)
+    assert set(sinks.SMOKE_ARGS["variants"]) <= set(VARIANTS)
     assert variant_config(CFG, "pre") == CFG
     assert variant_config(CFG, "post").norm_placement == "post"
     assert variant_config(CFG, "dyt").norm == "dyt" and variant_config(CFG, "dyt").norm_placement == "pre"
