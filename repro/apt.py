@@ -45,6 +45,7 @@ from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mar
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train.config import DataConfig
+from icml26zoo.train.data.darcy_amr import DarcyOptions
 from icml26zoo.train.data.features import open_rows
 from icml26zoo.validation import check_int
 
@@ -86,7 +87,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
       convergence_sizes: node counts N of the convergence sets (increasing, each > 16, the query nodes).
       convergence_draws: random node sets per N and sampling (>= 1); the table gives their mean.
       grid: the reference's regular grid is grid x grid nodes (>= 2).
-      meshes: validation meshes of the symmetry table (>= 1, at most the eval split's).
+      meshes: validation meshes of the symmetry table (1 .. the eval split's: 64, tiny 8).
       resume: require run_dir to exist; finished cells are reused either way.
     """
     roles = check_names("roles", roles, geometric.ROLES)
@@ -99,7 +100,9 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
         raise ValueError(f"convergence_sizes must be strictly increasing node counts > {QUERIES}, got {list(sizes)}")
     check_int("convergence_draws", convergence_draws)
     check_int("grid", grid, minimum=2)
-    check_int("meshes", meshes)
+    # The symmetry table reads validation meshes: at most the split's (the tiny data's, or the preset's).
+    split = dict(FAMILY.tiny_data)["eval_examples"] if tiny else DarcyOptions().eval_examples
+    check_int("meshes", meshes, maximum=split)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     trained = geometric.train_family(FAMILY, experiment, roles=roles, tiny=tiny)
     rows, columns = geometric.family_rows(FAMILY, trained)

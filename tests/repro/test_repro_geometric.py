@@ -88,6 +88,7 @@ def test_eval_sets_rotate_the_same_clouds():
     ("apt", {"convergence_sizes": (64, 32)}, r"convergence_sizes must be strictly increasing"),
     ("apt", {"convergence_sizes": (16,)}, r"convergence_sizes\[i\] must be an integer >= 17, got 16"),
     ("apt", {"grid": 1}, r"grid must be an integer >= 2, got 1"),
+    ("apt", {"meshes": 65}, r"meshes must be an integer in \[1, 64\], got 65"),
     ("spikenet", {"eval_clouds": 0}, r"eval_clouds must be an integer >= 1, got 0"),
     ("sola", {"roles": ("model", "model")}, r"roles must not repeat a name"),
 ])
