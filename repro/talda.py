@@ -19,6 +19,12 @@ resumable-cell clause does not apply; `resume` only requires `run_dir` to exist 
 The `Budget` fields name the sizes instead: `steps` = iterations per method, `batch_size` = random starting
 points per game and seed, `seq_len` = d_x = d_y of the quadratic games, `seeds` = seeds of the random
 quadratic matrices and starting points.
+
+    from icml26zoo import repro
+    results = repro.run("talda", "runs/talda", budget="quick")
+
+From a shell: `python -m icml26zoo.repro talda [--smoke | --quick] --out DIR [games=quadratic_B10,yang2020]
+[methods=gda,agda,agda_theory,talda] [lam=0.1] [inner_steps=200] [tolerance=1e-8]`.
 """
 
 from __future__ import annotations
@@ -32,12 +38,16 @@ from matplotlib.figure import Figure
 
 from icml26zoo.repro import talda_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "GAMES", "METHODS", "QUICK", "run"]
+__all__ = ["FULL", "GAMES", "METHODS", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=300, batch_size=2, seq_len=4, seeds=(0,))
 FULL = Budget(steps=3000, batch_size=8, seq_len=10, seeds=(0, 1, 2))
+# Every method on a quadratic and the nonconvex game, 3 iterations from one start, d = 2, Φ by 10 ascent steps.
+SMOKE = Budget(steps=3, batch_size=1, seq_len=2, seeds=(0,))
+SMOKE_ARGS = {"games": ("quadratic_B1", "yang2020"), "inner_steps": 10}
 
 GAMES = ("quadratic_B0", "quadratic_B1", "quadratic_B10", "yang2020")
 METHODS = parts.METHODS
@@ -120,6 +130,7 @@ def lyapunov_figure(curves: dict[str, dict[str, np.ndarray]], tolerance: float) 
     return figure
 
 
+@register_experiment("talda", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, page="docs/papers/talda.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, games: tuple[str, ...] = GAMES,
         methods: tuple[str, ...] = METHODS, lam: float = 0.1, inner_steps: int = 200, tolerance: float = 1e-8,
         resume: bool = False) -> Results:

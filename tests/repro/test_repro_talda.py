@@ -1,5 +1,6 @@
 """TALDA reproduction: bad inputs, the Lyapunov diagnostic against its closed form (non-negative, zero exactly
-at the saddle), TALDA-R's surrogate decrease on every accepted step, and AGDA's theorem with its step sizes."""
+at the saddle), TALDA-R's surrogate decrease on every accepted step, and AGDA's theorem with its step sizes. The
+SMOKE experiment runs in the experiment contract (tests/repro/test_experiments.py) and the notebook test."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.optim import minimax
 from icml26zoo.repro import talda
 from icml26zoo.repro import talda_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget
 
 TINY = Budget(steps=3, batch_size=1, seq_len=2, seeds=(0,))
@@ -31,15 +30,6 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         talda.run(tmp_path / "run", **({"budget": TINY} | kwargs))
     assert not (tmp_path / "run").exists()
-
-
-def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
-    with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
-        talda.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_repro_script("talda")
-    assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", "--games", "chess"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: games: unknown name 'chess'") and "\n" not in err
 
 
 def _lyapunov(game, x, y, lam=0.1):
