@@ -18,6 +18,13 @@ Q-learning is not LM training: the shared trainer is not used, so its checkpoint
 reused on a rerun (resumable at the cell level). The `Budget` fields name RL sizes: `steps` = CartPole
 environment steps per cell, `batch_size` = DQN minibatch, `seq_len` = tabular samples per cell in thousands,
 `seeds` = seeds of both parts.
+
+    from icml26zoo import repro
+    results = repro.run("target_update", "runs/target_update", budget="quick")
+
+From a shell (needs the `rl` extra): `python -m icml26zoo.repro target_update [--smoke | --quick] --out DIR
+[tabular_periods=300,3000] [adaptive_k0=30] [cartpole_periods=100,500] [cartpole_k0=100] [eps=0.3,0.1]
+[decay_k0=30] [eval_episodes=10]`.
 """
 
 from __future__ import annotations
@@ -30,14 +37,21 @@ from matplotlib.figure import Figure
 
 from icml26zoo.repro import target_update_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.rl.cartpole_dqn import DQNConfig
 from icml26zoo.rl.envs import random_mdp, value_iteration
 from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_schedule, constant_schedule
 
-__all__ = ["FULL", "QUICK", "SCHEDULES", "run"]
+__all__ = ["FULL", "QUICK", "SCHEDULES", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=400, batch_size=16, seq_len=20, seeds=(0,))
 FULL = Budget(steps=20_000, batch_size=64, seq_len=2000, seeds=(0, 1, 2))
+# Both parts and both schedule families at the smallest size: one constant period and the adaptive schedule,
+# 2,000 tabular samples (γ = 0.5, so that ε = 0.3 and 0.1 are reached and the fit has points) and 40 CartPole
+# steps (minibatch 4) per cell, one seed, one greedy episode.
+SMOKE = Budget(steps=40, batch_size=4, seq_len=2, seeds=(0,))
+SMOKE_ARGS = {"tabular_periods": (100,), "cartpole_periods": (10,), "cartpole_k0": 10, "eval_episodes": 1,
+              "tabular_gamma": 0.5}
 
 SCHEDULES = ("constant", "adaptive")
 K_MAX = 100_000
@@ -92,6 +106,8 @@ def _dqn_config(budget: Budget, gamma: float) -> DQNConfig:
                      learning_starts=min(1_000, steps // 10), gamma=gamma)
 
 
+@register_experiment("target_update", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     page="docs/papers/target_update.md", extras=("rl",))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, schedules: tuple[str, ...] = SCHEDULES,
         tabular_periods: tuple[int, ...] = (100, 1000, 3000, 10000, 30000), adaptive_k0: int = 30,
         cartpole_periods: tuple[int, ...] = (100, 500), cartpole_k0: int = 100,

@@ -1,5 +1,6 @@
-"""Target-update reproduction: bad inputs, the script's one-line error, the cached cells (reused, refused with
-other settings), the exponent fit on synthetic power laws, and the theory slopes it is compared with."""
+"""Target-update reproduction: bad inputs, the cached cells (reused, refused with other settings), the exponent fit
+on synthetic power laws, and the theory slopes it is compared with. The SMOKE experiment runs in the experiment
+contract (tests/repro/test_experiments.py) and the notebook test."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import math
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import target_update
 from icml26zoo.repro import target_update_parts as parts
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 
 TINY = Budget(steps=20, batch_size=2, seq_len=1, seeds=(0,))
@@ -34,22 +33,6 @@ def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         target_update.run(tmp_path / "run", **({"budget": TINY} | kwargs))
     assert not (tmp_path / "run").exists()
-
-
-def test_resume_of_a_missing_run_dir_and_the_script_error(tmp_path, capsys):
-    with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
-        target_update.run(tmp_path / "missing", budget=TINY, resume=True)
-    script = load_repro_script("target_update")
-    for flags, start in ((["--schedules-typo"], None), (["--tabular-periods", "100,x"], "error: --tabular-periods"),
-                         (["--cartpole-periods", "0"], "error: cartpole_periods")):
-        if start is None:
-            with pytest.raises(SystemExit):  # argparse: an unknown flag exits 2 by itself
-                script.main(["--out", str(tmp_path / "x"), *flags])
-            capsys.readouterr()
-            continue
-        assert run_main(script.main, ["--out", str(tmp_path / "x"), "--quick", *flags]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith(start) and "\n" not in err
 
 
 def test_finished_cells_are_reused_and_other_settings_refused(tmp_path):
