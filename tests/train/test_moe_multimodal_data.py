@@ -1,6 +1,7 @@
-"""The zoo_multimodal dataset, registered with train.data: it stores the generator's examples with stage 1
-applied, laid out as point sets (exact round trip), names every setting on disk, checks its options and the row
-length by name; the confsmoe_multimodal preset takes the trainer's overrides (model.moe.* included)."""
+"""The zoo_multimodal dataset, registered with train.data: it stores the generator's examples as point sets (exact
+round trip), the training split's missing modalities flagged for a fill drawn in training, the validation
+split's filled from the training split; it names every setting on disk, checks its options and the row length
+by name; the confsmoe_multimodal preset takes the trainer's overrides (model.moe.* included)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ def test_dataset_round_trip_equals_the_generator_and_names_every_setting(tmp_pat
     reference = make_multimodal_data(options.task)
     for split, part in (("train", "train"), ("validation", "test")):
         rows = open_rows(data, split, 3 * 4)
-        points, weights = pack_points(fill_split(reference, part, 3))
-        np.testing.assert_array_equal(rows.points, points)
-        np.testing.assert_array_equal(rows.weights, weights)
+        stored = (pack_points(reference.train, to_fill=True) if split == "train"
+                  else pack_points(fill_split(reference, part, 3)))
+        for got, want in zip((rows.points, rows.features, rows.weights), stored, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert rows.features.any() == (split == "train")
         raw = getattr(reference, part)
         np.testing.assert_array_equal(rows.labels, raw.labels)
         # The generator's raw inputs come back where a modality is present (zeros elsewhere in both).

@@ -19,6 +19,7 @@ from icml26zoo.moe.multimodal import (
     ConfSMoEClassifier,
     ConfSMoEConfig,
     expert_imputation,
+    fill_from_batch,
     moe_with_slot_outputs,
     unpack_points,
 )
@@ -189,6 +190,25 @@ def test_missingness_settings():
         MultimodalTaskConfig(setting="III", dropped_modality=2)
 
 
+def test_stage_one_during_training_draws_from_the_batchs_rows_with_the_modality():
+    present = jnp.array([[1, 1], [0, 1], [1, 0], [1, 1], [0, 0]], bool)
+    # Rows with the modality hold 1, rows without it -50: a fill of exactly 1 proves it drew only the former.
+    inputs = tuple(jnp.where(present[:, m, None, None], 1.0, -50.0) * jnp.ones((5, 4, f)) for m, f in enumerate((3, 2)))
+    to_fill = jnp.array([[0, 0], [1, 0], [0, 1], [0, 0], [1, 0]], bool)
+    filled = fill_from_batch(inputs, present, to_fill, jax.random.key(0), 10)
+    for m, x in enumerate(filled):
+        expected = jnp.where(to_fill[:, m, None, None], 1.0, inputs[m])
+        np.testing.assert_array_equal(np.asarray(x), np.broadcast_to(np.asarray(expected), x.shape))
+    # Fresh keys draw other fills; a modality no row has is left as it is.
+    values = jnp.arange(5.0)[:, None, None] * jnp.ones((5, 4, 3))
+    draws = [fill_from_batch((values,), jnp.array([[1], [1], [1], [1], [0]], bool), jnp.array([[0], [0], [0], [0], [1]],
+                                                                                             bool), key, 2)[0][4, 0, 0]
+             for key in jax.random.split(jax.random.key(1), 8)]
+    assert len(set(np.asarray(draws).tolist())) > 1 and all(0.0 <= d <= 3.0 for d in draws)
+    nobody = fill_from_batch((values,), jnp.zeros((5, 1), bool), jnp.ones((5, 1), bool), jax.random.key(0), 3)[0]
+    np.testing.assert_array_equal(np.asarray(nobody), np.asarray(values))
+
+
 def test_feature_layout_round_trips_and_the_registered_model_equals_the_classifier(model, inputs):
     data = make_multimodal_data(MultimodalTaskConfig(feature_dims=FEATURES, signal=(1.0,) * 3, tokens=8,
                                                      modality_missing_rates=(0.3,) * 3, train_size=16, test_size=4))
@@ -197,13 +217,18 @@ def test_feature_layout_round_trips_and_the_registered_model_equals_the_classifi
     for m, (x, raw) in enumerate(zip(filled.inputs, data.test.inputs, strict=True)):
         np.testing.assert_array_equal(x[data.test.present[:, m]], raw[data.test.present[:, m]])
         assert np.all(np.abs(x[~data.test.present[:, m]]).sum(axis=(1, 2)) > 0)
-    points, weights = pack_points(filled)
+    points, features, weights = pack_points(filled)
     assert points.shape == (4, 3 * 8, max(FEATURES)) and weights.shape == (4, 3 * 8)
-    padded = np.pad(points, ((0, 0), (0, 5), (0, 0))), np.pad(weights, ((0, 0), (0, 5)))
-    unpacked, present = unpack_points(jnp.asarray(padded[0]), jnp.asarray(padded[1]), FEATURES, 8)
+    assert features.shape == (4, 3 * 8, 1) and not features.any()
+    padded = [np.pad(a, ((0, 0), (0, 5)) + ((0, 0),) * (a.ndim - 2)) for a in (points, features, weights)]
+    unpacked, present, to_fill = unpack_points(*map(jnp.asarray, padded), FEATURES, 8)
     for got, want in zip(unpacked, filled.inputs, strict=True):
         np.testing.assert_array_equal(np.asarray(got), want)
     np.testing.assert_array_equal(np.asarray(present), data.test.present)
+    assert not np.asarray(to_fill).any()
+    raw = pack_points(data.train, to_fill=True)
+    _, present, to_fill = unpack_points(*map(jnp.asarray, raw), FEATURES, 8)
+    np.testing.assert_array_equal(np.asarray(to_fill), ~data.train.present)
 
     cfg = ModelConfig(name="confsmoe", d_model=CONFIG.dim, num_layers=CONFIG.num_layers, num_heads=CONFIG.num_heads,
                       num_kv_heads=CONFIG.num_heads, moe=CONFIG.moe,
@@ -211,9 +236,9 @@ def test_feature_layout_round_trips_and_the_registered_model_equals_the_classifi
     registered = build_model(cfg, rngs=nnx.Rngs(0))
     assert registered.classifier.config == CONFIG
     nnx.update(registered.classifier, nnx.state(model))
-    points, weights = pack_points(MultimodalSplit(tuple(np.asarray(x) for x in inputs), np.asarray(PRESENT),
-                                                  np.zeros(4, np.int32)))
-    logits = registered(jnp.asarray(points), jnp.zeros((4, 24, 0)), jnp.asarray(weights))
+    points, features, weights = pack_points(MultimodalSplit(tuple(np.asarray(x) for x in inputs), np.asarray(PRESENT),
+                                                            np.zeros(4, np.int32)))
+    logits = registered(jnp.asarray(points), jnp.asarray(features), jnp.asarray(weights))
     np.testing.assert_allclose(np.asarray(logits), np.asarray(model(inputs, PRESENT)[0]), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="model.model_options: confsmoe option 'feature_dims' must name at least 2"):
         build_model(dataclasses.replace(cfg, model_options=(("feature_dims", (3,)),)), rngs=nnx.Rngs(0))

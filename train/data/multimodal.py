@@ -1,24 +1,27 @@
 """`zoo_multimodal`: the synthetic multimodal classification task of ConfSMoE as a feature dataset of the trainer.
 
 The examples are those of `zoo.moe.multimodal_data.make_multimodal_data` (class-conditional Gaussian mixtures
-per modality; read that module for the generative model), with ConfSMoE's stage-1 imputation applied:
-a missing modality's input is the mean of `pool_size` random training inputs of that modality (from the
-training split only, `multimodal_data.fill_split`). Each example is laid out as a point set of M·S points
-(`multimodal_data.pack_points`), so the trainer batches it like the other feature datasets (`train.data.features`):
+per modality; read that module for the generative model). Each example is laid out as a point set of M·S
+points (`multimodal_data.pack_points`), so the trainer batches it like the other feature datasets
+(`train.data.features`):
 
-    points  float32 [M·S, F_max]  point m·S + s: modality m's token s (F_m features, zeros after)
-    weights float32 [M·S]         1 where the modality is present, 0 where it is missing (its stage-1 fill)
-    label   int32
+    points   float32 [M·S, F_max]  point m·S + s: modality m's token s (F_m features, zeros after)
+    features float32 [M·S, 1]      1 on a missing modality's tokens whose stage-1 fill is drawn in training
+    weights  float32 [M·S]         1 where the modality is present, 0 where it is missing
+    label    int32
 
-A batch row padded to seq_len > M·S points has weight 0 on the padding; `zoo.moe.multimodal.unpack_points`
-reads the classifier's inputs back. Splits: "train" is the generator's training split and "validation" its
-test split.
+Splits: "train" is the generator's training split, its missing inputs zero and flagged (features 1): ConfSMoE's
+stage-1 fill, the mean of `pool_size` random training inputs of the modality, is drawn anew at every step
+(objective "multimodal_moe", `zoo.moe.multimodal.fill_from_batch`). "validation" is its test split with the
+fill drawn once from the whole training split (`multimodal_data.fill_split`; test inputs never enter a fill)
+and stored, features 0. A batch row padded to seq_len > M·S points has weight 0 on the padding;
+`zoo.moe.multimodal.unpack_points` reads the classifier's inputs back.
 
 Seeds: unlike the other generated datasets (one SeedSequence([seed, split index]) per split), both splits
 come from `np.random.SeedSequence(seed).spawn(5)`: the first child draws the class prototypes, which both
 splits must share (otherwise the test split would be a different task), the second the training split and
-the third the test split (labels, mixture components, noise and missingness, in that order); the fourth and
-fifth draw the stage-1 fills of the training and the validation split.
+the third the test split (labels, mixture components, noise and missingness, in that order); the fifth draws
+the validation split's stage-1 fills.
 
 Missingness (`setting`): "I" each modality missing independently with its own rate
 (`modality_missing_rates`) in both splits (a sample left with no modality keeps one at random); "II"
@@ -69,7 +72,8 @@ class MultimodalOptions(TaskOptions):
     modality_missing_rates: tuple[float, ...] = (0.3, 0.5)
     # Setting "III": the modality every validation sample lacks.
     dropped_modality: int = 0
-    # Training inputs averaged per missing modality in stage 1.
+    # Training inputs averaged per missing modality in the validation split's stage-1 fill (objective
+    # multimodal_moe's option pool_size sets the training fills').
     pool_size: int = 10
     train_examples: int = 2048
     eval_examples: int = 512
@@ -126,21 +130,30 @@ def make_config(options: MultimodalOptions) -> MultimodalConfig:
 
 
 class ZooMultimodal(GeneratedBuilder):
-    """Examples {"points": float32 [M·S, F_max], "weights": float32 [M·S], "label": int32}; "train", "validation"."""
+    """Examples {"points": float32 [M·S, F_max], "features": float32 [M·S, 1], "weights": float32 [M·S],
+    "label": int32}; "train", "validation"."""
 
     BUILDER_CONFIGS = [make_config(MultimodalOptions())]
+    VERSION = tfds.core.Version("2.0.0")
+    RELEASE_NOTES = {"1.0.0": "Per-modality arrays.", "2.0.0": "Point sets with the stage-1 flags (module docstring)."}
 
     def _features(self) -> dict[str, tfds.features.FeatureConnector]:
         options = self.builder_config.options
-        return feature_spec(options.num_points, max(options.feature_dims), 0)
+        return feature_spec(options.num_points, max(options.feature_dims), 1)
 
     def _generate_examples(self, split: str) -> Examples:
         options = self.builder_config.options
         data = make_multimodal_data(options.task)
-        part = fill_split(data, SPLIT_OF[split], options.pool_size)
-        points, weights = pack_points(part)
-        for index, label in enumerate(part.labels):
-            yield f"{index:08d}", {"points": points[index], "weights": weights[index], "label": np.int32(label)}
+        if split == "train":
+            points, features, weights = pack_points(data.train, to_fill=True)
+            labels = data.train.labels
+        else:
+            part = fill_split(data, SPLIT_OF[split], options.pool_size)
+            points, features, weights = pack_points(part)
+            labels = part.labels
+        for index, label in enumerate(labels):
+            yield f"{index:08d}", {"points": points[index], "features": features[index], "weights": weights[index],
+                                   "label": np.int32(label)}
 
 
 @register_dataset("zoo_multimodal")
@@ -152,6 +165,9 @@ class MultimodalDataset(FeatureDataset):
 
     def max_points(self, options: MultimodalOptions) -> int:
         return options.num_points
+
+    def feature_dim(self, options: MultimodalOptions) -> int:
+        return 1
 
     def builder(self, data, directory: str) -> ZooMultimodal:
         return ZooMultimodal.for_config(directory, make_config(self.options(data)))

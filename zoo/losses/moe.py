@@ -11,8 +11,12 @@ step knowing about them:
 
 "multimodal_moe": the classifier's cross-entropy on batch["labels"] plus the same auxiliary losses of every
 fusion layer, the confidence MSE regressing each routed token's confidence on P(o)[the sample's label] over
-the tokens that reach the layer (`zoo.moe.multimodal`). Option `impute` (default True) runs stage 2 of the
-imputation in the forward. The key is the router's noise (fresh every training step, fixed in evaluation).
+the tokens that reach the layer (`zoo.moe.multimodal`). The key is split into the stage-1 fills of the
+batch's flagged missing modalities (the training split's: the mean of `pool_size` random inputs of the
+batch's rows that have the modality, `zoo.moe.multimodal.fill_from_batch`) and the router's noise; both are
+fresh every training step and fixed in evaluation (whose split is stored filled, so nothing is drawn there).
+Options: `impute` (default True) runs stage 2 of the imputation in the forward; `pool_size` (default 10, as
+the dataset's for its evaluation fills).
 
 Both return the plain cross-entropy's summed metrics (loss_sum, weight, correct), so evaluations compare
 with dense models, and, as train diagnostics (names with a "/", see `zoo.losses.objectives`), the routing
@@ -38,8 +42,10 @@ from icml26zoo.models.lm import positions_from_segments
 from icml26zoo.moe.confidence import confidence_loss
 from icml26zoo.moe.diagnostics import diagnostics_scalars, routing_diagnostics
 from icml26zoo.moe.layer import MoEConfig
+from icml26zoo.moe.multimodal import fill_from_batch
 from icml26zoo.moe.registry import router_options
 from icml26zoo.registry import register_objective
+from icml26zoo.validation import check_int
 
 Batch = dict[str, jax.Array]
 # The routing diagnostics both objectives ask the trainer to draw on the loss plot.
@@ -117,10 +123,13 @@ class MultimodalMoEOptions:
 
     # Run stage 2 of the imputation (expert-level, first layer) in the forward.
     impute: bool = True
+    # Stage 1 during training: inputs averaged into a missing modality's fill.
+    pool_size: int = 10
 
     def __post_init__(self) -> None:
         if not isinstance(self.impute, bool):
             raise ValueError(f"multimodal_moe option 'impute' must be a bool, got {self.impute!r}")
+        check_int("multimodal_moe option 'pool_size'", self.pool_size)
 
 
 _MULTIMODAL_DEFAULTS = MultimodalMoEOptions()
@@ -147,11 +156,13 @@ def multimodal_moe(model: nnx.Module, batch: Batch, rng: jax.Array,
                    options: MultimodalMoEOptions = _MULTIMODAL_DEFAULTS) -> tuple[jax.Array, dict[str, jax.Array]]:
     """ConfSMoE's classification loss on a feature batch of `zoo_multimodal` (module docstring)."""
     missing = [name for name in ("points", "features", "weights", "labels") if name not in batch]
-    if missing or not hasattr(model, "classify"):
+    if missing or not hasattr(model, "unpack"):
         raise ValueError(f"objective 'multimodal_moe' needs model.name='confsmoe' and batch fields points, features, "
                          f"weights, labels (data.name='zoo_multimodal'); missing {missing}, got {sorted(batch)}")
-    logits, auxes = model.classify(batch["points"], batch["features"], batch["weights"], impute=options.impute,
-                                   rng=rng)
+    fill_key, noise_key = jax.random.split(rng)
+    inputs, present, to_fill = model.unpack(batch["points"], batch["features"], batch["weights"])
+    inputs = fill_from_batch(inputs, present, to_fill, fill_key, options.pool_size)
+    logits, auxes = model.classifier(inputs, present, impute=options.impute, rng=noise_key)
     rows = row_weights(batch["weights"])
     sums = weighted_cross_entropy(logits.astype(jnp.float32), batch["labels"], rows)
     extra = classifier_aux_loss(model.classifier.config.moe, auxes, batch["labels"], rows)

@@ -2,10 +2,12 @@
 
 The classifier reads M modalities of S tokens each, with a per-sample mask of the missing ones; the trainer
 hands it a feature batch (`train.data.features`, dataset `zoo_multimodal`) in which point m·S + s is
-modality m's token s and the weights mark the present modalities (`moe.multimodal_data.pack_points`):
+modality m's token s, the weights mark the present modalities and the features flag the missing ones whose
+stage-1 fill is drawn during training (`moe.multimodal_data.pack_points`):
 
-    model(points [B, N, F_max], features [B, N, 0], weights [B, N]) -> logits [B, C]
+    model(points [B, N, F_max], features [B, N, 1], weights [B, N]) -> logits [B, C]
     model.classify(points, features, weights, *, impute=True, rng=None) -> (logits [B, C], aux per layer)
+    model.unpack(points, features, weights) -> (inputs[m] [B, S, F_m], present [B, M], to_fill [B, M])
 
 Sizes come from the ModelConfig: d_model is the token width d, num_layers the fusion layers, num_heads the
 attention heads, `moe` (required) every layer's MoE feed-forward (experts of hidden width d, as in the
@@ -73,13 +75,15 @@ class ConfSMoE(nnx.Module):
         self.options = parse_model_options(ConfSMoEOptions, cfg, owner="confsmoe model")
         self.classifier = ConfSMoEClassifier(classifier_config(cfg, self.options), rngs=rngs)
 
+    def unpack(self, points: jax.Array, features: jax.Array, weights: jax.Array
+               ) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
+        """The classifier's (inputs, present, to_fill) from a batch (`moe.multimodal.unpack_points`)."""
+        return unpack_points(points, features, weights, self.options.feature_dims, self.options.tokens)
+
     def classify(self, points: jax.Array, features: jax.Array, weights: jax.Array, *, impute: bool = True,
                  rng: jax.Array | None = None) -> tuple[jax.Array, list[dict[str, Any]]]:
-        """(logits [B, C] float32, one aux dict per fusion layer); `features` must be empty ([B, N, 0])."""
-        if features.ndim != 3 or features.shape[-1] != 0:
-            raise ValueError(f"features must have shape [B, N, 0] (the modalities' features are the points), "
-                             f"got {features.shape}")
-        inputs, present = unpack_points(points, weights, self.options.feature_dims, self.options.tokens)
+        """(logits [B, C] float32, one aux dict per fusion layer) of the inputs as they are (no fill drawn)."""
+        inputs, present, _ = self.unpack(points, features, weights)
         return self.classifier(inputs, present, impute=impute, rng=rng)
 
     def __call__(self, points: jax.Array, features: jax.Array, weights: jax.Array) -> jax.Array:

@@ -7,8 +7,10 @@ the mean token of each modality, concatenates them and applies Linear → GELU �
 
 Missing modalities (present [B, M] False):
   stage 1 (input level, before the model): the raw input is replaced by the mean of `pool_size` random
-          training inputs of that modality (`zoo.moe.multimodal_data.fill_missing` from a `TrainingPool` of
-          the training split only; the `zoo_multimodal` dataset stores its examples filled so);
+          training inputs of that modality, drawn anew at every training step (`fill_from_batch`, from the
+          training batch's rows that have the modality) and once for evaluation
+          (`zoo.moe.multimodal_data.fill_missing` from a `TrainingPool` of the whole training split, never
+          the test split; the `zoo_multimodal` dataset stores its validation split filled so);
   stage 2 (expert level, first layer only, `expert_imputation`): the missing modality's tokens (which the
           MoE skips) query the other modalities' per-slot expert outputs O [S, k, d]; attention weights
           are softmaxed over the other modalities' tokens per expert slot, only the top k' = ⌊(M−1)·S/4⌋
@@ -91,12 +93,14 @@ def check_batch(config: ConfSMoEConfig, inputs: Inputs, present: jax.Array) -> i
     return batch
 
 
-def unpack_points(points: jax.Array, weights: jax.Array, feature_dims: tuple[int, ...], tokens: int
-                  ) -> tuple[Inputs, jax.Array]:
+def unpack_points(points: jax.Array, features: jax.Array, weights: jax.Array, feature_dims: tuple[int, ...],
+                  tokens: int) -> tuple[Inputs, jax.Array, jax.Array]:
     """The classifier's inputs from a feature batch (`zoo.moe.multimodal_data.pack_points` wrote it).
 
     points [B, N, F_max] (N >= M·S; point m·S + s is modality m's token s, its first F_m coordinates),
-    weights [B, N] (> 0 where the modality is present) -> (inputs[m] [B, S, F_m], present [B, M] bool).
+    features [B, N, 1] (> 0 on the tokens of a missing modality whose stage-1 fill is still to be drawn) or
+    [B, N, 0], weights [B, N] (> 0 where the modality is present)
+    -> (inputs[m] [B, S, F_m], present [B, M] bool, to_fill [B, M] bool).
     """
     modalities = len(feature_dims)
     width = max(feature_dims)
@@ -106,10 +110,33 @@ def unpack_points(points: jax.Array, weights: jax.Array, feature_dims: tuple[int
                          f"got {points.shape}")
     if weights.shape != points.shape[:2]:
         raise ValueError(f"weights must have shape [B, N] = {points.shape[:2]}, got {weights.shape}")
+    if features.shape[:2] != points.shape[:2] or features.ndim != 3 or features.shape[2] > 1:
+        raise ValueError(f"features must have shape [B, N, 1] or [B, N, 0] with [B, N] = {points.shape[:2]} (the "
+                         f"stage-1 flags), got {features.shape}")
     grid = points[:, :count].reshape(batch, modalities, tokens, width)
-    inputs = tuple(grid[:, m, :, :features] for m, features in enumerate(feature_dims))
+    inputs = tuple(grid[:, m, :, :dim] for m, dim in enumerate(feature_dims))
     present = weights[:, :count].reshape(batch, modalities, tokens)[:, :, 0] > 0
-    return inputs, present
+    if features.shape[2] == 0:
+        return inputs, present, jnp.zeros_like(present)
+    to_fill = features[:, :count, 0].reshape(batch, modalities, tokens)[:, :, 0] > 0
+    return inputs, present, to_fill & ~present
+
+
+def fill_from_batch(inputs: Inputs, present: jax.Array, to_fill: jax.Array, key: jax.Array, pool_size: int
+                    ) -> Inputs:
+    """Stage 1 during training: each inputs[m][b] with to_fill[b, m] becomes the mean of `pool_size` inputs[m][b']
+    drawn at random (with replacement, independently per sample) among the batch's rows b' that have modality m
+    (a training batch: training inputs only). Other entries, and every entry of a modality no row of the batch
+    has, are returned unchanged."""
+    filled = []
+    for m, x in enumerate(inputs):
+        pool = present[:, m]
+        logits = jnp.where(pool, 0.0, -jnp.inf)
+        picks = jax.random.categorical(jax.random.fold_in(key, m), logits, shape=(pool_size, x.shape[0])).T
+        average = jnp.mean(x[picks], axis=1).astype(x.dtype)  # [B, S, F_m]
+        use = to_fill[:, m] & jnp.any(pool)
+        filled.append(jnp.where(use[:, None, None], average, x))
+    return tuple(filled)
 
 
 def moe_with_slot_outputs(

@@ -17,13 +17,16 @@ paper text was not available, the settings are read from its loaders):
          never a sample's one reserved (randomly chosen) modality, so every sample keeps one;
   "III"  training as "II"; every test sample lacks modality `dropped_modality` entirely.
 
-Stage 1 of ConfSMoE's imputation happens here, on the data: `fill_missing` replaces each missing input by the
-mean of `pool_size` random training inputs of that modality (a `TrainingPool` of the training split only,
-so test inputs never leak into a fill). `pack_points` lays a split out as a feature dataset of the shared
+Stage 1 of ConfSMoE's imputation for evaluation happens here, on the data: `fill_missing` replaces each missing
+input by the mean of `pool_size` random training inputs of that modality (a `TrainingPool` of the training
+split only, so test inputs never leak into a fill); during training the fill is drawn anew at every step
+(`zoo.moe.multimodal.fill_from_batch`). `pack_points` lays a split out as a feature dataset of the shared
 trainer (`train.data.features`; the `zoo_multimodal` TFDS builder in `train.data.multimodal` stores it):
 
-    points  [N, M·S, F_max]  point m·S + s is modality m's token s: its F_m features, zeros after
-    weights [N, M·S]         1 where the modality is present, 0 where it is missing (its stage-1 fill)
+    points   [N, M·S, F_max]  point m·S + s is modality m's token s: its F_m features, zeros after
+    features [N, M·S, 1]      1 on the tokens of a missing modality whose fill is drawn during training
+                              (`to_fill`: the training split), 0 elsewhere
+    weights  [N, M·S]         1 where the modality is present, 0 where it is missing
 
 and `zoo.moe.multimodal.unpack_points` reads the classifier's inputs back from a batch of them.
 """
@@ -228,11 +231,13 @@ def fill_split(data: MultimodalData, split: str, pool_size: int) -> MultimodalSp
     return MultimodalSplit(inputs, part.present, part.labels)
 
 
-def pack_points(split: MultimodalSplit) -> tuple[np.ndarray, np.ndarray]:
-    """(points [N, M·S, F_max] float32, weights [N, M·S] float32): the split as a feature dataset (module
-    docstring); `zoo.moe.multimodal.unpack_points` inverts it."""
+def pack_points(split: MultimodalSplit, *, to_fill: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points [N, M·S, F_max], features [N, M·S, 1], weights [N, M·S]), float32: the split as a feature dataset
+    (module docstring); `to_fill` flags its missing modalities' tokens for a fill drawn during training.
+    `zoo.moe.multimodal.unpack_points` inverts it."""
     width = max(x.shape[-1] for x in split.inputs)
     points = np.concatenate([np.pad(x, ((0, 0), (0, 0), (0, width - x.shape[-1]))) for x in split.inputs], axis=1)
     tokens = split.inputs[0].shape[1]
     weights = np.repeat(split.present.astype(np.float32), tokens, axis=1)
-    return points.astype(np.float32), weights
+    features = ((weights == 0) & to_fill).astype(np.float32)[..., None]
+    return points.astype(np.float32), features, weights
