@@ -11,11 +11,11 @@ n = budget.seq_len − padding − 1 brackets (objective "membership", near-miss
 evaluated, unchanged, on fresh strings of every length in `dyck_eval_lengths` with the same padding: accuracy
 against length, inside and beyond the training length.
 
-Function composition (`configs/hybrid_funccomp.py`): for each table size n in `funccomp_values` and each
-pattern in `patterns` (e.g. "deltanet,attention" repeated over four layers, or "attention" for the all-softmax
-baseline), a model trains on rows of L (n + 1) + 2 tokens and reports its answer accuracy on the validation
-split (chance 1/n): accuracy against sequence length as the table grows, the axis along which the theory
-predicts hybrids with too few full-attention layers to fall behind.
+Function composition (`configs/hybrid_funccomp.py`): for each table size n in `funccomp_values` and each pattern
+in `patterns` (e.g. "deltanet+attention", the layers' mixers joined by "+", repeated over four layers, or
+"attention" for the all-softmax baseline), a model trains on rows of L (n + 1) + 2 tokens and reports its answer
+accuracy on the validation split (chance 1/n): accuracy against sequence length as the table grows, the axis
+along which the theory predicts hybrids with too few full-attention layers to fall behind.
 
 Example::
 
@@ -39,33 +39,43 @@ from flax import nnx
 from icml26zoo.configs import hybrid_funccomp, looped_dyck
 from icml26zoo.models import build_model
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.formal_languages import Dyck, DyckOptions
 from icml26zoo.train.loop import train
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "LOOPS", "PATTERNS", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["FULL", "LOOPS", "PATTERNS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 # budget.seq_len is the Dyck rows' length (string, padding, <cls>); function composition rows have their own.
 QUICK = Budget(steps=12, batch_size=8, seq_len=13, seeds=(0,))
 FULL = Budget(steps=400, batch_size=32, seq_len=25, seeds=(0,))
 LOOPS: tuple[int | str, ...] = ("log2", 1)
-PATTERNS = ("deltanet,attention", "attention")
+# A pattern names each layer's mixer, joined by "+" (a comma separates patterns on the command line; the model's
+# own "deltanet,attention" form is accepted too).
+PATTERNS = ("deltanet+attention", "attention")
 DYCK_EVAL_LENGTHS = (8, 12, 16, 20, 24, 32)
 FUNCCOMP_VALUES = (4, 8)
 # The QUICK run (notebook, `--quick`): one cell per task (no prelude, a 2-layer hybrid), two evaluation lengths: the
-# pipeline, at the least compile time (compiling dominates a QUICK run).
-QUICK_ARGS = {"loops": ("log2",), "patterns": ("deltanet,attention",), "funccomp_values": (4,),
+# pipeline, at the least compile time (compiling dominates a QUICK run: XLA's cheap pipeline).
+QUICK_ARGS = {"loops": ("log2",), "patterns": ("deltanet+attention",), "funccomp_values": (4,),
               "dyck_eval_lengths": (8, 12), "dyck_padding": 4, "prelude_layers": 0,
-              "hybrid_layers": 2, "eval_examples": 64}
+              "hybrid_layers": 2, "eval_examples": 64, "fast_compile": True}
+# SMOKE: the QUICK looped cell and an all-attention 2-layer stack (the same experiment code as a mixed pattern, a
+# third of its compile time) for 2 steps of 8 rows (a multiple of the devices), one Dyck length, 8 examples.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=13, seeds=(0,))
+SMOKE_ARGS = QUICK_ARGS | {"patterns": ("attention",), "dyck_eval_lengths": (8,), "eval_examples": 8}
 COLUMNS = ("task", "model", "length", "row tokens", "loops", "accuracy", "chance")
 
 
+@register_experiment("looped_hybrid", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, page="docs/papers/looped_cfl.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, loops: Sequence[int | str] = LOOPS,
         dyck_padding: int = 8, dyck_eval_lengths: Sequence[int] = DYCK_EVAL_LENGTHS, prelude_layers: int = 1,
         patterns: Sequence[str] = PATTERNS, funccomp_values: Sequence[int] = FUNCCOMP_VALUES,
-        num_functions: int = 2, hybrid_layers: int = 4, eval_examples: int = 512, resume: bool = False) -> Results:
+        num_functions: int = 2, hybrid_layers: int = 4, eval_examples: int = 512, fast_compile: bool = False,
+        resume: bool = False) -> Results:
     """Trains the Dyck-2 looped cells and the function-composition cells; writes the table and two figures.
 
     Args:
@@ -75,16 +85,34 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, loops: Sequence[in
       dyck_padding: `<pad>` tokens P per Dyck row (training and evaluation).
       dyck_eval_lengths: even string lengths (>= 4) at which each trained looped model is evaluated.
       prelude_layers: the looped model's untied layers before the loop.
-      patterns: hybrid layer patterns (each pattern's length must divide `hybrid_layers`).
+      patterns: hybrid layer patterns, each the layers' mixer names joined by "+" (or ","); each pattern's
+        length must divide `hybrid_layers`.
       funccomp_values: table sizes n (>= 2), one trained cell per pattern and n.
       num_functions: L, the functions composed.
       hybrid_layers: layers of every function-composition model (the pattern repeats over them).
       eval_examples: validation examples per Dyck length and per function-composition cell.
+      fast_compile: compile with XLA's cheap pipeline (jax_disable_most_optimizations) for the whole run: faster
+        compiles, slower steps, for tiny CPU runs where compiling dominates (restored afterwards).
       resume: reuse an existing run_dir's finished cells (FileNotFoundError if it does not exist).
     """
     dyck_train_length = budget.seq_len - dyck_padding - 1
+    patterns = tuple(_model_pattern(pattern) for pattern in patterns)
     _check(loops, dyck_padding, prelude_layers, dyck_train_length, dyck_eval_lengths, patterns, funccomp_values,
            num_functions, hybrid_layers, eval_examples)
+    if not isinstance(fast_compile, bool):
+        raise ValueError(f"fast_compile must be a bool, got {fast_compile!r}")
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", fast_compile or previous)
+    try:
+        return _run(run_dir, budget, loops, dyck_padding, dyck_train_length, dyck_eval_lengths, prelude_layers,
+                    patterns, funccomp_values, num_functions, hybrid_layers, eval_examples, resume)
+    finally:
+        jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def _run(run_dir, budget, loops, dyck_padding, dyck_train_length, dyck_eval_lengths, prelude_layers, patterns,
+         funccomp_values, num_functions, hybrid_layers, eval_examples, resume) -> Results:
+    """`run` after its arguments are checked."""
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     rows, dyck_series, funccomp_series = [], {}, {}
     for loop in loops:
@@ -213,6 +241,14 @@ def _size(pattern: str) -> int:
     return len(pattern.split(","))
 
 
+def _model_pattern(pattern: str) -> str:
+    """The hybrid model's form of `pattern`: mixer names joined by commas ("deltanet+attention" becomes
+    "deltanet,attention")."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"patterns[i] must be mixer names joined by '+', got {pattern!r}")
+    return ",".join(name.strip() for name in pattern.replace("+", ",").split(","))
+
+
 def _check(loops, padding, prelude_layers, train_length, eval_lengths, patterns, values, num_functions, layers,
            eval_examples) -> None:
     from icml26zoo.models.hybrid import HybridOptions
@@ -233,7 +269,10 @@ def _check(loops, padding, prelude_layers, train_length, eval_lengths, patterns,
             raise ValueError(f"dyck_eval_lengths[i] must be even (Dyck strings), got {length}")
     check_int("hybrid_layers", layers)
     for pattern in patterns:
-        names = HybridOptions(pattern=pattern).mixers()
+        try:
+            names = HybridOptions(pattern=pattern).mixers()
+        except ValueError as error:
+            raise ValueError(f"patterns[i]: {error}") from None
         if layers % len(names):
             raise ValueError(f"patterns[i] must have a number of mixers dividing hybrid_layers = {layers}, "
                              f"got {pattern!r}")

@@ -1,15 +1,14 @@
-"""The looped/hybrid reproduction: bad inputs, the script's one-line errors, each cell's config (the model, the
-objective, row lengths equal to the task's rows), and the Dyck length evaluation against the recognizer's labels.
-The QUICK experiment itself runs in the notebook test (tests/test_notebooks.py)."""
+"""The looped/hybrid reproduction: bad inputs, the pattern syntax, each cell's config (the model, the objective,
+row lengths equal to the task's rows), and the Dyck length evaluation against the recognizer's labels. The SMOKE
+experiment itself runs in the experiment contract (tests/repro/test_experiments.py: command line, one-line
+errors, outputs, resume) and the notebook test (tests/test_notebooks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro_scripts import load_repro_script
 
 from icml26zoo.repro import looped_hybrid
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.common import Budget, Experiment
 from icml26zoo.train.data.formal_languages import CLS, Dyck, DyckOptions, is_dyck
 
@@ -22,6 +21,7 @@ TINY = Budget(steps=20, batch_size=2, seq_len=13, seeds=(0,))
         ({"loops": ("log3",)}, r"option 'loops' must be an integer or one of \['log2', 'linear'\]"),
         ({"loops": ()}, "must each hold at least one value"),
         ({"patterns": ("gdn,attention",)}, "unknown mixer 'gdn'"),
+        ({"patterns": ("attention+mamba3",)}, r"patterns\[i\]: .*unknown mixer 'mamba3'"),
         ({"patterns": ("attention,attention,deltanet",)}, "patterns.i. must have a number of mixers dividing"),
         ({"hybrid_layers": 0}, "hybrid_layers"),
         ({"prelude_layers": -1}, "prelude_layers"),
@@ -29,6 +29,7 @@ TINY = Budget(steps=20, batch_size=2, seq_len=13, seeds=(0,))
         ({"dyck_eval_lengths": (8, 9)}, "dyck_eval_lengths.i. must be even"),
         ({"funccomp_values": (1,)}, "funccomp_values"),
         ({"eval_examples": 1}, "eval_examples"),
+        ({"fast_compile": 1}, "fast_compile must be a bool, got 1"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
@@ -37,16 +38,10 @@ def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):
     assert not (tmp_path / "run").exists()  # rejected before anything is written
 
 
-@pytest.mark.parametrize(
-    ("argv", "match"),
-    [(["--values", "4,x"], "--values must be comma-separated integers"),
-     (["--patterns", "attention;mamba3"], "unknown mixer 'mamba3'"),
-     (["--resume"], "does not exist")],
-)
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys, argv, match):
-    status = run_main(load_repro_script("looped_hybrid").main, ["--quick", "--out", str(tmp_path / "run"), *argv])
-    error = capsys.readouterr().err
-    assert status == 2 and error.count("\n") == 1 and error.startswith("error: ") and match in error
+def test_patterns_join_mixers_with_plus_on_the_command_line_and_commas_in_the_model():
+    assert looped_hybrid._model_pattern("deltanet+attention") == "deltanet,attention"
+    assert looped_hybrid._model_pattern("deltanet,attention") == "deltanet,attention"
+    assert looped_hybrid._model_pattern(" attention ") == "attention"
 
 
 def test_cell_configs_match_their_task_rows(tmp_path):
