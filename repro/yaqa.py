@@ -13,15 +13,19 @@ The paper predicts KL(YAQA) < KL(GPTQ) ≈ KL(LDLQ) < KL(RTN), most clearly at 2
 
 Example::
 
-    from icml26zoo.repro import yaqa
-    results = yaqa.run("runs/yaqa", budget=yaqa.QUICK, **yaqa.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("yaqa", "runs/yaqa", budget="quick")
     print(results.markdown)
+
+From a shell: `python -m icml26zoo.repro yaqa [--smoke | --quick] --out DIR [methods=rtn,yaqa_b] [bits=2,3]
+[calibration_batches=32] [eval_batches=8] [d_model=64]`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
 import statistics
@@ -34,22 +38,32 @@ from flax import nnx
 
 from icml26zoo.quant import check_bits, input_moments, kl_sketch_a, kl_sketch_b, output_kl, quantize_model
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.train.data import make_eval_iterator, make_train_iterator
 from icml26zoo.train.presets import tiny_byte_lm
 from icml26zoo.validation import check_int
 
-__all__ = ["BITS", "FULL", "METHODS", "QUICK", "QUICK_ARGS", "run"]
+__all__ = ["BITS", "FULL", "METHODS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=20, batch_size=4, seq_len=32, seeds=(0,))
 FULL = Budget(steps=400, batch_size=16, seq_len=64, seeds=(0,))
 QUICK_ARGS = {"bits": (2,), "calibration_batches": 2, "eval_batches": 2}
+# Every kind of Hessian at the smallest size (none: RTN; input moments: GPTQ; the KL sketch: YAQA-A; LDLQ shares
+# GPTQ's moments, and sketch B's compile alone costs more than the rest: tests/zoo/test_quant.py covers both), a
+# 16-wide LM trained 2 steps of 2 rows of 16 bytes, quantized to 2 bits with one calibration batch, scored on one
+# held-out batch.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
+SMOKE_ARGS = {"methods": ("rtn", "gptq", "yaqa_a"), "bits": (2,), "calibration_batches": 1, "eval_batches": 1,
+              "d_model": 16}
 BITS = (2, 3, 4)
 # Each compared method: the rounding algorithm of `icml26zoo.quant` it uses.
 ROUNDING = {"rtn": "rtn", "gptq": "gptq", "ldlq": "ldlq", "yaqa_a": "yaqa", "yaqa_b": "yaqa"}
 METHODS = tuple(ROUNDING)
 
 
+@register_experiment("yaqa", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/yaqa.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[str] = METHODS,
         bits: Sequence[int] = BITS, calibration_batches: int = 16, eval_batches: int = 8, d_model: int = 64,
         resume: bool = False) -> Results:
@@ -63,7 +77,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
       calibration_batches: training batches (budget.batch_size rows) for the Hessians (>= 1).
       eval_batches: held-out batches for the KL (>= 1).
       d_model: the LM's width (the tiny preset's is 64).
-      resume: require run_dir to exist; finished training cells are reused either way.
+      resume: require run_dir to exist; finished training cells and their stored scores are reused either way.
     """
     methods = check_names("methods", methods, METHODS)
     bits = tuple(bits)
@@ -81,17 +95,11 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     for seed in budget.seeds:
         cell = f"lm_seed{seed}"
         experiment.train_cell(cell, experiment.cell_config(config, seed=seed), devices=devices)
-        cell_config, model, _ = load_run(experiment.cell_dir(cell), devices=devices)
-        calibration = _take(make_train_iterator(cell_config.data, batch_size=budget.batch_size,
-                                                seq_len=budget.seq_len, seed=seed + 7919), calibration_batches)
-        held_out = _take(make_eval_iterator(cell_config.data, batch_size=budget.batch_size,
-                                            seq_len=budget.seq_len), eval_batches)
-        hessians = _hessians(model, calibration, methods, seed)
-        loss.setdefault("float32", []).append(cross_entropy(model, held_out))
+        scores = _scores(experiment, cell, seed, methods, bits, calibration_batches, eval_batches, devices)
+        loss.setdefault("float32", []).append(scores["float32"])
         for method, width in itertools.product(methods, bits):
-            quantized = quantize_model(model, ROUNDING[method], width, hessians.get(method))
-            kl.setdefault((method, width), []).append(output_kl(model, quantized, held_out))
-            loss.setdefault((method, width), []).append(cross_entropy(quantized, held_out))
+            kl.setdefault((method, width), []).append(scores[f"{method}@{width}"]["kl"])
+            loss.setdefault((method, width), []).append(scores[f"{method}@{width}"]["loss"])
     rows = [_row(method, width, kl[(method, width)], loss[(method, width)]) for width in bits for method in methods]
     rows.append({"method": "float32", "bits": 32, "kl": 0.0, "kl_spread": None,
                  "eval_loss": statistics.fmean(loss["float32"])})
@@ -105,16 +113,46 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
                             extra={"kl_per_seed": {f"{m}@{b}": v for (m, b), v in kl.items()}})
 
 
+def _scores(experiment: Experiment, cell: str, seed: int, methods: Sequence[str], bits: Sequence[int],
+            calibration_batches: int, eval_batches: int, devices: list) -> dict:
+    """{"float32": eval loss, "<method>@<bits>": {"kl", "loss"}} of the trained cell `cell`.
+
+    Scores are stored in the cell (quantized.json, under the calibration and eval sizes) and read back on a rerun;
+    only the missing ones are computed (each method's Hessians are drawn from the seed alone, so a score does not
+    depend on which other methods run with it)."""
+    path = experiment.cell_dir(cell) / "quantized.json"
+    sizes = f"calibration{calibration_batches}_eval{eval_batches}"
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    scores = dict(stored.get(sizes, {}))
+    missing = [(m, b) for m, b in itertools.product(methods, bits) if f"{m}@{b}" not in scores]
+    if missing or "float32" not in scores:
+        budget = experiment.budget
+        cell_config, model, _ = load_run(experiment.cell_dir(cell), devices=devices)
+        calibration = _take(make_train_iterator(cell_config.data, batch_size=budget.batch_size,
+                                                seq_len=budget.seq_len, seed=seed + 7919), calibration_batches)
+        held_out = _take(make_eval_iterator(cell_config.data, batch_size=budget.batch_size,
+                                            seq_len=budget.seq_len), eval_batches)
+        hessians = _hessians(model, calibration, [m for m, _ in missing], seed)
+        scores["float32"] = cross_entropy(model, held_out)
+        for method, width in missing:
+            quantized = quantize_model(model, ROUNDING[method], width, hessians.get(method))
+            scores[f"{method}@{width}"] = {"kl": output_kl(model, quantized, held_out),
+                                           "loss": cross_entropy(quantized, held_out)}
+        path.write_text(json.dumps(stored | {sizes: scores}, indent=1) + "\n")
+    return scores
+
+
+@nnx.jit
+def _loss_sums(net: nnx.Module, batch: dict) -> tuple[jax.Array, jax.Array]:
+    logits = net(batch["inputs"], segment_ids=batch["segment_ids"])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+    return jnp.sum(losses * batch["weights"]), jnp.sum(batch["weights"])
+
+
 def cross_entropy(model: nnx.Module, batches: Sequence[dict]) -> float:
-    """Mean next-token cross-entropy (nats) of `model` over the weighted targets of `batches`."""
-
-    @nnx.jit
-    def sums(net: nnx.Module, batch: dict) -> tuple[jax.Array, jax.Array]:
-        logits = net(batch["inputs"], segment_ids=batch["segment_ids"])
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-        return jnp.sum(losses * batch["weights"]), jnp.sum(batch["weights"])
-
-    totals = [sums(model, batch) for batch in batches]
+    """Mean next-token cross-entropy (nats) of `model` over the weighted targets of `batches` (one compiled
+    program for every model of one shape)."""
+    totals = [_loss_sums(model, batch) for batch in batches]
     return float(sum(t for t, _ in totals)) / max(float(sum(w for _, w in totals)), 1e-9)
 
 
