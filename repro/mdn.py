@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 
@@ -37,10 +36,11 @@ from icml26zoo.repro.mdn_parts import (
     mqar_tokens,
     stability_figure,
 )
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "FULL_PLAN", "MIXERS", "QUICK", "QUICK_PLAN", "Plan", "run"]
+__all__ = ["FULL", "MIXERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 # MDN first, then the baselines of the paper's comparison.
 MIXERS = ("mdn", "gated_deltanet", "kda", "mamba2", "deltanet")
@@ -49,48 +49,41 @@ IMPLEMENTATIONS = ("reference", "xla")
 # seq_len 64 holds one MQAR example of up to 16 pairs (4P - 1 = 63 tokens); every cell compiles once.
 QUICK = Budget(steps=10, batch_size=16, seq_len=64, seeds=(0,))
 FULL = Budget(steps=100, batch_size=16, seq_len=64, seeds=(0,))
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """Which cells a run trains: `mixers` on MQAR at each of `pairs`, and on the byte corpus if `byte_corpus`;
-    `stability_at_init` adds the gates of a freshly initialised MDN model to the stability check."""
-
-    mixers: tuple[str, ...]
-    pairs: tuple[int, ...]
-    byte_corpus: bool
-    stability_at_init: bool
-
-
 # A cell costs ~25 CPU-seconds of compilation on a CPU, so QUICK (the notebook) trains MDN alone on one task.
-QUICK_PLAN = Plan(mixers=("mdn",), pairs=(4,), byte_corpus=False, stability_at_init=False)
-FULL_PLAN = Plan(mixers=MIXERS, pairs=(4, 8, 16), byte_corpus=True, stability_at_init=True)
+QUICK_ARGS = {"mixers": ("mdn",), "pairs": (4,), "byte_corpus": False, "stability_at_init": False}
+# SMOKE: the QUICK cell for 2 steps of 8 rows (a multiple of the devices) x 16 tokens (pairs 4 need 4P - 1 = 15),
+# 8 keys, gates sampled on 2 rows.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=16, seeds=(0,))
+SMOKE_ARGS = QUICK_ARGS | {"num_keys": 8, "stability_rows": 2}
 
 
-def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[str] | None = None,
-        pairs: Sequence[int] | None = None, byte_corpus: bool | None = None, num_keys: int = 24,
-        implementation: str | None = "reference", stability_rows: int = 16, resume: bool = False) -> Results:
+@register_experiment("mdn", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/mdn.md")
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[str] = MIXERS,
+        pairs: Sequence[int] = (4, 8, 16), byte_corpus: bool = True, num_keys: int = 24,
+        implementation: str | None = "reference", stability_rows: int = 16, stability_at_init: bool = True,
+        resume: bool = False) -> Results:
     """Trains the grid, measures the MDN gate stability and writes results.md/json and the figures.
 
     Args:
       run_dir: the run directory (cells, data, results).
       budget: steps, batch size, sequence length and seeds of every cell.
-      mixers: some of MIXERS; None: the plan's (QUICK_PLAN when `budget` is QUICK, else FULL_PLAN).
-      pairs: MQAR key-value pairs per example, each >= 1, <= num_keys and with 4P - 1 <= budget.seq_len;
-        None: the plan's.
-      byte_corpus: also train every mixer on the byte corpus; None: the plan's.
+      mixers: some of MIXERS (QUICK_ARGS: MDN alone).
+      pairs: MQAR key-value pairs per example, each >= 1, <= num_keys and with 4P - 1 <= budget.seq_len.
+      byte_corpus: also train every mixer on the byte corpus.
       num_keys: distinct MQAR keys (and values), 1 .. 31 so that the vocabulary of 64 holds them.
       implementation: the mixers' `implementation` option, "reference" (the recurrence: it compiles faster
         than the chunked form at T = 64 and is equal to it, invariant 1), "xla", or None (each op's default).
       stability_rows: MQAR examples fed to the MDN models to sample their gates (>= 1).
+      stability_at_init: also sample the gates of a freshly initialised MDN model (always when "mdn" is not
+        among `mixers`: there is no trained one).
       resume: continue an existing run_dir (FileNotFoundError if it does not exist).
     """
-    plan = QUICK_PLAN if budget == QUICK else FULL_PLAN
-    mixers = check_mixers("mixers", plan.mixers if mixers is None else mixers, MIXERS)
-    pairs = _check_pairs(plan.pairs if pairs is None else pairs, num_keys, budget)
-    byte_corpus = plan.byte_corpus if byte_corpus is None else byte_corpus
-    if not isinstance(byte_corpus, bool):
-        raise ValueError(f"byte_corpus must be True, False or None, got {byte_corpus!r}")
+    mixers = check_mixers("mixers", mixers, MIXERS)
+    pairs = _check_pairs(pairs, num_keys, budget)
+    for name, flag in (("byte_corpus", byte_corpus), ("stability_at_init", stability_at_init)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
     if implementation is not None and implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be None or one of {list(IMPLEMENTATIONS)}, got {implementation!r}")
     check_int("stability_rows", stability_rows)
@@ -113,7 +106,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
         rows.append(row)
 
     stability = _stability(experiment, num_keys, pairs, implementation, stability_rows, trained="mdn" in mixers,
-                           at_init=plan.stability_at_init or "mdn" not in mixers)
+                           at_init=stability_at_init or "mdn" not in mixers)
     figures = {
         "recall_vs_pairs": line_figure(recall, xlabel="key-value pairs per example", ylabel="MQAR eval accuracy",
                                        title=f"MQAR recall vs pairs ({num_keys} keys, chance 1/{num_keys})",

@@ -1,5 +1,6 @@
 """MDN reproduction: bad inputs, and the design notes invariants 4 (nesting), 5 (exact write), 6
-(non-expansiveness) and 7 (the spectral radius of MDN's 2x2 gated momentum transition is below 1)."""
+(non-expansiveness) and 7 (the spectral radius of MDN's 2x2 gated momentum transition is below 1). The SMOKE run,
+its command line and resume are the experiment contract's (tests/repro/test_experiments.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from repro_scripts import load_repro_script
 
 from icml26zoo.kernels.delta_rule.reference import gated_delta_rule
 from icml26zoo.kernels.momentum_delta_rule.reference import momentum_delta_rule
 from icml26zoo.mixers.mdn import MomentumDeltaNet, momentum_transition, transition_spectral_radius
 from icml26zoo.repro import mdn
-from icml26zoo.repro.cli import run_main
 from icml26zoo.repro.mdn_parts import mqar_config
 from icml26zoo.train.config import load_preset
 
@@ -29,7 +28,8 @@ ATOL = 2e-5  # float32 recurrences of a few steps
     ({"pairs": [20]}, r"pairs: 20 pairs need p <= num_keys \(16\) and 4p - 1 <= budget.seq_len \(64\)"),
     ({"pairs": [4, 4]}, r"pairs must not repeat a value"),
     ({"num_keys": 40}, r"num_keys must be an integer in 1 .. 31 .*got 40"),
-    ({"byte_corpus": "yes"}, r"byte_corpus must be True, False or None, got 'yes'"),
+    ({"byte_corpus": "yes"}, r"byte_corpus must be True or False, got 'yes'"),
+    ({"stability_at_init": None}, r"stability_at_init must be True or False, got None"),
     ({"implementation": "pallas"}, r"implementation must be None or one of \['reference', 'xla'\], got 'pallas'"),
     ({"stability_rows": 0}, r"stability_rows must be an integer >= 1, got 0"),
 ])
@@ -38,19 +38,6 @@ def test_bad_arguments_are_value_errors(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         mdn.run(tmp_path / "run", budget=mdn.QUICK, **kwargs)
     assert not (tmp_path / "run").exists()  # checked before anything is written
-
-
-def test_resume_of_a_missing_run_dir_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"does not exist: there is nothing to resume"):
-        mdn.run(tmp_path / "missing", budget=mdn.QUICK, resume=True)
-
-
-def test_script_reports_bad_input_in_one_line_with_status_2(tmp_path, capsys):
-    script = load_repro_script("mdn")
-    assert run_main(script.main, ["--out", str(tmp_path / "r"), "--quick", "--mixers", "mdn,nope"]) == 2
-    assert run_main(script.main, ["--out", str(tmp_path / "r"), "--pairs", "4,x"]) == 2
-    errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 2 and "unknown name 'nope'" in errors[0] and "--pairs must be" in errors[1]
 
 
 def test_presets_compared_have_matched_shapes():
