@@ -1,9 +1,11 @@
 """The experiment contract, over every registered experiment: a new experiment is tested by registering it.
 
-Each experiment, at its SMOKE budget through the command line (`python -m icml26zoo.repro`): runs, writes its
-three outputs (results.md, results.json, at least one PNG) stamped with its name, resumes to the same rows, and
-rejects bad input (an unknown option, a bad budget flag, a bad name in a name-list option, a run directory of
-another experiment) with one line and exit status 2 before writing anything.
+Each experiment at its SMOKE budget: rejects bad input (an unknown name in a name-list option, a run directory of
+another experiment) with one line and exit status 2 before writing anything; runs and writes its three outputs
+(results.md, results.json, at least one PNG) stamped with its name; resumes through the command line
+(`python -m icml26zoo.repro <name> --smoke --resume`) to the same rows. The run is the experiment's notebook
+(notebooks/<name>.ipynb, every cell at SMOKE, plots drawn) when it has one, so one smoke run serves both the
+notebook and the contract; otherwise the command line's.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import json
 import pathlib
 
 import pytest
+from notebook_runner import RUN_BUDGET, run_notebook
 
 from icml26zoo.repro import cli, registry
 
-REPRO = pathlib.Path(__file__).resolve().parents[2] / "repro"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+REPRO = REPO / "repro"
 NAMES = registry.names()
 
 
@@ -83,17 +87,33 @@ def _comparable(rows: list[dict], volatile: tuple[str, ...]) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in volatile} for row in rows]
 
 
+def _notebook_run(name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path | None:
+    """Runs notebooks/<name>.ipynb at SMOKE and returns the run directory it wrote (None without a notebook)."""
+    notebook = REPO / "notebooks" / f"{name}.ipynb"
+    if not notebook.is_file() or RUN_BUDGET != "smoke":
+        return None
+    scratch = run_notebook(notebook, tmp_path, monkeypatch)
+    runs = [marker.parent for marker in scratch.rglob("experiment.json")
+            if json.loads(marker.read_text()).get("experiment") == name]
+    assert len(runs) == 1, f"notebooks/{name}.ipynb must run experiment {name!r} once, found runs {runs}"
+    return runs[0]
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_experiment_contract(name, tmp_path, capsys):
+def test_experiment_contract(name, tmp_path, capsys, monkeypatch):
     spec = registry.get(name)
-    out = tmp_path / "run"
+    refused = tmp_path / "refused"
     for option in _name_list_options(spec):
-        assert cli.main([name, "--smoke", "--out", str(out), f"{option}=no_such_name"]) == 2
+        assert cli.main([name, "--smoke", "--out", str(refused), f"{option}=no_such_name"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and option in err, (option, err)
-        assert not out.exists(), f"{name}: a bad {option} wrote {out} before failing"
+        assert not refused.exists(), f"{name}: a bad {option} wrote {refused} before failing"
 
-    assert cli.main([name, "--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
+    (tmp_path / "notebook").mkdir()
+    out = _notebook_run(name, tmp_path / "notebook", monkeypatch)
+    if out is None:
+        out = tmp_path / "run"
+        assert cli.main([name, "--smoke", "--out", str(out)]) == 0, capsys.readouterr().err
     written = {p.name for p in out.iterdir()}
     assert {"results.md", "results.json", "experiment.json"} <= written, written
     assert any(p.endswith(".png") for p in written), written
@@ -101,6 +121,7 @@ def test_experiment_contract(name, tmp_path, capsys):
     assert record["experiment"] == name and record["rows"], record
     assert (out / "results.md").read_text().startswith("# ")
 
+    capsys.readouterr()
     assert cli.main([name, "--smoke", "--out", str(out), "--resume"]) == 0, capsys.readouterr().err
     resumed = json.loads((out / "results.json").read_text())
     assert _comparable(resumed["rows"], spec.volatile) == _comparable(record["rows"], spec.volatile)
