@@ -53,9 +53,11 @@ def _inputs(seed: int, length: int, diagonal: bool, packed: bool, batch: int = B
     return inputs
 
 
-# Every length (1, 63, 100, 129: not multiples of the chunk), both chunk sizes, packed and not; one compile
-# per form and case keeps the file inside the CI budget on 2 cores.
-PARITY = [(1, 16, False), (63, 64, True), (100, 16, True), (129, 64, False), (129, 16, True)]
+# Compile once, check many: each parity case compiles the recurrence's, the chunked form's and the attention
+# form's VJP, and the checks below run on these programs (same shapes, B = 2). Per decay kind: T = 1; T = 100
+# packed at chunk 64 (1 chunk + 36); T = 129 packed at chunk 16 (8 + 1) and plain at 16 (the segments alone of
+# the packed-rows check, the decode forward).
+PARITY = [(1, 16, False), (100, 64, True), (129, 16, True), (129, 16, False)]
 
 
 @DIAGONAL
@@ -69,9 +71,9 @@ def test_three_way_equality(diagonal, seqlen, chunk, packed):
 
 
 @pytest.mark.parametrize("diagonal,seqlen,chunk,packed",
-                         [(False, 100, 16, True), (True, 100, 16, True), (True, 129, 64, False)])
+                         [(False, 129, 16, True), (True, 100, 64, True), (True, 129, 16, False)])
 def test_pallas_matches_reference(diagonal, seqlen, chunk, packed):
-    """Pallas (interpret) forward and custom_vjp backward against the recurrence."""
+    """Pallas (interpret) forward and custom_vjp backward against the recurrence (its parity programs)."""
     harness.check_forward_and_grads(CASES[diagonal], seqlen, chunk_size=chunk, packed=packed, impls=("pallas",),
                                     seed=seqlen + 1)
 
@@ -91,38 +93,44 @@ def _float64_recurrence(x, a, b, c, s0, seg) -> tuple[np.ndarray, np.ndarray]:
 
 @DIAGONAL
 def test_float32_forms_against_float64(diagonal):
-    i = _inputs(5, 70, diagonal, True, batch=1, p=4, n=3)
+    """Each float32 form against a float64 recurrence (the T = 129 packed parity programs)."""
+    i = _inputs(5, 129, diagonal, True)
     want = _float64_recurrence(i["x"], i["a"], i["b"], i["c"], i["initial_state"], i["segment_ids"])
     for impl in ("reference", "xla", "attention"):
-        got = ssd(**i, chunk_size=16, implementation=impl)
+        got = harness.outputs(CASES[diagonal], impl, i, 16 if impl == "xla" else None)
         for name, g, w in zip(("y", "S"), got, want, strict=True):
             harness.assert_close(g, w, F64, what=f"{impl} {name}")
 
 
 @DIAGONAL
 def test_packed_equals_loop_over_segments(diagonal):
-    """Each segment alone, right-padded to one length with identity steps (a = x = b = c = 0) so that one
-    compile serves all: padding after the segment changes neither its outputs nor its final state."""
-    bounds = [[0, 17, 18, 61, 90]]  # includes a one-token segment
-    harness.check_packed_equals_loop(CASES[diagonal], bounds, impl="xla", chunk_size=16, pad_segments_to=48, seed=11)
+    """Each segment alone, right-padded with identity steps (a = x = b = c = 0: padding after the segment changes
+    neither its outputs nor its final state), outputs, final states and every gradient; on the T = 129 parity
+    programs."""
+    bounds = [[0, 17, 18, 61, 129], [0, 1, 90, 129]]  # includes one-token segments
+    harness.check_packed_equals_segments_alone(CASES[diagonal], bounds, impl="xla", chunk_size=16, seed=11)
 
 
 @DIAGONAL
 def test_decode_chain_equals_forward(diagonal):
-    harness.check_decode_equals_forward(CASES[diagonal], 40, impl="xla", chunk_size=16, seed=3)
+    harness.check_decode_equals_forward(CASES[diagonal], 129, impl="xla", chunk_size=16, seed=3, via_vjp=True)
 
 
 def test_diagonal_with_equal_decays_is_scalar():
-    i = _inputs(4, 50, False, True)
-    got = ssd(**dict(i, a=jnp.broadcast_to(i["a"][..., None], i["b"].shape)), chunk_size=16)
-    want = ssd(**i, chunk_size=16)
+    """The chunked form with a diagonal decay equal in every state channel equals the scalar form (both T = 129
+    packed parity programs)."""
+    i = _inputs(4, 129, False, True)
+    got = harness.outputs(CASES[True], "xla", dict(i, a=jnp.broadcast_to(i["a"][..., None], i["b"].shape)), 16)
+    want = harness.outputs(CASES[False], "xla", i, 16)
     for g, w in zip(got, want, strict=True):
         harness.assert_close(g, w, F32, what="diagonal = scalar")
 
 
 def test_zero_input_gives_zero_output():
-    i = _inputs(6, 33, True, True)
-    y, s = ssd(**dict(i, x=jnp.zeros_like(i["x"]), initial_state=None), chunk_size=16)
+    """x = 0 from a zero state: y = 0 and S = 0 exactly (the T = 129 packed diagonal program)."""
+    i = _inputs(6, 129, True, True)
+    y, s = harness.outputs(CASES[True], "xla", dict(i, x=jnp.zeros_like(i["x"]),
+                                                    initial_state=jnp.zeros_like(i["initial_state"])), 16)
     assert not np.any(np.asarray(y)) and not np.any(np.asarray(s))
 
 
@@ -131,7 +139,7 @@ def test_semiseparable_rank_at_most_n(diagonal):
     """Every lower block M[t:, :t] has rank <= N (1 per 1-SS component when scalar)."""
     n = 3
     i = _inputs(8, 40, diagonal, False, batch=1, heads=1, n=n)
-    m = np.asarray(kernel_matrix(i["a"], i["b"], i["c"]), np.float64)[0, 0]
+    m = np.asarray(harness.jit(kernel_matrix)(i["a"], i["b"], i["c"]), np.float64)[0, 0]
     for t in range(1, 40):
         sv = np.linalg.svd(m[t:, :t], compute_uv=False)
         assert int(np.sum(sv > 1e-5 * max(sv[0], 1e-30))) <= n, t
@@ -140,9 +148,9 @@ def test_semiseparable_rank_at_most_n(diagonal):
 def test_bfloat16_inputs():
     i = _inputs(9, 70, False, True)
     bf = dict(i, **{k: i[k].astype(jnp.bfloat16) for k in ("x", "b", "c")})
-    y, s = ssd(**bf, chunk_size=16)
+    y, s = harness.jit(functools.partial(ssd, chunk_size=16))(**bf)
     assert y.dtype == jnp.bfloat16 and s.dtype == jnp.float32
-    y_ref, s_ref = ref.ssd(**bf)
+    y_ref, s_ref = harness.jit(ref.ssd)(**bf)
     harness.assert_close(y, y_ref, BF16, what="y bf16")
     harness.assert_close(s, s_ref, F32, what="S")  # same bf16 inputs, float32 state on both sides
 
@@ -161,9 +169,9 @@ def test_dispatch():
     assert api._select(None) is xla.ssd  # the chunked XLA form is the default on every backend
     assert api._select(("pallas", "xla")) is pallas.ssd  # pallas runs (interpreted) on CPU
     assert api._select("attention") is attention_form.ssd
-    i = _inputs(4, 50, False, True)
-    got = ssd(**i, chunk_size=16, implementation=("xla",))
-    harness.assert_close(got[0], ref.ssd(**i)[0], F32, what="y")
+    i = _inputs(4, 129, False, True)
+    got = harness.jit(functools.partial(ssd, chunk_size=16, implementation=("xla",)))(**i)
+    harness.assert_close(got[0], harness.outputs(CASES[False], "reference", i)[0], F32, what="y")
     with pytest.raises(ValueError, match="unknown implementation"):
         ssd(i["x"], i["a"], i["b"], i["c"], implementation="triton")
 
