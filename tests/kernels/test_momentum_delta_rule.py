@@ -71,13 +71,16 @@ def _run(x: dict, **kw: object) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]
     return harness.jit(lambda x: momentum_delta_rule(**x, **kw))(x)
 
 
-# Every T meets one chunk size; across the T values both 16 and 64 occur, and both plain and packed rows.
-PARITY_CASES = [(1, 16), (63, 64), (100, 64), (129, 16)]
+# Compile once, check many: each parity case compiles the reference's and the xla path's VJP, and the checks
+# below run on these programs (same shapes, B = 2). T = 1; T = 63 plain at chunk 64 (one partial chunk: the
+# log_mu range checks); T = 100 packed at 64 (1 chunk + 36); T = 129 packed at 16 (8 + 1) and plain at 16 (the
+# segments alone of the packed-rows check, decode, state passing).
+PARITY_CASES = [(1, 16, False), (63, 64, False), (100, 64, True), (129, 16, True), (129, 16, False)]
 
 
-@pytest.mark.parametrize("t, chunk", PARITY_CASES)
-def test_parity_forward_and_all_gradients(t: int, chunk: int) -> None:
-    harness.check_forward_and_grads(CASE, t, chunk_size=chunk, packed=t >= 100)
+@pytest.mark.parametrize("t, chunk, packed", PARITY_CASES)
+def test_parity_forward_and_all_gradients(t: int, chunk: int, packed: bool) -> None:
+    harness.check_forward_and_grads(CASE, t, chunk_size=chunk, packed=packed)
 
 
 def _numpy_f64(x: dict) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
@@ -111,10 +114,11 @@ def _assert_matches_f64(got: tuple, x: dict, what: str) -> None:
 def test_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float]) -> None:
     """log_mu anywhere in (-5, 0] (the last case is exactly 0: mu = 1), weak decay (long memory: Gam up to
     ~t - j + 1), chunk 64, no clamping. (-2, 0) is where the difference-of-cumulants form loses all precision
-    (measured: O(1) forward error, NaN for (-5, 0)). The XLA path also matches a float64 recurrence."""
+    (measured: O(1) forward error, NaN for (-5, 0)). The XLA path also matches a float64 recurrence. T = 63 in
+    one chunk of 64 (the plain T = 63 parity programs)."""
     case = with_gates(CASE, g_range=(-0.3, 0.0), mu_range=mu_range)
-    want = harness.check_forward_and_grads(case, 192, chunk_size=64, seed=1)
-    inputs = harness.make_case_inputs(case, 192, seed=1)
+    want = harness.check_forward_and_grads(case, 63, chunk_size=64, seed=1)
+    inputs = harness.make_case_inputs(case, 63, seed=1)
     # The compiled VJP of the check above, run again for its outputs (any cotangents of the right structure).
     got, _ = harness.forward_and_grads(case, "xla", inputs, want[0], 64)
     _assert_matches_f64(got, inputs, "xla vs float64")
@@ -122,45 +126,58 @@ def test_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float]) -> None:
 
 @pytest.mark.parametrize("impl", ("reference", "xla"))
 def test_matches_float64_numpy(impl: str) -> None:
-    x = _inputs(40, seed=3, packed=True, dk=8, dv=4)
-    _assert_matches_f64(_run(x, chunk_size=16, implementation=impl), x, f"{impl} vs float64")
+    """Both paths against float64 numpy on packed rows (the T = 129 packed parity programs)."""
+    x = _inputs(129, seed=3, packed=True)
+    _assert_matches_f64(harness.outputs(CASE, impl, x, None if impl == "reference" else 16), x, f"{impl} vs float64")
 
 
 @pytest.mark.parametrize("impl", ("reference", "xla"))
 def test_packed_equals_per_segment_loop(impl: str) -> None:
-    """One row of T = 90 in five segments (one of a single token), chunk 16; each segment is padded with
-    identity steps (beta = eta = 0, gates 0: S, M unchanged) so that all of them share one compiled shape."""
-    harness.check_packed_equals_loop(CASE, [[0, 11, 12, 40, 71, 90]], impl=impl, chunk_size=16, pad_segments_to=90)
+    """Two rows of T = 129 in eight segments (single tokens included), chunk 16, against each segment alone,
+    padded with identity steps (beta = eta = 0, gates 0: S, M unchanged): outputs, final (S, M) and every
+    gradient, on the T = 129 parity programs."""
+    harness.check_packed_equals_segments_alone(CASE, [[0, 11, 12, 40, 71, 129], [0, 1, 90, 129]], impl=impl,
+                                               chunk_size=16)
+
+
+@functools.cache
+def _gdn_reference() -> object:
+    """The gated delta rule's reference, jitted once for both cases of the reduction test."""
+    return harness.jit(lambda d: gated_delta_rule(**d, implementation="reference"))
 
 
 @pytest.mark.parametrize("impl", ("reference", "xla"))
 def test_reduces_to_gated_delta_rule(impl: str) -> None:
-    """p = exp(g) k and log_mu = -1e4 (mu = 0 exactly in float32) is Gated DeltaNet with beta * eta."""
+    """p = exp(g) k and log_mu = -1e4 (mu = 0 exactly in float32) is Gated DeltaNet with beta * eta (the T = 100
+    packed parity programs, chunk 64)."""
     x = _inputs(100, seed=2, packed=True)
     x.update(p=jnp.exp(x["g"])[..., None] * x["k"], log_mu=jnp.full_like(x["g"], -1e4))
-    o, (s, _) = _run(x, chunk_size=64, implementation=impl)
+    o, (s, _) = harness.outputs(CASE, impl, x, None if impl == "reference" else 64)
     gdn = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"] * x["eta"],
                initial_state=x["initial_state"][0], segment_ids=x["segment_ids"])
     # mu = 0 drops M0 entirely: the first step's M is eta k e^T whatever M0 was.
-    o_gdn, s_gdn = harness.jit(lambda d: gated_delta_rule(**d, implementation="reference"))(gdn)
+    o_gdn, s_gdn = _gdn_reference()(gdn)
     harness.assert_close(o, o_gdn, TOL, what="o")
     harness.assert_close(s, s_gdn, TOL, what="final S")
 
 
 def test_decode_steps_chained_equal_full_forward() -> None:
-    harness.check_decode_equals_forward(CASE, 21, impl="xla", chunk_size=16, seed=7)
+    harness.check_decode_equals_forward(CASE, 129, impl="xla", chunk_size=16, seed=7, via_vjp=True)
 
 
 def test_state_passing_equals_one_pass() -> None:
-    """Running [x1; x2] equals running x1, then x2 from x1's final (S, M) (the chunked form's invariant)."""
-    x = _inputs(128, seed=9, packed=False)
-    o, state = _run(x, chunk_size=32)
-    halves = [{n: (x[n][:, i * 64:(i + 1) * 64] if n in SEQ else x[n]) for n in x} for i in (0, 1)]
-    run_half = harness.jit(lambda d: momentum_delta_rule(**d, chunk_size=32))
-    o1, state1 = run_half(halves[0])
-    o2, state2 = run_half({**halves[1], "initial_state": state1})
-    harness.assert_close(jnp.concatenate([o1, o2], axis=1), o, TOL, what="o")
-    harness.assert_trees_close(state2, state, TOL, what="final (S, M)")
+    """Running [x1; x2; x3] equals running x1, then x2 from x1's final (S, M), then x3 (the chunked form's
+    invariant): thirds of 43 steps, each cut inside a chunk of the one pass (the T = 129 plain program)."""
+    x = _inputs(129, seed=9, packed=False)
+    o, state = harness.outputs(CASE, "xla", x, 16)
+    thirds = [{n: (x[n][:, i * 43:(i + 1) * 43] if n in SEQ else x[n]) for n in x} for i in range(3)]
+    run_third = harness.jit(lambda d: momentum_delta_rule(**d, chunk_size=16, implementation="xla"))
+    pieces, carried = [], x["initial_state"]
+    for third in thirds:
+        o_i, carried = run_third({**third, "initial_state": carried})
+        pieces.append(o_i)
+    harness.assert_close(jnp.concatenate(pieces, axis=1), o, TOL, what="o")
+    harness.assert_trees_close(carried, state, TOL, what="final (S, M)")
 
 
 def test_bf16_inputs_match_reference() -> None:
