@@ -27,8 +27,11 @@ TOL = tolerance(PALLAS.name)
 # reverse walk matter; under strong decays the chunks barely talk to each other.
 WEAK = (-0.2, 0.0)
 
-# (T, chunk, packed, gate range): every T once, both chunk sizes, plain and packed rows, both regimes.
-PARITY_CASES = [(1, 16, False, STRONG), (63, 64, False, WEAK), (100, 64, True, STRONG), (129, 16, True, WEAK)]
+# Compile once, check many: each parity case compiles the reference's and the Pallas path's VJP, and the checks
+# below run on these programs (same shapes, B = 2). (T, chunk, packed, gate range): T = 1; T = 100 packed at
+# chunk 64 (1 chunk + 36; the log_mu range checks); T = 129 at chunk 16 (8 + 1) packed, and plain (the
+# final-state-only gradients, the segments alone of the packed-rows check); both regimes.
+PARITY_CASES = [(1, 16, False, STRONG), (100, 64, True, STRONG), (129, 16, True, WEAK), (129, 16, False, WEAK)]
 
 
 @pytest.mark.parametrize("t, chunk, packed, gates", PARITY_CASES)
@@ -40,16 +43,17 @@ def test_pallas_forward_and_all_gradients(t: int, chunk: int, packed: bool, gate
 @pytest.mark.parametrize("mu_range, mu_ones", [((-5.0, 0.0), 0.25), ((-2.0, 0.0), 0.0)])
 def test_pallas_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float], mu_ones: float) -> None:
     """log_mu anywhere in (-5, 0] (a quarter exactly 0: mu = 1), weak decay (Gam up to ~t - j + 1), chunk 64,
-    no clamp; (-2, 0) is where a difference-of-cumulants Gam is off by O(1)."""
+    no clamp; (-2, 0) is where a difference-of-cumulants Gam is off by O(1). T = 100 packed, the parity
+    programs (was B 1, T 192)."""
     case = with_gates(PALLAS, g_range=(-0.3, 0.0), mu_range=mu_range, mu_ones=mu_ones)
-    harness.check_forward_and_grads(case, 192, chunk_size=64, packed=True, batch=1, seed=1)
+    harness.check_forward_and_grads(case, 100, chunk_size=64, packed=True, seed=1)
 
 
 def test_pallas_final_state_only_gradients() -> None:
     """Cotangents on the final (S, M) only (o's cotangent zero): the gradient paths through the carried
-    states alone, chunk 16 over 5 chunks, weak decays, including dS0 and dM0."""
+    states alone, chunk 16 over 9 chunks, weak decays, including dS0 and dM0 (the T = 129 plain programs)."""
     case = with_gates(PALLAS, g_range=WEAK, mu_range=WEAK)
-    inputs = harness.make_case_inputs(case, 70, seed=4)
+    inputs = harness.make_case_inputs(case, 129, seed=4)
     do, dfinal = harness.random_cotangents(np.random.default_rng(5), jax.eval_shape(lambda i: REFERENCE(**i), inputs))
     cotangents = (jnp.zeros_like(do), dfinal)
     got = harness.forward_and_grads(case, "pallas", inputs, cotangents, 16)
@@ -59,15 +63,16 @@ def test_pallas_final_state_only_gradients() -> None:
 
 
 def test_pallas_packed_equals_per_segment_loop() -> None:
-    """One row of T = 90 in five segments (one of a single token), chunk 16, identity-padded segments."""
-    harness.check_packed_equals_loop(PALLAS, [[0, 11, 12, 40, 71, 90]], impl="pallas", chunk_size=16,
-                                     pad_segments_to=90)
+    """Two rows of T = 129 in eight segments (single tokens included), chunk 16, identity-padded segments alone:
+    outputs, final (S, M) and every gradient, on the T = 129 parity programs."""
+    harness.check_packed_equals_segments_alone(PALLAS, [[0, 11, 12, 40, 71, 129], [0, 1, 90, 129]], impl="pallas",
+                                               chunk_size=16)
 
 
 def test_pallas_bf16_inputs_match_reference() -> None:
     inputs = harness.make_case_inputs(PALLAS, 40, seed=11, packed=True)
     xb = {n: (v.astype(jnp.bfloat16) if n in ("q", "k", "v", "p") else v) for n, v in inputs.items()}
-    run = lambda impl: jax.jit(lambda d: momentum_delta_rule(**d, chunk_size=16, implementation=impl))(xb)
+    run = lambda impl: harness.jit(lambda d: momentum_delta_rule(**d, chunk_size=16, implementation=impl))(xb)
     o_ref, state_ref = run("reference")
     o, state = run("pallas")
     assert o.dtype == jnp.bfloat16
