@@ -31,45 +31,52 @@ from icml26zoo.kernels._common import attention_tiles, lowering
 from icml26zoo.kernels.forgetting_attention import pallas, tuning
 
 BLOCK = 16
-# Distinct function objects: the harness caches one jit per function, and a trace made inside
-# `interpret_as("tpu")` must never serve a call outside it (or the reverse).
+# A distinct function object for the TPU-shaped path: the harness caches one jit per function, and a trace made
+# inside `interpret_as("tpu")` must never serve a call outside it (or the reverse).
 _TPU_PATH = functools.partial(pallas.forgetting_attention)
-_GENERIC_PATH = functools.partial(pallas.forgetting_attention)
 TPU_CASE = dataclasses.replace(FOX_CASE, fast={"pallas_tpu": _TPU_PATH})
-GENERIC_CASE = dataclasses.replace(FOX_CASE, fast={"pallas": _GENERIC_PATH})
+GENERIC_CASE = dataclasses.replace(FOX_CASE, fast={"pallas": pallas.forgetting_attention})
 
 
-@pytest.mark.parametrize(("packed", "length"), [(True, 37), (False, 20)], ids=["packed-T37", "plain-T20"])
-def test_tpu_layout_parity_forward_and_all_gradients(packed, length):
-    """T = 37: three 16-step blocks and a padded tail; T = 20: two blocks, no segments."""
-    with lowering.interpret_as("tpu"):
+def test_nan_log_gate_stays_in_its_segment():
+    """NaN log_fgate on positions 10:20 of row 0 (a segment straddling a block edge, clean segments on both
+    sides in the same blocks), straight into the kernels, generic interpreter (the CPU default); the TPU
+    layout's twin is in TestTpuLayout."""
+    check_nan_gate_stays_in_its_segment(GENERIC_CASE, "pallas", "log_fgate", BOUNDS, POISONED, BLOCK)
+
+
+class TestTpuLayout:
+    """The TPU-shaped kernels under Pallas's TPU interpreter. All tests of the class run inside one
+    `interpret_as("tpu")` (entering and leaving it clears JAX's caches), so they share their compiled programs:
+    the NaN check runs on the T = 37 parity program."""
+
+    @pytest.fixture(autouse=True, scope="class")
+    def _tpu_interpreter(self):
+        with lowering.interpret_as("tpu"):
+            yield
+
+    @pytest.mark.parametrize(("packed", "length"), [(True, 37), (False, 20)], ids=["packed-T37", "plain-T20"])
+    def test_parity_forward_and_all_gradients(self, packed, length):
+        """T = 37: three 16-step blocks and a padded tail; T = 20: two blocks, no segments."""
         harness.check_forward_and_grads(TPU_CASE, length, chunk_size=BLOCK, packed=packed, batch=1)
 
+    def test_nan_log_gate_stays_in_its_segment(self):
+        """The generic test's check: NaN log_fgate on 10:20 of T = 37 (the packed parity program)."""
+        check_nan_gate_stays_in_its_segment(TPU_CASE, "pallas_tpu", "log_fgate", [[0, 10, 20, 37]], (0, 1), BLOCK)
 
-def test_tpu_layout_without_gate_matches_reference():
-    """log_fgate None skips the gate refs in every kernel (plain causal attention), packed."""
-    no_gate = dataclasses.replace(TPU_CASE, make_inputs=lambda rng, b, t: {
-        **FOX_CASE.make_inputs(rng, b, t), "log_fgate": None}, differentiable=("q", "k", "v"))
-    with lowering.interpret_as("tpu"):
-        harness.check_forward_and_grads(no_gate, 33, chunk_size=BLOCK, packed=True, batch=1)
+    def test_without_gate_matches_reference(self):
+        """log_fgate None skips the gate refs in every kernel (plain causal attention), packed, T = 20 (two
+        blocks, the last partial; was T = 33)."""
+        no_gate = dataclasses.replace(TPU_CASE, make_inputs=lambda rng, b, t: {
+            **FOX_CASE.make_inputs(rng, b, t), "log_fgate": None}, differentiable=("q", "k", "v"))
+        harness.check_forward_and_grads(no_gate, 20, chunk_size=BLOCK, packed=True, batch=1)
 
-
-def test_tpu_layout_bfloat16():
-    """bfloat16 q, k, v through the TPU-shaped kernels (bf16 tiles and matmuls, the backward run too): the
-    forward at the bfloat16 entry of the table (it bounds no gradient)."""
-    bf16 = dataclasses.replace(TPU_CASE, make_inputs=functools.partial(FOX_CASE.make_inputs, dtype=jnp.bfloat16))
-    with lowering.interpret_as("tpu"):
+    def test_bfloat16(self):
+        """bfloat16 q, k, v (bf16 tiles and matmuls, the backward run too): the forward at the bfloat16 entry of
+        the table (it bounds no gradient)."""
+        bf16 = dataclasses.replace(TPU_CASE, make_inputs=functools.partial(FOX_CASE.make_inputs, dtype=jnp.bfloat16))
         harness.check_forward_and_grads(bf16, 20, chunk_size=BLOCK, packed=True, batch=1,
                                         tol=tolerance("forgetting_attention", jnp.bfloat16))
-
-
-@pytest.mark.parametrize("target", ["generic", "tpu"])
-def test_nan_log_gate_stays_in_its_segment(target):
-    """NaN log_fgate on positions 10:20 of row 0 (a segment straddling a block edge, clean segments on both
-    sides in the same blocks), straight into the kernels."""
-    case = TPU_CASE if target == "tpu" else GENERIC_CASE
-    with lowering.interpret_as(target):
-        check_nan_gate_stays_in_its_segment(case, next(iter(case.fast)), "log_fgate", BOUNDS, POISONED, BLOCK)
 
 
 def test_block_config_defaults_fit_each_layout():
