@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pathlib
 import statistics
 from collections.abc import Sequence
 
@@ -49,7 +50,11 @@ from icml26zoo.repro.muon_lora_parts import (
     pretrain_config,
     pretraining_loss,
 )
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
+
+__all__ = ["D_MODEL", "FULL", "LEARNING_RATES", "NS_VARIANTS", "QUICK", "QUICK_ARGS", "RANKS", "SMOKE", "SMOKE_ARGS",
+           "cell_name", "run"]
 
 QUICK = Budget(steps=6, batch_size=8, seq_len=32, seeds=(0,))
 FULL = Budget(steps=100, batch_size=16, seq_len=64, seeds=(0, 1))
@@ -63,6 +68,10 @@ NS_VARIANTS = (DEFAULT_NS, ("polar_express", "float32"), ("standard", "bfloat16"
 # The notebook's QUICK run: the 64-wide model, full fine-tuning only, no ablation (three trainings in all),
 # compiled with XLA's cheap pipeline.
 QUICK_ARGS = {"ranks": (0,), "d_model": 64, "ablation": False, "fast_compile": True}
+# SMOKE: the QUICK cells (pretraining, AdamW and Muon full fine-tuning) at width 16, 2 fine-tuning steps of
+# 8 rows (a multiple of the devices) x 16 tokens.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=16, seeds=(0,))
+SMOKE_ARGS = QUICK_ARGS | {"optimizers": ("muon",), "d_model": 16}
 LEARNING_RATES = {"adamw": 1e-3, "muon": 1e-2}  # mid-grid values of the spec's AdamW / Muon grids, not tuned
 
 
@@ -75,14 +84,12 @@ def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
     return ranks
 
 
-def _check_learning_rates(learning_rates: dict, optimizers: tuple[str, ...]) -> dict[str, float]:
-    if not isinstance(learning_rates, dict):
-        raise ValueError(f"learning_rates must be a dict optimizer -> learning rate, got {learning_rates!r}")
-    check_names("learning_rates", tuple(learning_rates), OPTIMIZERS)
+def _check_learning_rates(learning_rates: dict[str, float], optimizers: tuple[str, ...]) -> dict[str, float]:
+    """{optimizer: rate} for `optimizers`, each rate (the option `<optimizer>_lr`) a finite number > 0."""
     for name in optimizers:
-        value = learning_rates.get(name)
+        value = learning_rates[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"learning_rates[{name!r}] must be a finite number > 0, got {value!r}")
+            raise ValueError(f"{name}_lr must be a finite number > 0, got {value!r}")
     return {name: float(learning_rates[name]) for name in optimizers}
 
 
@@ -91,9 +98,12 @@ def cell_name(optimizer: str, rank: int, seed: int, ns: tuple[str, str] = DEFAUL
     return f"{optimizer}_{'full' if rank == 0 else f'r{rank}'}{variant}_s{seed}"
 
 
+@register_experiment("muon_lora", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
+                     page="docs/papers/muon_lora.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequence[str] = OPTIMIZERS,
-        ranks: Sequence[int] = RANKS, learning_rates: dict | None = None, d_model: int = D_MODEL,
-        ablation: bool = True, fast_compile: bool = False, resume: bool = False) -> Results:
+        ranks: Sequence[int] = RANKS, adamw_lr: float = LEARNING_RATES["adamw"],
+        muon_lr: float = LEARNING_RATES["muon"], d_model: int = D_MODEL, ablation: bool = True,
+        fast_compile: bool = False, resume: bool = False) -> Results:
     """Pretrains per seed, fine-tunes every (optimizer, rank) cell and writes the table and figures.
 
     Args:
@@ -101,43 +111,41 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
       budget: steps per fine-tuning cell (pretraining runs PRETRAIN_FACTOR x as many), rows, tokens, seeds.
       optimizers: fine-tuning optimizers, a subset of ("adamw", "muon").
       ranks: LoRA ranks, 0 = full fine-tuning; each at most the narrowest adapted layer's width (d_model / 2).
-      learning_rates: optimizer -> peak learning rate (default LEARNING_RATES).
+      adamw_lr, muon_lr: each optimizer's peak fine-tuning learning rate (defaults LEARNING_RATES; muon_lr also
+        serves the ablation).
       d_model: the model's width (a multiple of 8; K/V projections are d_model -> d_model / 2).
-      ablation: also fine-tune fully with Muon under each (ns_coeffs, ns_dtype) of NS_VARIANTS (Muon at
-        learning_rates["muon"], default LEARNING_RATES's), and measure each variant's orthogonality error.
+      ablation: also fine-tune fully with Muon under each (ns_coeffs, ns_dtype) of NS_VARIANTS (at muon_lr), and
+        measure each variant's orthogonality error.
       fast_compile: compile with XLA's cheap pipeline (jax_disable_most_optimizations) for the whole run:
         faster compiles, slower steps, for tiny CPU runs where compiling dominates (restored afterwards).
       resume: require run_dir to exist (finished cells are reused).
     Raises:
-      ValueError: an unknown optimizer, a bad rank or learning rate (names the argument); FileNotFoundError:
-        resume=True without run_dir.
+      ValueError: an unknown optimizer, a bad rank, width or learning rate (names the argument), before
+        anything is written; FileNotFoundError: resume=True without run_dir.
     """
     optimizers = check_names("optimizers", optimizers, OPTIMIZERS)
     ranks = _check_ranks(ranks)
     for name, flag in (("ablation", ablation), ("fast_compile", fast_compile)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name} must be a bool, got {flag!r}")
-    given = dict(LEARNING_RATES) if learning_rates is None else learning_rates
-    needed = optimizers
-    if ablation and "muon" not in optimizers:
-        needed = (*optimizers, "muon")
-        if isinstance(given, dict) and "muon" not in given:
-            given = {**given, "muon": LEARNING_RATES["muon"]}
-    rates = _check_learning_rates(given, needed)
+    needed = (*optimizers, "muon") if ablation and "muon" not in optimizers else optimizers
+    rates = _check_learning_rates({"adamw": adamw_lr, "muon": muon_lr}, needed)
+    data_dir = pathlib.Path(run_dir) / "data"
+    base = pretrain_config(data_dir, d_model)
+    check_rank_fits(base, ranks)
     previous = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", fast_compile or previous)
     try:
-        return _run(run_dir, budget, optimizers, ranks, rates, d_model, ablation, resume)
+        return _run(run_dir, budget, optimizers, ranks, rates, base, ablation, resume)
     finally:
         jax.config.update("jax_disable_most_optimizations", previous)
 
 
 def _run(run_dir, budget: Budget, optimizers: tuple[str, ...], ranks: tuple[int, ...], rates: dict[str, float],
-         d_model: int, ablation: bool, resume: bool) -> Results:
+         base, ablation: bool, resume: bool) -> Results:
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     data_dir = experiment.run_dir / "data"
-    base = pretrain_config(data_dir, d_model)
-    check_rank_fits(base, ranks)
+    d_model = base.model.d_model
     modes = [(optimizer, rank, DEFAULT_NS) for optimizer in optimizers for rank in ranks]
     if ablation:
         modes += [("muon", 0, ns) for ns in NS_VARIANTS if ("muon", 0, ns) not in modes]
