@@ -1,12 +1,13 @@
 """Leaderboard: every registered sequence mixer at one parameter budget and one token budget on three tasks.
 
-    python scripts/leaderboard.py --quick --out runs/leaderboard_quick    # < 15 min on 2 CPU cores
-    python scripts/leaderboard.py --out runs/leaderboard                   # the full budget
-    python scripts/leaderboard.py --mixers attention,mamba2 --steps 50 --out /tmp/lb
+    python -m icml26zoo.repro leaderboard --quick --out runs/leaderboard_quick    # < 15 min on 2 CPU cores
+    python -m icml26zoo.repro leaderboard --out runs/leaderboard                   # the full budget
+    python -m icml26zoo.repro leaderboard --smoke --out /tmp/lb_smoke              # two mixers, MQAR, 2 steps
+    python -m icml26zoo.repro leaderboard mixers=attention,mamba2 --steps 50 --out /tmp/lb
 
 Each mixer is the "llama" backbone (2 layers, 4 query heads sharing 2 key/value heads, vocabulary 256) with
 that mixer in every layer and its default options; its width d_model is the multiple of 16 whose parameter
-count is closest to the attention model's at the reference width (64 quick, 128 full), so every row has
+count is closest to the attention model's at `reference_width` (64 quick, 128 full), so every row has
 about the same number of parameters. Every cell trains the budget's steps x rows x tokens with the shared
 trainer on one device (AdamW, learning rate 3e-3, 10% warmup, untuned per mixer) on:
 
@@ -17,14 +18,15 @@ trainer on one device (AdamW, learning rate 3e-3, 10% warmup, untuned per mixer)
 tokens/s is the median of the three cells' training throughput (logging windows after the first, which
 holds compilation); peak memory is XLA's plan for one forward-backward of the byte LM on one batch (parameters,
 gradients, activations and temporaries; the optimizer's two Adam moments add 8 bytes per parameter). Mixers
-registered later appear without editing this script: the rows are `zoo.registry.MIXERS`. Writes results.md,
+registered later appear without editing this module: the rows are `zoo.registry.MIXERS`. Writes results.md,
 results.json and leaderboard.png to --out; cells resume as in every reproduction (repro/common.py).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
-import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -35,21 +37,21 @@ from matplotlib.figure import Figure
 
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.registry import MIXERS
-from icml26zoo.repro.cli import (
-    budget_parser,
-    comma_list,
-    parse_budget,
-    print_results,
-    run_main,
-    use_compilation_cache,
-)
 from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, check_names, parameter_count
+from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 
-DEFAULT_OUT = "runs/leaderboard"
+__all__ = ["FULL", "FULL_WIDTH", "QUICK", "QUICK_ARGS", "QUICK_WIDTH", "SMOKE", "SMOKE_ARGS", "TASKS", "figure",
+           "matched_width", "model_config", "peak_step_bytes", "run"]
+
 QUICK = Budget(steps=100, batch_size=16, seq_len=64)
 FULL = Budget(steps=1000, batch_size=32, seq_len=128)
 QUICK_WIDTH, FULL_WIDTH = 64, 128
+QUICK_ARGS = {"reference_width": QUICK_WIDTH}
+# Every code path at the smallest size: two mixers (the two whose training and memory plan compile fastest) on
+# MQAR (its 8 pairs fill 31 of the 32 tokens), 2 steps of 8 rows, parameters matched to attention at width 32.
+SMOKE = Budget(steps=2, batch_size=8, seq_len=32)
+SMOKE_ARGS = {"mixers": ("attention", "circulation"), "tasks": ("mqar",), "reference_width": 32}
 DYCK_LENGTH = 16
 
 
@@ -113,6 +115,21 @@ def peak_step_bytes(model: ModelConfig, batch_size: int, seq_len: int) -> int:
                - stats.alias_size_in_bytes)
 
 
+def _stored_peak_bytes(experiment: Experiment, cell: str, model: ModelConfig) -> int:
+    """`peak_step_bytes` of `model` at the budget's batch shape, stored in `cell` (peak_bytes.json) and read back on
+    a rerun: measuring it compiles a forward-backward program, as long as a short cell's training."""
+    budget = experiment.budget
+    key = {"model": repr(model), "batch_size": budget.batch_size, "seq_len": budget.seq_len}
+    path = experiment.cell_dir(cell) / "peak_bytes.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return int(stored["bytes"])
+    value = peak_step_bytes(model, budget.batch_size, budget.seq_len)
+    path.write_text(json.dumps({"key": key, "bytes": value}) + "\n")
+    return value
+
+
 def cell_config(experiment: Experiment, model: ModelConfig, task: Task) -> TrainConfig:
     steps = experiment.budget.steps
     config = TrainConfig(model=model, data=task.data, objective=task.objective,
@@ -127,15 +144,28 @@ def throughput(experiment: Experiment, cell: str) -> float:
     return statistics.median(values[1:] or values)
 
 
-def run(out: str, *, budget: Budget, mixers: Sequence[str] | None = None, tasks: Sequence[str] = tuple(TASKS),
-        reference_width: int = FULL_WIDTH, resume: bool = False) -> Results:
-    """Trains every (mixer, task) cell and writes the leaderboard table and plot into `out`.
+@register_experiment("leaderboard", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     quick_args=QUICK_ARGS, volatile=("tokens/s", "peak MiB"))
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[str] | None = None,
+        tasks: Sequence[str] = tuple(TASKS), reference_width: int = FULL_WIDTH, resume: bool = False) -> Results:
+    """Trains every (mixer, task) cell and writes the leaderboard table and plot into `run_dir`.
 
-    `mixers` None means every registered mixer; `tasks` a subset of TASKS (all by default).
+    Args:
+      run_dir: the run directory (cells, datasets, results.md/json, leaderboard.png).
+      budget: steps, rows and tokens of every cell (each trained once, from TrainConfig's default seed;
+        budget.seeds is not used).
+      mixers: registered mixers, one row each; None (the default) means every registered mixer.
+      tasks: a subset of TASKS (all by default); the first one orders the rows.
+      reference_width: d_model of the attention model whose parameter count every row matches (a multiple of
+        16, >= 32; QUICK uses 64).
+      resume: require run_dir to exist; finished cells are reused either way.
     """
     mixers = check_mixers("mixers", MIXERS.names() if mixers is None else mixers)
     tasks = {name: TASKS[name] for name in check_names("tasks", tasks, TASKS)}
-    experiment = Experiment(out, budget=budget, resume=resume)
+    if isinstance(reference_width, bool) or not isinstance(reference_width, int) or reference_width < 32 \
+            or reference_width % 16:
+        raise ValueError(f"reference_width must be a multiple of 16 >= 32, got {reference_width!r}")
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
     target = parameter_count(model_config("attention", reference_width, budget.seq_len))
     rows = []
     for mixer in mixers:
@@ -150,7 +180,7 @@ def run(out: str, *, budget: Budget, mixers: Sequence[str] | None = None, tasks:
             row[task.column] = round(float(summary[task.metric]), 4)
             speeds.append(throughput(experiment, f"{mixer}_{name}"))
         row["tokens/s"] = round(statistics.median(speeds))
-        row["peak MiB"] = round(peak_step_bytes(model, budget.batch_size, budget.seq_len) / 2**20, 1)
+        row["peak MiB"] = round(_stored_peak_bytes(experiment, f"{mixer}_{next(iter(tasks))}", model) / 2**20, 1)
         rows.append(row)
     first = next(iter(tasks.values()))
     rows.sort(key=lambda row: row[first.column] * (1 if first.metric.endswith("bits_per_byte") else -1))
@@ -173,24 +203,3 @@ def figure(rows: Sequence[dict], metrics: Sequence[str]) -> Figure:
         axis.set_title(column)
         axis.invert_yaxis()
     return fig
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = budget_parser(__doc__.splitlines()[0], default_out=DEFAULT_OUT)
-    parser.add_argument("--mixers", help="comma-separated registered mixers (default: all of them)")
-    parser.add_argument("--tasks", help=f"comma-separated, from {','.join(TASKS)} (default: all)")
-    parser.add_argument("--width", type=int, help=f"reference d_model of the attention model that sets the "
-                                                  f"parameter budget (default {FULL_WIDTH}; --quick {QUICK_WIDTH})")
-    args, budget = parse_budget(parser, argv, quick=QUICK, full=FULL)
-    mixers = None if args.mixers is None else comma_list("--mixers", args.mixers)
-    tasks = tuple(TASKS) if args.tasks is None else comma_list("--tasks", args.tasks)
-    width = args.width or (QUICK_WIDTH if args.quick else FULL_WIDTH)
-    if width < 32 or width % 16:
-        raise ValueError(f"--width must be a multiple of 16 >= 32, got {width}")
-    print_results(run(args.out, budget=budget, mixers=mixers, tasks=tasks, reference_width=width,
-                      resume=args.resume))
-
-
-if __name__ == "__main__":
-    use_compilation_cache(sys.argv[1:], DEFAULT_OUT)
-    sys.exit(run_main(main))
