@@ -277,16 +277,19 @@ def _pad_time(inputs: Inputs, names: Sequence[str], length: int) -> Inputs:
 
 def check_packed_equals_loop(case: OpCase, bounds: Bounds, *, impl: str = "reference",
                              alone: str | Callable[..., Any] | None = None, chunk_size: int | None = None,
-                             pad_segments_to: int | None = None, seed: int = 0, tol: Tol | None = None) -> None:
+                             pad_segments_to: int | None = None, seed: int = 0, tol: Tol | None = None,
+                             via_vjp: bool = False) -> None:
     """Packed rows (`bounds`: one edge list per row) through `impl` equal each segment run alone through
     `alone` (default `impl`): outputs at every position and the final state of each row's last segment.
 
     `pad_segments_to`: right-pad every segment's time inputs with zeros to this length so that one compile
     serves all segments; only for ops where a zero step leaves the state unchanged (a = 0, x = 0 in SSD).
+    `via_vjp`: read the packed forward from the path's jitted VJP (`outputs`), free next to
+    `check_forward_and_grads(case, 0, bounds=bounds)`.
     """
     tol = tolerance(case.name) if tol is None else tol
     inputs = make_case_inputs(case, 0, seed=seed, bounds=bounds)
-    packed = _path(case, impl, chunk_size)(inputs)
+    packed = outputs(case, impl, inputs, chunk_size) if via_vjp else _path(case, impl, chunk_size)(inputs)
     if callable(alone):
         # An outside oracle (float64 numpy, say) need not be traceable: call it as it is.
         run_alone = lambda seg_inputs: alone(**seg_inputs)

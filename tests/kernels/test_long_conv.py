@@ -77,21 +77,23 @@ def test_one_segment_per_row_takes_the_fft_and_packed_rows_the_exact_sum():
                                   np.asarray(exact))
 
 
-@pytest.mark.parametrize("length", harness.LENGTHS)
+# T = 1, 63 and 129 (the FFT pads to 2T; the packed path's blocks of 64 run below). Each case compiles the
+# direct sum's and the FFT's VJP; the float64 check and the decode forward read these programs.
+@pytest.mark.parametrize("length", [1, 63, 129])
 def test_fft_equals_direct_forward_and_grads(length):
     harness.check_forward_and_grads(CASE, length, seed=length, tol=tolerance("long_conv").scaled(np.sqrt(length)))
     if length <= 100:
         inputs = harness.make_case_inputs(CASE, length, seed=length)
-        y = causal_long_conv(inputs["u"], inputs["h"], implementation="xla")
+        y = harness.outputs(CASE, "xla", inputs)
         harness.assert_close(y, _numpy_direct(inputs["u"], inputs["h"]), tolerance("long_conv.float64"),
                              what="y vs float64")
 
 
 def test_short_filter_and_bf16():
     u, h = _inputs(50, filter_len=7, seed=3)
-    y = causal_long_conv(u, h)
+    y = harness.jit(causal_long_conv)(u, h)
     harness.assert_close(y, _numpy_direct(u, h), tolerance("long_conv.float64"), what="short filter")
-    yb = causal_long_conv(u.astype(jnp.bfloat16), h.astype(jnp.bfloat16))
+    yb = harness.jit(causal_long_conv)(u.astype(jnp.bfloat16), h.astype(jnp.bfloat16))
     assert yb.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(yb.astype(jnp.float32))))
 
 
@@ -99,8 +101,9 @@ def test_causal_no_circular_wraparound():
     """Perturbing u at s > t never changes y_t (padding only to T would wrap the future into the past)."""
     u, h = _inputs(40, seed=5)
     cut = 17
-    y = causal_long_conv(u, h)
-    y2 = causal_long_conv(u.at[:, cut:].add(10.0), h)
+    conv = harness.jit(causal_long_conv)  # one compile for both calls
+    y = conv(u, h)
+    y2 = conv(u.at[:, cut:].add(10.0), h)
     harness.assert_close(y2[:, :cut], y[:, :cut], tolerance("long_conv.causal"), what="past outputs")
     assert float(jnp.abs(y2[:, cut:] - y[:, cut:]).max()) > 1e-2
 
@@ -109,22 +112,25 @@ def test_packed_equals_per_segment_loop():
     """Packed rows through the xla path = each segment alone in float64; packed gradients = the reference's."""
     bounds = [[0, 5, 40, 70], [0, 66, 70]]  # T = 70 > the xla block of 64: a segment crosses a block edge
     tol = tolerance("long_conv.packed")
-    harness.check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol)
     harness.check_forward_and_grads(CASE, 0, bounds=bounds, seed=7, tol=tol)
+    # The packed forward read from the VJP just compiled.
+    harness.check_packed_equals_loop(CASE, bounds, impl="xla", alone=_numpy_direct, seed=7, tol=tol, via_vjp=True)
 
 
 def test_decode_equals_forward():
-    harness.check_decode_equals_forward(CASE, 40, tol=tolerance("long_conv.decode"))
+    """Token by token against the direct sum's forward (the T = 63 parity program)."""
+    harness.check_decode_equals_forward(CASE, 63, tol=tolerance("long_conv.decode"), via_vjp=True)
 
 
 def test_chunked_decode_equals_forward():
     """A prefill of 10 tokens in one step ([B, T', D] in, [B, T', D] out), then one token: the forward's outputs."""
     u, h = _inputs(16, seed=2)
-    y_pre, state = causal_long_conv_step(u[:, :10], h, state=causal_long_conv_init(2, 16, D))
+    step = harness.jit(causal_long_conv_step)
+    y_pre, state = step(u[:, :10], h, state=causal_long_conv_init(2, 16, D))
     assert y_pre.shape == (2, 10, D) and int(state.index) == 10
-    y_next, state = causal_long_conv_step(u[:, 10], h, state=state)
+    y_next, state = step(u[:, 10], h, state=state)
     assert y_next.shape == (2, D) and int(state.index) == 11
-    want = causal_long_conv(u, h, implementation="reference")
+    want = harness.jit(functools.partial(causal_long_conv, implementation="reference"))(u, h)
     got = jnp.concatenate([y_pre, y_next[:, None]], axis=1)
     harness.assert_close(got, want[:, :11], tolerance("long_conv.decode"), what="prefill + step")
 
