@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from harness import assert_close
+from harness import assert_close, jit
 from tolerances import tolerance
 
 from icml26zoo.kernels.block_sparse_attention import api, lists, pallas, reference, xla
@@ -40,7 +40,7 @@ def _value_and_grads(fn, q, k, v, idx, seg, cotangent):
 @functools.cache
 def _jitted(name: str):
     fn = {"reference": reference.block_sparse_attention, "xla": xla.block_sparse_attention}[name]
-    return jax.jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=C)))
+    return jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=C)))
 
 
 def _shuffled_with_padding(idx: jax.Array, seed: int) -> jax.Array:
@@ -107,7 +107,7 @@ def test_permuted_keys_with_positions_equal_dense():
     pos = jnp.broadcast_to(perm, (B, HKV, T))
     every = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32), (B, H, N, N))
     for impl in ("xla", "reference"):
-        run = jax.jit(functools.partial(api.block_sparse_attention, block_size=C, implementation=impl))
+        run = jit(functools.partial(api.block_sparse_attention, block_size=C, implementation=impl))
         out = run(q, k[:, perm], v[:, perm], every, key_positions=pos)
         assert_close(out, _dense_causal(q, k, v), TOL, what=f"{impl} permuted")
 
@@ -136,8 +136,8 @@ def test_separable_biases_and_narrow_values_match_reference():
         out, pullback = jax.vjp(run, q, k, v, qb, kb)
         return (out, *pullback(ct))
 
-    got = jax.jit(lambda: value_and_grads(xla.block_sparse_attention))()
-    want = jax.jit(lambda: value_and_grads(reference.block_sparse_attention))()
+    got = jit(lambda: value_and_grads(xla.block_sparse_attention))()
+    want = jit(lambda: value_and_grads(reference.block_sparse_attention))()
     for name, g, w in zip(["o", "dq", "dk", "dv", "dquery_bias", "dkey_bias"], got, want, strict=True):
         assert_close(g, w, TOL, kind="fwd" if name == "o" else "grad", what=f"xla {name}")
     unbiased = reference.block_sparse_attention(q, k, v, idx, block_size=C, key_positions=pos)
@@ -155,7 +155,7 @@ def test_pallas_interpret_matches_reference():
     seg = jnp.asarray(np.repeat([[0, 1, 2]], [10, 20, 15], axis=1), jnp.int32)
 
     def run(fn):
-        return jax.jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=block)))
+        return jit(functools.partial(_value_and_grads, functools.partial(fn, block_size=block)))
 
     want = run(reference.block_sparse_attention)(q, k, v, idx, seg, ct)
     got = run(pallas.block_sparse_attention)(q, k, v, idx, seg, ct)
