@@ -1,6 +1,6 @@
 """Test pieces shared by the softmax-attention op tests (FoX and FiX, XLA and Pallas files): the FiX harness
-case, its float64 oracle, the gradient half of "packed equals a loop over segments", a small FoX case for the
-Pallas files, and the NaN-in-one-gate check of the Pallas kernels themselves."""
+case, its float64 oracle, a small FoX case for the Pallas files, and the NaN-in-one-gate check of the Pallas
+kernels themselves."""
 
 from __future__ import annotations
 
@@ -96,26 +96,6 @@ def fix_float64_oracle(q: jax.Array, k: jax.Array, v: jax.Array, av: jax.Array, 
     decay = np.exp(np.where(mask[..., None, None], log_decay, -np.inf))
     numerator = np.einsum("bhij,bijhc,bjhc->bihc", weights, decay, v)
     return numerator / np.sum(weights, axis=-1).transpose(0, 2, 1)[..., None], numerator
-
-
-def check_packed_grads_equal_loop(case: OpCase, impl: str, inputs: dict[str, jax.Array], bounds: list[list[int]],
-                                  chunk_size: int) -> None:
-    """Outputs and every gradient (one random cotangent) of packed rows equal each segment run alone.
-
-    `inputs` hold the packed `segment_ids`; `bounds` are their segment edges per row.
-    """
-    tol = tolerance(case.name)
-    shape = jax.eval_shape(lambda i: case.reference(**i), inputs)
-    cotangent = random_cotangents(np.random.default_rng(1), shape)
-    out, grads = forward_and_grads(case, impl, inputs, cotangent, chunk_size)
-    for row, edges in enumerate(bounds):
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            alone = {name: inputs[name][row:row + 1, lo:hi] for name in case.time_inputs}
-            out_s, grads_s = forward_and_grads(case, impl, alone, cotangent[row:row + 1, lo:hi], chunk_size)
-            what = f"{case.name}[{impl}] row {row}, {lo}:{hi}"
-            assert_close(out[row:row + 1, lo:hi], out_s, tol, what=f"{what} output")
-            for name in case.differentiable:
-                assert_close(grads[name][row:row + 1, lo:hi], grads_s[name], tol, kind="grad", what=f"{what} d{name}")
 
 
 def make_fox_inputs(rng: np.random.Generator, batch: int, length: int, *, heads: int = H, kv_heads: int = HKV,
