@@ -2,8 +2,8 @@
 Adam", arXiv 2506.04805): constant-learning-rate runs traced step by step, the five stages labelled, and the
 gradient-directional-curvature predictor checked against every spike's onset.
 
-Settings (pure JAX, no model zoo training: the shared trainer and its resumable cells are not involved, so
-`resume` only requires `run_dir` to exist and everything is recomputed):
+Settings (pure JAX, no model zoo training: the shared trainer is not involved; each finished trace is kept in
+`run_dir/cells/<setting>_seed<seed>.json` with the options it depends on, so `resume` reuses it):
 
 - `quadratic`: L = ½ Σ h_i θ_i² (h geometric in [0.1, 1]) with N(0, noise²) gradient noise, probed on the
   exact loss; Adam β1 = 0 at `quadratic_lr`.
@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from icml26zoo.repro import adam_spikes_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "QUICK", "SETTINGS", "SMOKE", "SMOKE_ARGS", "run", "summarise"]
@@ -155,7 +156,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, settings: tuple[st
       power_iters: warm-started power iterations per step for λ_max(P^{1/2} H P^{1/2}).
       spike_factor: a spike's onset is the first step whose probe loss exceeds this multiple of the median of
         the 50 steps before it.
-      resume: require `run_dir` to exist (the traces are recomputed).
+      resume: require `run_dir` to exist (finished traces are reused).
     """
     settings = check_names("settings", settings, SETTINGS)
     _check_args(b2, eps, noise, quadratic_lr, mlp_lr, power_iters, spike_factor, budget)
@@ -167,8 +168,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, settings: tuple[st
                 problem = parts.diagonal_quadratic(dim=budget.seq_len, noise=noise, learning_rate=quadratic_lr)
             else:
                 problem = parts.mlp_regression(seed=seed, batch_size=budget.batch_size, learning_rate=mlp_lr)
-            record = parts.trace(problem, steps=budget.steps, b2=b2, eps=eps, power_iters=power_iters,
-                                 key=jax.random.PRNGKey(seed))
+            key = {"steps": budget.steps, "batch_size": budget.batch_size, "dim": budget.seq_len, "b2": b2,
+                   "eps": eps, "noise": noise, "learning_rate": problem.learning_rate, "power_iters": power_iters}
+            record = stored(experiment.cell_dir(f"{setting}_seed{seed}").with_suffix(".json"), key,
+                            lambda problem=problem, seed=seed: parts.trace(
+                                problem, steps=budget.steps, b2=b2, eps=eps, power_iters=power_iters,
+                                key=jax.random.PRNGKey(seed)))
+            record = {name: np.asarray(values, np.float64) for name, values in record.items()}
             stages, episodes = parts.detect_stages(record["loss"], record["ratio"], record["sharpness"],
                                                    record["directional"], spike_factor=spike_factor)
             rows.append(summarise(setting, seed, problem.learning_rate, record, stages, episodes))
