@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from icml26zoo.moe.multimodal_data import MultimodalTaskConfig, fill_split, make_multimodal_data, pack_points
+from icml26zoo.train.config import DataConfig
 from icml26zoo.train.data.features import FeatureDataset, feature_spec
 from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig
 from icml26zoo.train.data.registry import register_dataset
@@ -169,5 +170,5 @@ class MultimodalDataset(FeatureDataset):
     def feature_dim(self, options: MultimodalOptions) -> int:
         return 1
 
-    def builder(self, data, directory: str) -> ZooMultimodal:
+    def builder(self, data: DataConfig, directory: str) -> ZooMultimodal:
         return ZooMultimodal.for_config(directory, make_config(self.options(data)))
