@@ -40,6 +40,7 @@ from icml26zoo.repro.circulation_parts import (
 )
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, metric_series
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train.config import apply_overrides, load_preset
 from icml26zoo.validation import check_int
 
@@ -163,7 +164,9 @@ def _train_and_measure(experiment: Experiment, base: Any, alpha: float, beta: fl
     # One device: the tiny model gains nothing from a data-parallel mesh, and any batch size then works.
     devices = jax.devices()[:1]
     summary = experiment.train_cell(name, config, devices=devices)
-    steps, layers = measure_checkpoints(experiment.cell_dir(name), config, tokens, devices=devices)
+    # The measures are kept next to the cell (for its measurement batch), so a resumed run reuses them.
+    steps, layers = stored(experiment.cell_dir(name) / "measures.json", {"measure_rows": int(tokens.shape[0])},
+                           lambda: measure_checkpoints(experiment.cell_dir(name), config, tokens, devices=devices))
     return {"cell": name, "alpha": alpha, "beta": beta, "seed": seed, "bits_per_byte": summary["eval/bits_per_byte"],
             "steps": steps, "layers": layers}
 
