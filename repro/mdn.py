@@ -37,6 +37,7 @@ from icml26zoo.repro.mdn_parts import (
     stability_figure,
 )
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.validation import check_int
 
@@ -105,8 +106,14 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
             row["bits_per_byte"] = mean(bpb)
         rows.append(row)
 
-    stability = _stability(experiment, num_keys, pairs, implementation, stability_rows, trained="mdn" in mixers,
-                           at_init=stability_at_init or "mdn" not in mixers)
+    # The sampled radii are kept under cells/ (keyed by what they depend on), so a resumed run reuses them.
+    trained, at_init = "mdn" in mixers, stability_at_init or "mdn" not in mixers
+    key = {"num_keys": num_keys, "pairs": pairs[-1], "seed": budget.seeds[0], "implementation": implementation,
+           "rows": stability_rows, "trained": trained, "at_init": at_init}
+    stability = {label: np.asarray(radii, np.float32) for label, radii in stored(
+        experiment.run_dir / "cells" / "stability.json", key,
+        lambda: _stability(experiment, num_keys, pairs, implementation, stability_rows, trained=trained,
+                           at_init=at_init)).items()}
     figures = {
         "recall_vs_pairs": line_figure(recall, xlabel="key-value pairs per example", ylabel="MQAR eval accuracy",
                                        title=f"MQAR recall vs pairs ({num_keys} keys, chance 1/{num_keys})",
