@@ -57,7 +57,7 @@ def test_overrides_parse_nested_fields_by_type():
         ("model.norm_placement=middle", "norm_placement must be one of"),
         ("model.num_heads=3", "num_heads must be a multiple of num_kv_heads"),
         ("optim.learning_rate=-1", "optim.learning_rate must be a positive number"),
-        ("optim.b2=1.5", "optim.b2 must be a number in [0, 1)"),
+        ("optim.b2=1.5", "optim.b2 must be a number in .0, 1), got 1.5"),
         ("batch_size=0", "batch_size must be an integer >= 1"),
         ("data.name=imagenet", "data.name must be one of"),
         ("model.num_layers=two", "'model.num_layers' expects int"),
