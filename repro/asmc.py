@@ -43,6 +43,7 @@ from icml26zoo.decode.resampling import RESAMPLERS
 from icml26zoo.repro import asmc_parts as task
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 from icml26zoo.train.presets import tiny_model
@@ -82,22 +83,28 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, particles: Sequenc
       num_problems: held-out problems per seed (>= 1).
       block_size: tokens between resampling checks (the answers are DIGITS + 2 tokens long).
       collapse_threshold: ESS / N below which the adaptive population doubles.
-      resume: require run_dir to exist; a finished training cell is reused either way.
+      resume: require run_dir to exist; a finished training cell, and its evaluation under the same options,
+        is reused either way.
     """
     particles, alphas, schemes = _check_arguments(budget, particles, alphas, schemes, num_problems, block_size,
                                                   collapse_threshold)
     proposals = check_names("proposals", proposals, PROPOSALS)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    per_seed, traces = [], {}
+    per_seed, traces = [], []
+    key = {"particles": list(particles), "alphas": [float(a) for a in alphas], "schemes": list(schemes),
+           "proposals": list(proposals), "num_problems": num_problems, "block_size": block_size,
+           "collapse_threshold": float(collapse_threshold)}
     for seed in budget.seeds:
-        model = _trained_model(experiment, seed)
-        rows, trace = _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, block_size,
-                                collapse_threshold)
-        per_seed.append(rows)
-        traces.setdefault("example", trace)
+        cell = _train(experiment, seed)
+        # Each seed's evaluation is kept next to its cell (keyed by the options), so a resumed run reuses it.
+        evaluation = stored(experiment.cell_dir(cell) / "evaluation.json", key, lambda cell=cell, seed=seed: _evaluate(
+            load_run(experiment.cell_dir(cell), devices=jax.devices()[:1])[1], seed, particles, alphas, schemes,
+            proposals, num_problems, block_size, collapse_threshold))
+        per_seed.append(evaluation["rows"])
+        traces.append(evaluation["ancestry"])
     rows = _mean_rows(per_seed)
     collapse = _collapse_split(per_seed)
-    figures = {"accuracy": _accuracy_figure(rows, alphas[-1], schemes[0]), "ancestry": traces["example"]}
+    figures = {"accuracy": _accuracy_figure(rows, alphas[-1], schemes[0]), "ancestry": _ancestry(traces[0])}
     return experiment.write(
         rows, columns=("method", "particles", "accuracy", "pass_at_n", "answer_log_p", "distinct_answers",
                        "ess_min_fraction", "mean_particles", "ms_per_problem"),
@@ -146,13 +153,13 @@ def _train_config(experiment: Experiment, seed: int) -> TrainConfig:
     return experiment.cell_config(config, seed=seed)
 
 
-def _trained_model(experiment: Experiment, seed: int):
+def _train(experiment: Experiment, seed: int) -> str:
+    """Trains (or reuses) the seed's addition LM; returns its cell name."""
     cell = f"addition_lm_seed{seed}"
     config = _train_config(experiment, seed)
     batches = task.training_batches(seed, experiment.budget.batch_size, DIGITS)
     experiment.train_cell(cell, config, data=batches, devices=jax.devices()[:1])
-    _, model, _ = load_run(experiment.cell_dir(cell), devices=jax.devices()[:1])
-    return model
+    return cell
 
 
 def _asmc_name(alpha: float, proposal: str, variant: str) -> str:
@@ -183,13 +190,14 @@ def _methods(particles, alphas, schemes, proposals, block_size, collapse_thresho
                 yield _asmc_name(alpha, proposal, "adaptive"), n, adaptive, "weighted"
 
 
-def _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, block_size, collapse_threshold):
-    """Rows (one per method and N) for one trained model, and the ancestry figure of one ASMC run: the largest
-    N and α, the last proposal in `proposals`, the first scheme, the first problem."""
+def _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, block_size,
+              collapse_threshold) -> dict:
+    """{"rows": one per method and N, "ancestry": the particle genealogy of one ASMC run (the largest N and α,
+    the last proposal in `proposals`, the first scheme, the first problem)} for one trained model."""
     rows_tokens, sums = task.problems(np.random.default_rng([seed, 99]), num_problems, DIGITS)
     prompts = rows_tokens[:, : task.prompt_length(DIGITS)]
     shown = (_asmc_name(alphas[-1], proposals[-1], schemes[0]), max(particles))
-    rows, figure = [], None
+    rows, ancestry = [], None
     methods = _methods(particles, alphas, schemes, proposals, block_size, collapse_threshold)
     for name, n, config, read in methods:
         stats = []
@@ -201,10 +209,13 @@ def _evaluate(model, seed, particles, alphas, schemes, proposals, num_problems, 
                                                 config=config))
             stats.append(_problem_stats(result, int(total), read))
             if index == 0 and (name, n) == shown:
-                figure = _ancestry(result, name, n)
+                ancestry = {"ancestors": np.asarray(result.ancestors),
+                            "ess_fraction": np.asarray(result.ess) / np.asarray(result.num_active),
+                            "num_active": np.asarray(result.num_active), "active": np.asarray(result.active),
+                            "title": f"{name}, N={n}: particle ancestry (first problem)"}
         elapsed = 1000 * (time.perf_counter() - start) / num_problems
         rows.append(_row(name, n, stats, elapsed))
-    return rows, figure
+    return {"rows": rows, "ancestry": ancestry}
 
 
 def _problem_stats(result, total: int, read: str) -> dict:
@@ -263,10 +274,10 @@ def _collapse_split(per_seed: list[list[dict]]) -> dict:
             | {f"num_{k}": len(v) for k, v in entry.items()} for name, entry in split.items()}
 
 
-def _ancestry(result, name: str, n: int):
-    fraction = np.asarray(result.ess) / np.asarray(result.num_active)
-    return task.ancestry_figure(np.asarray(result.ancestors), fraction, np.asarray(result.num_active),
-                                np.asarray(result.active), title=f"{name}, N={n}: particle ancestry (first problem)")
+def _ancestry(trace: dict):
+    """The ancestry figure of a stored trace (see `_evaluate`)."""
+    return task.ancestry_figure(np.asarray(trace["ancestors"]), np.asarray(trace["ess_fraction"]),
+                                np.asarray(trace["num_active"]), np.asarray(trace["active"]), title=trace["title"])
 
 
 def _accuracy_figure(rows: list[dict], alpha: float, scheme: str):
