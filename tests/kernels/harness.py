@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -181,7 +182,10 @@ _ELEMENTAL_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
 @functools.cache
 def fast_compile() -> dict[str, Any]:
     """The kernel tests' compile options: the cheap pipeline, plus the elemental emitters where this jaxlib's
-    compiler knows them (probed once with a tiny compile, at the first jit rather than at import)."""
+    compiler knows them (probed once with a tiny compile, at the first jit rather than at import).
+    ZOO_KERNEL_TESTS_FUSION_EMITTERS=1 keeps XLA's default emitters (to compare the two)."""
+    if os.environ.get("ZOO_KERNEL_TESTS_FUSION_EMITTERS") == "1":
+        return dict(_CHEAP_PIPELINE)
     try:
         jax.jit(lambda x: x + 1, compiler_options=_ELEMENTAL_EMITTERS).lower(np.float32(0)).compile()
     except Exception:  # an XLA without the option: "No such compile option"
