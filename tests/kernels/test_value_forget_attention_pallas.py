@@ -8,9 +8,9 @@ T = 257, packed, scalar gate, for gates U(−3, 0), U(−20, 0) and U(−0.05, 0
 bf16, P and V' cast to bf16 for the P·V' matmul). A float64 numpy oracle judges strong gates.
 
 Most tests run the generic interpreter, i.e. the GPU-shaped kernels Triton gets (F padded to a power of two,
-the [C, C, Dv] diagonal decays). The `tpu_layout` tests run the TPU-shaped kernels (head-major tiles, gate
-rows, the diagonal block walked row by row with VMEM scratch) under Pallas's TPU interpreter inside
-`lowering.interpret_as("tpu")`; they use tiny shapes, since that interpreter simulates every load and store.
+the [C, C, Dv] diagonal decays). TestTpuLayout runs the TPU-shaped kernels (head-major tiles, gate rows, the
+diagonal block walked row by row with VMEM scratch) under Pallas's TPU interpreter inside one
+`lowering.interpret_as("tpu")`; it uses tiny shapes, since that interpreter simulates every load and store.
 The lowering itself (Triton, Mosaic) is checked by export in tests/kernels/test_lowering.py.
 """
 
