@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import pathlib
@@ -51,6 +52,7 @@ from icml26zoo.repro.muon_lora_parts import (
     pretraining_loss,
 )
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 
 __all__ = ["D_MODEL", "FULL", "LEARNING_RATES", "NS_VARIANTS", "QUICK", "QUICK_ARGS", "RANKS", "SMOKE", "SMOKE_ARGS",
@@ -118,7 +120,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
         measure each variant's orthogonality error.
       fast_compile: compile with XLA's cheap pipeline (jax_disable_most_optimizations) for the whole run:
         faster compiles, slower steps, for tiny CPU runs where compiling dominates (restored afterwards).
-      resume: require run_dir to exist (finished cells are reused).
+      resume: require run_dir to exist (finished cells and their measures are reused).
     Raises:
       ValueError: an unknown optimizer, a bad rank, width or learning rate (names the argument), before
         anything is written; FileNotFoundError: resume=True without run_dir.
@@ -152,8 +154,11 @@ def _run(run_dir, budget: Budget, optimizers: tuple[str, ...], ranks: tuple[int,
     rows = []
     for seed in budget.seeds:
         rows.extend(_seed_rows(experiment, base, data_dir, seed, modes, rates))
-    errors = {ns: orthogonality_error(ns) for ns in dict.fromkeys(ns for optimizer, _, ns in modes
-                                                                  if optimizer == "muon")}
+    variants = list(dict.fromkeys(ns for optimizer, _, ns in modes if optimizer == "muon"))
+    measured = stored(experiment.run_dir / "cells" / "orthogonality.json",
+                      {"variants": ["/".join(v) for v in variants]},
+                      lambda: [orthogonality_error(ns) for ns in variants])
+    errors = dict(zip(variants, measured, strict=True))
     summary = _summary_rows(rows, modes, errors)
     columns = ["optimizer", "finetune", "ns", "task_loss", "task_accuracy", "forgetting", "stable_rank", "delta_fro",
                "ns_orth_error"]
@@ -177,14 +182,33 @@ def _run(run_dir, budget: Budget, optimizers: tuple[str, ...], ranks: tuple[int,
 
 
 def _seed_rows(experiment: Experiment, base, data_dir, seed: int, modes, rates) -> list[dict]:
+    """The fine-tuning cells of one seed, each measured against its pretrained start. A cell's measures are kept
+    in its directory (measures.json), so a resumed run reuses them without reopening any model."""
     pre_cell = f"pretrain_s{seed}"
     pre_config = dataclasses.replace(experiment.cell_config(base, seed=seed),
                                      num_steps=PRETRAIN_FACTOR * experiment.budget.steps)
     experiment.train_cell(pre_cell, pre_config)
-    evaluator = eval_run(pre_config)
-    _, pre_model, _ = load_run(experiment.cell_dir(pre_cell), devices=jax.devices()[:1])
-    before = base_params(pre_model)
-    loss_before = pretraining_loss(evaluator, before)
+
+    @functools.cache
+    def pretrained() -> tuple:
+        """(evaluator, the pretrained parameters, their pretraining eval loss), built on first use."""
+        evaluator = eval_run(pre_config)
+        _, pre_model, _ = load_run(experiment.cell_dir(pre_cell), devices=jax.devices()[:1])
+        before = base_params(pre_model)
+        return evaluator, before, pretraining_loss(evaluator, before)
+
+    def measure(name: str, optimizer: str, rank: int, ns: tuple[str, str], summary: dict) -> dict:
+        evaluator, before, loss_before = pretrained()
+        _, model, _ = load_run(experiment.cell_dir(name), devices=jax.devices()[:1])
+        after = base_params(model)
+        strength = mean_update_strength(before, after)
+        return {"cell": name, "optimizer": optimizer, "rank": rank, "ns": "/".join(ns), "seed": seed,
+                "task_loss": summary["eval/loss"], "task_accuracy": summary.get("eval/accuracy"),
+                "pretrain_loss_before": loss_before,
+                "forgetting": pretraining_loss(evaluator, after) - loss_before,
+                "stable_rank": strength["stable_rank"], "delta_fro": strength["frobenius_norm"],
+                "spectral_entropy": strength["spectral_entropy"]}
+
     rows = []
     for optimizer, rank, ns in modes:
         name = cell_name(optimizer, rank, seed, ns)
@@ -194,15 +218,9 @@ def _seed_rows(experiment: Experiment, base, data_dir, seed: int, modes, rates) 
         config = dataclasses.replace(config, optim=dataclasses.replace(
             config.optim, warmup_steps=max(1, config.num_steps // 10)))
         summary = experiment.train_cell(name, config)
-        _, model, _ = load_run(experiment.cell_dir(name), devices=jax.devices()[:1])
-        after = base_params(model)
-        strength = mean_update_strength(before, after)
-        rows.append({"cell": name, "optimizer": optimizer, "rank": rank, "ns": "/".join(ns), "seed": seed,
-                     "task_loss": summary["eval/loss"], "task_accuracy": summary.get("eval/accuracy"),
-                     "pretrain_loss_before": loss_before,
-                     "forgetting": pretraining_loss(evaluator, after) - loss_before,
-                     "stable_rank": strength["stable_rank"], "delta_fro": strength["frobenius_norm"],
-                     "spectral_entropy": strength["spectral_entropy"]})
+        rows.append(stored(experiment.cell_dir(name) / "measures.json", {"pretrained": pre_cell},
+                           lambda name=name, optimizer=optimizer, rank=rank, ns=ns, summary=summary:
+                           measure(name, optimizer, rank, ns, summary)))
     return rows
 
 
