@@ -22,6 +22,7 @@ The table has one row per (model, target, probe) and one column per layer.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -153,7 +154,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
       probe_sentences: validation sentences whose tokens are probed (>= 8).
       checkpoints: evenly spaced checkpoints on the KL curve (>= 1; the last one is the final step).
       targets: the probed quantities, from TARGETS (each probe kind compiles its own program).
-      resume: require run_dir to exist; a finished cell is reused either way.
+      resume: require run_dir to exist; a finished cell, its KL curve and its probes are reused either way.
     """
     check_int("probe_sentences", probe_sentences, minimum=8)
     check_int("checkpoints", checkpoints)
@@ -165,16 +166,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
     config = cell_config(experiment, checkpoints)
     devices = jax.devices()[:1]  # one device: a tiny model, and batches need not divide a device count
     summary = experiment.train_cell(CELL, config, devices=devices)
-    initial = build_train_model(config)
-    metrics_of = kl_metrics(config, initial)
-    curve = [(0, *mean_kl(config, initial, metrics_of))]
-    for step in checkpoint_steps(config):
-        _, model, _ = load_run(experiment.cell_dir(CELL), step, devices=devices)
-        curve.append((step, *mean_kl(config, model, metrics_of)))
-    inputs, values = probe_data(config, probe_sentences)
-    values = {name: values[name] for name in targets}
-    rows = probe_rows(model, "trained", inputs, values, config.seed)
-    rows += probe_rows(initial, "untrained", inputs, values, config.seed)
+    curve, rows = _analysis(experiment, config, probe_sentences, targets, devices)
     layers = [key for key in rows[0] if key.startswith("layer ")]
     figures = {"kl_curve": kl_figure(curve), "probes": probe_figure(rows, layers)}
     notes = ["Mean KL(grammar ‖ model) per predicted token on the validation split: "
@@ -186,6 +178,30 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
     return experiment.write(rows, columns=("model", "target", "metric", "probe", *layers),
                             title="PCFG next-token KL and layer-wise parse probes (pcfg_tiny)", notes=notes,
                             figures=figures, extra=extra)
+
+
+def _analysis(experiment: Experiment, config: TrainConfig, probe_sentences: int, targets: Sequence[str],
+              devices: list) -> tuple[list[tuple[int, float, float]], list[dict]]:
+    """The trained cell's KL curve [(step, KL, entropy)] and probe rows, stored in the cell (analysis.json, per
+    probe setting) and read back on a rerun: the cell's checkpoints, and so both results, are fixed once trained."""
+    path = experiment.cell_dir(CELL) / "analysis.json"
+    key = f"sentences{probe_sentences}_" + ",".join(targets)
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    if key in stored:
+        return [tuple(point) for point in stored[key]["curve"]], stored[key]["rows"]
+    initial = build_train_model(config)
+    metrics_of = kl_metrics(config, initial)
+    curve = [(0, *mean_kl(config, initial, metrics_of))]
+    for step in checkpoint_steps(config):
+        _, model, _ = load_run(experiment.cell_dir(CELL), step, devices=devices)
+        curve.append((step, *mean_kl(config, model, metrics_of)))
+    inputs, values = probe_data(config, probe_sentences)
+    values = {name: values[name] for name in targets}
+    rows = probe_rows(model, "trained", inputs, values, config.seed)
+    rows += probe_rows(initial, "untrained", inputs, values, config.seed)
+    rows = json.loads(json.dumps(rows))  # plain floats, as a rerun reads them back
+    path.write_text(json.dumps(stored | {key: {"curve": curve, "rows": rows}}, indent=1) + "\n")
+    return curve, rows
 
 
 def kl_figure(curve: list[tuple[int, float, float]]) -> Figure:
