@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 
@@ -34,6 +35,7 @@ from icml26zoo.repro.common import Budget, Experiment, Results, check_names, lin
 from icml26zoo.repro.goat_parts import (
     LABELS,
     MODELS,
+    LengthLoss,
     binned,
     length_losses,
     model_config,
@@ -42,6 +44,7 @@ from icml26zoo.repro.goat_parts import (
     sink_profile,
 )
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
 from icml26zoo.train.data.pipeline import make_eval_iterator
@@ -142,20 +145,32 @@ def _run(run_dir, budget, models, head_dim, pos_rank, eval_rows, sink_rows, sink
             cell = cells[model, seed] = f"{model}_seed{seed}"
             experiment.train_cell(cell, experiment.cell_config(configs[model], seed=seed, checkpoints=1))
 
-    batch = next(make_eval_iterator(configs[models[0]].data, batch_size=eval_rows, seq_len=longest, max_batches=1))
-    sink_rows = single_segment_rows(batch["segment_ids"], sink_rows)
-    losses, sinks = {}, {}
+    @functools.cache
+    def eval_batch() -> tuple[dict, np.ndarray]:
+        """The eval rows of 4T bytes and the single-document ones among them (built on first use)."""
+        batch = next(make_eval_iterator(configs[models[0]].data, batch_size=eval_rows, seq_len=longest,
+                                        max_batches=1))
+        return batch, single_segment_rows(batch["segment_ids"], sink_rows)
+
+    # Each cell's measures are kept in its directory (keyed by the evaluation options): a resumed run reuses them.
+    key = {"eval_rows": eval_rows, "sink_rows": sink_rows, "sink_i0": sink_i0, "lengths": list(lengths)}
+    losses, sinks, used_sink_rows = {}, {}, 0
     for (model, seed), cell in cells.items():
-        _, trained, _ = load_run(experiment.cell_dir(cell), devices=jax.devices()[:1])
-        losses[model, seed], captured = length_losses(trained, batch, lengths, capture_rows=sink_rows)
-        if seed == budget.seeds[0]:
-            sinks[model] = sink_profile(captured["probs"], captured["hidden"], batch["inputs"][sink_rows],
-                                        i0=sink_i0, lengths=(train_len, longest))
+        first = seed == budget.seeds[0]
+        record = stored(experiment.cell_dir(cell) / "measures.json", key | {"sinks": first},
+                        lambda cell=cell, first=first: _measure(experiment.cell_dir(cell), eval_batch, lengths,
+                                                                first, sink_i0))
+        losses[model, seed] = {int(n): LengthLoss(int(n), r["bits"], r["tokens"], np.asarray(r["position_bits"]),
+                                                  np.asarray(r["position_tokens"]))
+                               for n, r in record["losses"].items()}
+        if first:
+            sinks[model] = {int(n): {k: np.asarray(v) for k, v in by.items()} for n, by in record["sinks"].items()}
+            used_sink_rows = record["sink_rows"]
 
     reference = counts["goat"] if "goat" in counts else max(counts.values())
     rows = [_row(m, budget.seeds, lengths, losses, sinks[m], counts[m], reference) for m in models]
     figures = _figures(experiment, models, budget, lengths, losses, sinks, position_bins)
-    notes = _notes(models, sinks, len(sink_rows), sink_i0, lengths, losses)
+    notes = _notes(models, sinks, used_sink_rows, sink_i0, lengths, losses)
     extra = {
         "lengths": list(lengths),
         "bits": {f"{m}_seed{s}": {n: r.bits for n, r in by_len.items()} for (m, s), by_len in losses.items()},
@@ -166,6 +181,20 @@ def _run(run_dir, budget, models, head_dim, pos_rank, eval_rows, sink_rows, sink
     }
     return experiment.write(rows, columns=COLUMNS, notes=notes, figures=figures, extra=extra,
                             title=f"GOAT vs attention (RoPE, ALiBi): train at T = {train_len}, evaluate up to 4T")
+
+
+def _measure(cell_dir, eval_batch, lengths: tuple[int, ...], sinks: bool, sink_i0: int) -> dict:
+    """One trained cell's loss at each length and, with `sinks`, its sink statistics at T and 4T (as JSON)."""
+    batch, rows = eval_batch()
+    _, trained, _ = load_run(cell_dir, devices=jax.devices()[:1])
+    losses, captured = length_losses(trained, batch, lengths, capture_rows=rows)
+    record = {"losses": {n: {"bits": r.bits, "tokens": r.tokens, "position_bits": r.position_bits,
+                             "position_tokens": r.position_tokens} for n, r in losses.items()},
+              "sinks": None, "sink_rows": len(rows)}
+    if sinks:
+        record["sinks"] = sink_profile(captured["probs"], captured["hidden"], batch["inputs"][rows], i0=sink_i0,
+                                       lengths=(lengths[0], lengths[-1]))
+    return record
 
 
 def _cell_base(model: str, budget: Budget, data_dir: str, *, head_dim: int, pos_rank: int) -> TrainConfig:
