@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 from icml26zoo.repro import cubic_damping_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, parameter_count
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm
 from icml26zoo.validation import check_int
@@ -80,7 +81,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
       momentum: the heavy-ball momentum μ of the SGD methods, and Adam's β1 (in [0, 1)).
       gpt_sgd_lr, gpt_adam_lr: peak learning rates of the GPT's SGD and Adam families (> 0).
       d_model: the GPT's width (a multiple of 8).
-      resume: require run_dir to exist; finished GPT cells are reused either way (the problems rerun).
+      resume: require run_dir to exist; finished GPT cells and problem runs are reused either way.
     """
     methods = check_names("methods", methods, METHODS)
     gpt_methods = methods if gpt_methods is None else (check_names("gpt_methods", gpt_methods, METHODS)
@@ -99,8 +100,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
             options = parts.method_options(method, g_rms=problem.g_rms, damping_multiple=damping_multiple,
                                            momentum=momentum)
             lr = problem.learning_rates[0 if method in parts.SGD_FAMILY else 1]
-            losses = parts.problem_losses(problem, parts.transform(method, lr, options, momentum=momentum),
-                                          problem_steps)
+            # Each run's loss curves are kept under cells/ (keyed by what they depend on): --resume reuses them.
+            key = {"seeds": list(budget.seeds), "dim": dim, "condition": condition, "noise": noise, "lr": lr,
+                   "options": options, "momentum": momentum, "steps": problem_steps}
+            losses = np.asarray(stored(
+                experiment.run_dir / "cells" / f"problem_{name}_{method}.json", key,
+                lambda problem=problem, method=method, lr=lr, options=options: parts.problem_losses(
+                    problem, parts.transform(method, lr, options, momentum=momentum), problem_steps)))
             curves[name][method] = losses
             rows.append(_row(name, method, lr, options, "final loss", losses[:, -1].tolist()))
             extra["per_seed"][f"{name}/{method}"] = losses[:, -1].tolist()
