@@ -27,6 +27,7 @@ From a shell: `python -m icml26zoo.repro sinks [--smoke | --quick] --out DIR [va
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from icml26zoo.configs import load_preset
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, parameter_count
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.sinks_parts import (
@@ -47,7 +49,7 @@ from icml26zoo.repro.sinks_parts import (
     variant_config,
 )
 from icml26zoo.train import load_run
-from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
+from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int
 
@@ -125,10 +127,10 @@ def run(
     for variant in variants:
         per_seed, ablation = [], None
         for seed in budget.seeds:
-            _, model, _ = load_run(experiment.cell_dir(f"{variant}_seed{seed}"), devices=devices)
-            per_seed.append(profile(model, tokens, i0=i0, eps=eps))
-            if ablation is None:
-                ablation = ablations(model, tokens, i0=i0, eps=eps, channels=clamp_channels)
+            measured = _measure(experiment, f"{variant}_seed{seed}", tokens, first=ablation is None, i0=i0, eps=eps,
+                                channels=clamp_channels, devices=devices)
+            per_seed.append(measured["profile"])
+            ablation = measured.get("ablation", ablation)
         profiles[variant] = {key: np.mean([p[key] for p in per_seed], axis=0) for key in per_seed[0]}
         rows.append(_row(experiment, variant, budget.seeds, configs[variant], profiles[variant], ablation, devices))
 
@@ -144,6 +146,32 @@ def run(
     extra = {"profiles": {v: {k: np.asarray(val).tolist() for k, val in p.items()} for v, p in profiles.items()},
              "eval_rows_used": len(tokens)}
     return experiment.write(rows, columns=COLUMNS, title=title, notes=notes, figures=figures, extra=extra)
+
+
+def _measure(experiment: Experiment, cell: str, tokens: np.ndarray, *, first: bool, i0: int, eps: float,
+             channels: int, devices: list) -> dict[str, dict[str, Any]]:
+    """{"profile": ..., "ablation": ... (when `first`)} of a trained cell on `tokens`, stored in the cell
+    (measurements.json, per measurement setting, arrays with their dtypes) and read back on a rerun."""
+    path = experiment.cell_dir(cell) / "measurements.json"
+    key = f"rows{len(tokens)}x{tokens.shape[1]}_i0{i0}_eps{eps}_channels{channels}"
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    entry = stored.get(key, {})
+    if "profile" not in entry or (first and "ablation" not in entry):
+        _, model, _ = load_run(experiment.cell_dir(cell), devices=devices)
+        entry = {"profile": _encode(profile(model, tokens, i0=i0, eps=eps))}
+        if first:
+            entry["ablation"] = _encode(ablations(model, tokens, i0=i0, eps=eps, channels=channels))
+        path.write_text(json.dumps(stored | {key: entry}) + "\n")
+    return {name: _decode(values) for name, values in entry.items()}
+
+
+def _encode(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: {"dtype": str(np.asarray(v).dtype), "value": np.asarray(v).tolist()} for k, v in values.items()}
+
+
+def _decode(values: dict[str, Any]) -> dict[str, Any]:
+    """`_encode`'s input back, each value as a numpy array (or scalar) of its stored dtype."""
+    return {k: np.asarray(v["value"], dtype=v["dtype"])[()] for k, v in values.items()}
 
 
 def _cell_base(variant: str, budget: Budget, data_dir: str, num_layers: int) -> TrainConfig:
