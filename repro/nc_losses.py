@@ -67,7 +67,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
       budget: steps, batch size (rows of 64 pixel tokens) and seeds; budget.seq_len must be 64.
       methods: from METHODS: ce, normface, ntce, nonl, ntce_etf, nonl_etf (fixed simplex ETF), scl.
       eval_points: evaluations after step 0 (>= 1), evenly spaced, the last at the final step.
-      d_model: the attention classifier's width (a multiple of 4: 4 heads).
+      d_model: the attention classifier's width (a multiple of 8: 4 heads of an even width).
       num_layers: its decoder layers (>= 1).
       learning_rate: AdamW's peak learning rate (> 0, warmup-cosine).
       weight_decay: AdamW's weight decay (>= 0).
@@ -77,9 +77,9 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     """
     methods = check_names("methods", methods, METHODS)
     check_int("eval_points", eval_points)
-    check_int("d_model", d_model, minimum=4)
-    if d_model % 4:
-        raise ValueError(f"d_model must be a multiple of 4 (4 attention heads), got {d_model}")
+    check_int("d_model", d_model, minimum=8)
+    if d_model % 8:
+        raise ValueError(f"d_model must be a multiple of 8 (4 attention heads of an even width), got {d_model}")
     check_int("num_layers", num_layers)
     _check_float("learning_rate", learning_rate, positive=True)
     _check_float("weight_decay", weight_decay, positive=False)

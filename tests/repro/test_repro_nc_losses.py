@@ -22,7 +22,7 @@ TINY = Budget(steps=2, batch_size=8, seq_len=64, seeds=(0,))
         ({"methods": ()}, "methods must name at least one"),
         ({"eval_points": 0}, "eval_points"),
         ({"budget": Budget(steps=2, batch_size=8, seq_len=32)}, "budget.seq_len must be 64"),
-        ({"d_model": 18}, "d_model must be a multiple of 4"),
+        ({"d_model": 20}, "d_model must be a multiple of 8"),
         ({"num_layers": 0}, "num_layers must be an integer >= 1"),
         ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
         ({"weight_decay": -1.0}, "weight_decay must be a finite number >= 0"),
