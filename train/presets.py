@@ -6,7 +6,7 @@ differ only in the mixer. `classify_tiny.py` trains the same model as a sequence
 
 The `eden_<arch>_<size>.py` presets (`eden_lm`) are the EDEN comparison (ICML 2026, docs/papers.md): Llama, Mamba
 and Hyena backbones with matched parameter counts per size, on the synthetic nucleotide dataset or the
-byte corpus, all with one recipe (scripts/repro/eden.py trains the grid at an equal token budget).
+byte corpus, all with one recipe (the experiment `eden` trains the grid at an equal token budget).
 """
 
 from __future__ import annotations
