@@ -40,6 +40,7 @@ from icml26zoo.configs import hybrid_funccomp, looped_dyck
 from icml26zoo.models import build_model
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.formal_languages import Dyck, DyckOptions
@@ -159,16 +160,26 @@ def _run(run_dir, budget, loops, dyck_padding, dyck_train_length, dyck_eval_leng
 def _dyck_cells(experiment: Experiment, model_options: tuple, train_length: int, padding: int,
                 eval_lengths: Sequence[int], eval_examples: int) -> dict[int, float]:
     """Trains the looped model with `model_options` once per seed; its accuracy per evaluation length (mean over
-    seeds)."""
+    seeds). A cell's accuracies are kept in its directory (keyed by the evaluation), so a resumed run reuses them
+    after checking the cell's config."""
     loop = dict(model_options)["loops"]
     accuracy = {length: [] for length in eval_lengths}
     for seed in experiment.budget.seeds:
         cell = f"dyck_loops-{loop}_seed{seed}"
-        model = _trained_model(experiment, cell,
-                               _dyck_config(experiment, model_options, train_length, padding, eval_examples, seed))
-        for length in eval_lengths:
-            accuracy[length].append(dyck_accuracy(model, length, padding, eval_examples, seed))
+        config = _dyck_config(experiment, model_options, train_length, padding, eval_examples, seed)
+        if (experiment.cell_dir(cell) / "summary.json").is_file():
+            experiment.train_cell(cell, config)  # a finished cell: its stored config must match
+        key = {"lengths": list(eval_lengths), "padding": padding, "examples": eval_examples}
+        values = stored(experiment.cell_dir(cell) / "dyck_accuracy.json", key,
+                        lambda cell=cell, config=config, seed=seed: _dyck_accuracies(
+                            _trained_model(experiment, cell, config), eval_lengths, padding, eval_examples, seed))
+        for length, value in zip(eval_lengths, values, strict=True):
+            accuracy[length].append(value)
     return {length: statistics.mean(values) for length, values in accuracy.items()}
+
+
+def _dyck_accuracies(model: nnx.Module, lengths: Sequence[int], padding: int, examples: int, seed: int) -> list:
+    return [dyck_accuracy(model, length, padding, examples, seed) for length in lengths]
 
 
 def _trained_model(experiment: Experiment, cell: str, config: TrainConfig) -> nnx.Module:
