@@ -22,8 +22,8 @@ particles (or samples) of D + 2 tokens, i.e. the same number of decode steps:
 
 Example::
 
-    from icml26zoo.repro import asmc
-    results = asmc.run("runs/asmc", budget=asmc.QUICK, **asmc.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("asmc", "runs/asmc", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 

@@ -16,8 +16,8 @@ Two settings, every method with learning rates and damping coefficients fixed by
 
 Example::
 
-    from icml26zoo.repro import cubic_damping
-    results = cubic_damping.run("runs/cubic_damping", budget=cubic_damping.QUICK, **cubic_damping.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("cubic_damping", "runs/cubic_damping", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 

@@ -17,8 +17,8 @@ Budget fields: `steps` Adam steps of `batch_size` pairs per cell, one cell per s
 
 Example::
 
-    from icml26zoo.repro import diag_cfm
-    results = diag_cfm.run("runs/diag_cfm", budget=diag_cfm.QUICK, **diag_cfm.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("diag_cfm", "runs/diag_cfm", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 

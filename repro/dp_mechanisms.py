@@ -19,8 +19,8 @@ Three parts, all at sensitivity Δ = 1:
 
 Example::
 
-    from icml26zoo.repro import dp_mechanisms
-    results = dp_mechanisms.run("runs/dp", budget=dp_mechanisms.QUICK, **dp_mechanisms.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("dp_mechanisms", "runs/dp", budget="quick")   # QUICK with QUICK_ARGS
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ This run, at toy scale on the built-in byte corpus (`pystdlib`):
 
 Example::
 
-    from icml26zoo.repro import goat
-    results = goat.run("runs/goat", budget=goat.QUICK)
+    from icml26zoo import repro
+    results = repro.run("goat", "runs/goat", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 
@@ -31,6 +31,7 @@ import jax
 import numpy as np
 from matplotlib.figure import Figure
 
+from icml26zoo.configs import load_preset
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, parameter_count
 from icml26zoo.repro.goat_parts import (
     LABELS,
@@ -46,7 +47,7 @@ from icml26zoo.repro.goat_parts import (
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
-from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
+from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int
 

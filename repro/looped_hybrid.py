@@ -19,8 +19,8 @@ along which the theory predicts hybrids with too few full-attention layers to fa
 
 Example::
 
-    from icml26zoo.repro import looped_hybrid
-    results = looped_hybrid.run("runs/looped_hybrid", budget=looped_hybrid.QUICK, **looped_hybrid.QUICK_ARGS)
+    from icml26zoo import repro
+    results = repro.run("looped_hybrid", "runs/looped_hybrid", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 

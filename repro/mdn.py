@@ -13,8 +13,8 @@ presets) trained with the shared trainer:
 
 Example::
 
-    from icml26zoo.repro import mdn
-    results = mdn.run("runs/repro/mdn", budget=mdn.QUICK)
+    from icml26zoo import repro
+    results = repro.run("mdn", "runs/repro/mdn", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 

@@ -19,8 +19,8 @@ a fixed ill-conditioned matrix (`muon_lora_parts.orthogonality_error`).
 
 Example::
 
-    from icml26zoo.repro import muon_lora
-    results = muon_lora.run("runs/muon_lora", budget=muon_lora.QUICK)
+    from icml26zoo import repro
+    results = repro.run("muon_lora", "runs/muon_lora", budget="quick")   # QUICK with QUICK_ARGS
     print(results.markdown)
 """
 
