@@ -1,6 +1,6 @@
 """The ASMC reproduction: bad inputs, the addition task and its verifier, the trainer batches, how each method's
 particles are read, the ancestry walk and the collapse split. The SMOKE experiment itself runs in the experiment
-contract (tests/repro/test_experiments.py: command line, outputs, resume) and the notebook test."""
+contract (tests/repro/test_experiments.py: the notebook at SMOKE, outputs, resume through the command line)."""
 
 from __future__ import annotations
 

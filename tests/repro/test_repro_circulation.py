@@ -1,6 +1,6 @@
 """The circulation reproduction: argument checks, the α = 1 sharing the grid relies on, and the figures. The
-SMOKE run itself runs in the experiment contract (tests/repro/test_experiments.py: the command line, its outputs,
-resume) and in tests/test_notebooks.py."""
+SMOKE run itself runs in the experiment contract (tests/repro/test_experiments.py: the notebook at SMOKE, its
+outputs, resume through the command line)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The cubic-damping reproduction: bad inputs, the damping rule, the test problems, the exact reductions of
 the compared methods inside the problem runner, and the GPT cells' optimizer configs. The SMOKE experiment
-itself runs in the experiment contract (tests/repro/test_experiments.py: command line, outputs, resume) and the
-notebook test (tests/test_notebooks.py)."""
+itself runs in the experiment contract (tests/repro/test_experiments.py: the notebook at SMOKE, outputs, resume
+through the command line)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The DP-mechanisms reproduction: bad arguments, and its parts on tiny inputs (the DP-SGD noise calibration, a
 DP-SGD run; the MoG calibration is tested in tests/zoo). The SMOKE experiment itself runs in the experiment
-contract (tests/repro/test_experiments.py: command line, one-line errors, outputs, resume) and the notebook test
-(tests/test_notebooks.py)."""
+contract (tests/repro/test_experiments.py: the notebook at SMOKE, one-line errors, outputs, resume through the
+command line)."""
 
 from __future__ import annotations
 

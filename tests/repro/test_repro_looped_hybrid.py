@@ -1,7 +1,7 @@
 """The looped/hybrid reproduction: bad inputs, the pattern syntax, each cell's config (the model, the objective,
 row lengths equal to the task's rows), and the Dyck length evaluation against the recognizer's labels. The SMOKE
-experiment itself runs in the experiment contract (tests/repro/test_experiments.py: command line, one-line
-errors, outputs, resume) and the notebook test (tests/test_notebooks.py)."""
+experiment itself runs in the experiment contract (tests/repro/test_experiments.py: the notebook at SMOKE,
+one-line errors, outputs, resume through the command line)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The Muon fine-tuning reproduction: bad inputs, the stable-rank and delta helpers on known matrices, and that
 each fine-tuning cell wires the trainer as described. The SMOKE experiment itself runs in the experiment contract
-(tests/repro/test_experiments.py: command line, one-line errors, outputs, resume) and the notebook test."""
+(tests/repro/test_experiments.py: the notebook at SMOKE, one-line errors, outputs, resume through the command
+line)."""
 
 from __future__ import annotations
 
