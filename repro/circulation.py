@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from icml26zoo.configs import load_preset
 from icml26zoo.repro.circulation_parts import (
     MEASURES,
     fixed_rows,
@@ -41,7 +42,7 @@ from icml26zoo.repro.circulation_parts import (
 from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, metric_series
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]

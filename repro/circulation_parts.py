@@ -18,7 +18,7 @@ from icml26zoo.mixers.circulation import STABILITY_SUMMARIES
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.checkpoint import Checkpointer
 from icml26zoo.train.config import DataConfig, TrainConfig
-from icml26zoo.train.loop import build_run
+from icml26zoo.train.runs import build_run
 
 # Every per-layer measure recorded through training (CirculationAttention.stability's summaries).
 MEASURES = STABILITY_SUMMARIES

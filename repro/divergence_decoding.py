@@ -51,8 +51,9 @@ from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import OptimConfig, TrainConfig
-from icml26zoo.train.loop import build_train_model, train
+from icml26zoo.train.loop import train
 from icml26zoo.train.presets import tiny_model
+from icml26zoo.train.runs import build_train_model
 from icml26zoo.validation import check_int
 
 __all__ = ["ALPHAS", "FORGET_AUX_DATA", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]

@@ -25,12 +25,13 @@ import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
+from icml26zoo.configs import load_preset
 from icml26zoo.geometric.spikenet_eval import accuracy
 from icml26zoo.models import ModelConfig
 from icml26zoo.repro.common import Budget, Experiment, check_names, parameter_count
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
-from icml26zoo.train.config import DataConfig, TrainConfig, load_preset
+from icml26zoo.train.config import DataConfig, TrainConfig
 from icml26zoo.train.data.point_sets import ShapesDataset, generate
 from icml26zoo.validation import check_int
 

@@ -16,10 +16,11 @@ import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
+from icml26zoo.configs import load_preset
 from icml26zoo.diagnostics.capture import capture_forward, unrolled
 from icml26zoo.mixers.mdn import transition_spectral_radius
 from icml26zoo.models import build_model
-from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
+from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data import mqar
 
 # Every preset here has vocabulary 64: padding + keys + values must fit (1 + 2K <= 64).

@@ -10,10 +10,12 @@ import jax
 import numpy as np
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.lora import merge_lora
 from icml26zoo.optim.muon import muon_dimension_numbers, muon_finetune
-from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig, load_preset
-from icml26zoo.train.loop import Run, build_run, build_train_model, evaluate
+from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
+from icml26zoo.train.loop import evaluate
+from icml26zoo.train.runs import Run, build_run, build_train_model
 
 OPTIMIZERS = ("adamw", "muon")
 PRETRAIN_FACTOR = 2  # the pretraining cell trains this many times the budget's steps

@@ -34,17 +34,17 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 from icml26zoo import probing
+from icml26zoo.configs import load_preset
 from icml26zoo.pcfg.exact import probe_targets
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import data as data_lib
-from icml26zoo.train.config import TrainConfig, load_preset
+from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.config_checks import configured_objective
 from icml26zoo.train.data import pcfg
 from icml26zoo.train.data.generated import split_seed
 from icml26zoo.train.data.tasks import make_config
-from icml26zoo.train.loop import build_train_model
-from icml26zoo.train.runs import load_run
+from icml26zoo.train.runs import build_train_model, load_run
 from icml26zoo.validation import check_int
 
 CELL = "pcfg_tiny"

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icml26zoo.configs import load_preset
 from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, line_figure, parameter_count
 from icml26zoo.repro.protot_parts import (
@@ -59,7 +60,7 @@ from icml26zoo.repro.protot_parts import (
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
-from icml26zoo.train.config import TrainConfig, apply_overrides, load_preset
+from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.bytes_codec import decode
 from icml26zoo.train.data.pipeline import make_eval_iterator
 from icml26zoo.validation import check_int

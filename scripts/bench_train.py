@@ -25,13 +25,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from icml26zoo.configs import load_preset  # noqa: E402
 from icml26zoo.losses import weighted_cross_entropy  # noqa: E402
 from icml26zoo.models import build_model  # noqa: E402
 from icml26zoo.models.config import ModelConfig  # noqa: E402
 from icml26zoo.train.batch_source import batch_from_tokens  # noqa: E402
-from icml26zoo.train.config import load_preset  # noqa: E402
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token  # noqa: E402
-from icml26zoo.train.loop import build_run  # noqa: E402
+from icml26zoo.train.runs import build_run  # noqa: E402
 from icml26zoo.train.sharding import global_batch  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import pathlib
 from collections.abc import Iterable, Mapping
 
@@ -45,12 +46,17 @@ def module_names(folders: Mapping[pathlib.Path, str]) -> dict[str, pathlib.Path]
     return modules
 
 
+@functools.cache
+def _tree(path: pathlib.Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def scan(modules: Mapping[str, pathlib.Path]) -> list[Import]:
-    """Every import of every module in `modules` (module name -> file)."""
+    """Every import of every module in `modules` (module name -> file); each file is parsed once per session."""
     imports = []
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             where = f"{path}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Import):
                 imports += [Import(name, alias.name, (), where) for alias in node.names]

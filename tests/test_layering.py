@@ -38,7 +38,8 @@ PLANTS = {
         "icml26zoo.losses.planted", "from icml26zoo.repro.common import Budget\n",
         "icml26zoo.losses.planted (zoo) imports icml26zoo.repro.common (repro)"),
     "train imports repro": (
-        "icml26zoo.train.planted", "from icml26zoo import repro\n", "icml26zoo.train.planted (train) imports icml26zoo"),
+        "icml26zoo.train.planted", "from icml26zoo import repro\n",
+        "icml26zoo.train.planted (train) imports icml26zoo.repro (repro)"),
     "argparse in the model layer": (
         "icml26zoo.optim.planted", "import argparse\n", "imports argparse (argparse and matplotlib belong"),
     "pyplot in an experiment": (

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     # Our own messages at INFO; absl, orbax and TFDS stay at WARNING so the progress bar stays readable.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("icml26zoo.train").setLevel(logging.INFO)
-    from icml26zoo.train.config import apply_overrides, load_preset
+    from icml26zoo.configs import load_preset
+    from icml26zoo.train.config import apply_overrides
     from icml26zoo.train.distributed import initialize_distributed
     from icml26zoo.train.errors import RunError
 

@@ -1,39 +1,33 @@
 """Typed, frozen run configs with per-field comments and validation, plus `key=value` overrides.
 
-A preset is a module of `icml26zoo.configs` or a Python file with `get_config() -> TrainConfig`; `load_preset`
-takes a preset name (`llama_tiny`) or a file path. Overrides use dotted paths into the nested dataclasses
-(`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are parsed by the field's
-declared type, and a bad value raises ValueError naming the field and what is allowed. An optional nested
-config (`model.moe: MoEConfig | None`) is switched with `model.moe=default` (its defaults) or `model.moe=none`;
-its fields are then set by path (`model.moe.num_experts=8`), and setting a field of one that is None is an
-error naming the field. `check_config`
-looks up every name a config refers to (model, mixer and its options, optimizer and its options,
-objective, dataset) before anything is built. `TrainConfig.to_json` / `TrainConfig.from_json` round-trip
-a config exactly (the run's `config.json`).
+A preset is a module of `icml26zoo.configs` or a Python file with `get_config() -> TrainConfig`;
+`icml26zoo.configs.load_preset` takes a preset name (`llama_tiny`) or a file path. Overrides use dotted paths
+into the nested dataclasses (`model.num_layers=2`, `optim.learning_rate=1e-3`, `data.name=mqar`); values are
+parsed by the field's declared type, and a bad value raises ValueError naming the field and what is allowed.
+An optional nested config (`model.moe: MoEConfig | None`) is switched with `model.moe=default` (its defaults)
+or `model.moe=none`; its fields are then set by path (`model.moe.num_experts=8`), and setting a field of one
+that is None is an error naming the field. `check_config` looks up every name a config refers to (model, mixer
+and its options, optimizer and its options, objective, dataset) before anything is built.
+`TrainConfig.to_json` / `TrainConfig.from_json` round-trip a config exactly (the run's `config.json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import json
 import math
-import pathlib
 import re
 import types
 import typing
 from typing import Any
 
+import jax
+from flax import nnx
+
+from icml26zoo.layers.options import build_options
 from icml26zoo.models.config import ModelConfig
-from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config_checks import (
-    check_config,
-    check_finite_floats,
-    check_lora,
-    check_names,
-    objective_options,
-)
+from icml26zoo.registry import MIXERS, MODELS, OBJECTIVES, OPTIMIZERS
+from icml26zoo.train.datasets import check_dataset_name, dataset_for
 from icml26zoo.train.errors import RunError
 from icml26zoo.validation import (
     check_int,
@@ -49,18 +43,140 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "check_config",
+    "check_finite_floats",
+    "check_lora",
     "check_names",
-    "load_preset",
+    "check_two_gradient_rules",
+    "objective_options",
     "parse_value",
-    "preset_names",
 ]
+
+
+def check_finite_floats(prefix: str, config: Any) -> None:
+    """Raises ValueError naming the field when a float field of dataclass `config` (or a float inside a
+    tuple field, such as an option value) is infinite or NaN. `prefix` is the config's dotted path."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        numbers = _floats(value)
+        if any(not math.isfinite(number) for number in numbers):
+            raise ValueError(f"{prefix + '.' if prefix else ''}{field.name} must be finite, got {value!r}")
+
+
+def _floats(value: Any) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, tuple):
+        return [number for item in value for number in _floats(item)]
+    return []
+
+
+def check_config(config: TrainConfig) -> None:
+    """`check_names` and finite model numbers: what `load_preset` and `apply_overrides` check.
+
+    Raises RunError (or ValueError) naming the field.
+    """
+    check_finite_floats("model", config.model)
+    check_names(config)
+
+
+def check_lora(config: TrainConfig) -> None:
+    """lora_rank an integer >= 0, lora_alpha None or > 0, lora_targets non-empty strings, init_from None or a
+    non-empty path; ValueError naming the field. The rank against the layer widths is checked when the model
+    is built (`train.runs.build_run`)."""
+    rank = config.lora_rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"lora_rank must be an integer >= 0 (0: no LoRA), got {rank!r}")
+    alpha = config.lora_alpha
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0):
+        raise ValueError(f"lora_alpha must be a number > 0 or None (alpha = 2 * lora_rank), got {alpha!r}")
+    targets = config.lora_targets
+    if not isinstance(targets, tuple) or not targets or not all(isinstance(t, str) and t for t in targets):
+        raise ValueError(f"lora_targets must be a non-empty tuple of layer-name patterns, got {targets!r}")
+    if config.init_from is not None and (not isinstance(config.init_from, str) or not config.init_from):
+        raise ValueError(f"init_from must be a run directory or None, got {config.init_from!r}")
+
+
+def check_names(config: TrainConfig) -> None:
+    """Raises RunError naming the field and the valid values unless every name `config` uses is registered.
+
+    Checked: model.name, model.mixer and the mixer's options (the mixer is built abstractly, so nothing is
+    allocated and no device is touched), optim.name and its options, objective and data.name.
+    """
+    named = (("model.name", config.model.name, MODELS), ("model.mixer", config.model.mixer, MIXERS),
+             ("optim.name", config.optim.name, OPTIMIZERS), ("objective", config.objective, OBJECTIVES))
+    for field, value, registry in named:
+        if value not in registry:
+            raise RunError(f"{field} must be one of {registry.names()}, got {value!r}")
+    check_dataset_name("data.name", config.data.name)
+    mixer = MIXERS.get(config.model.mixer)
+    try:
+        nnx.eval_shape(lambda: mixer(config.model, rngs=nnx.Rngs(0)))
+    except ValueError as error:
+        raise RunError(_naming("model.mixer_options", error)) from None
+
+    check_two_gradient_rules(config.optim)
+
+    def build() -> tuple[()]:
+        # The registered factory with the peak learning rate: it checks the optimizer's own options; the
+        # schedule, clipping and accumulation around it take theirs from checked OptimConfig fields.
+        OPTIMIZERS.get(config.optim.name)(config.optim.learning_rate, config.optim)
+        return ()
+
+    # Under eval_shape: some optimizers compute constants when built, which would start the backend before
+    # jax.distributed.initialize (which must come first).
+    try:
+        jax.eval_shape(build)
+    except ValueError as error:
+        raise RunError(_naming("optim.options", error)) from None
+
+
+def check_two_gradient_rules(optim: OptimConfig) -> None:
+    """An optimizer that takes two gradients per step (it declares its own update, as SAM does) cannot run under
+    gradient accumulation or parameter groups; RunError (a ValueError) naming the field."""
+    if OPTIMIZERS.update(optim.name) is None:
+        return
+    if optim.grad_accum_steps > 1:
+        raise RunError(
+            f"optim.grad_accum_steps must be 1 for optim.name={optim.name!r}, which takes two gradients per step "
+            f"(optax.MultiSteps drops the extra arguments it needs), got {optim.grad_accum_steps}"
+        )
+    if optim.param_groups:
+        raise RunError(f"optim.param_groups needs a single-gradient optimizer; optim.name={optim.name!r} takes "
+                         f"two gradients per step, got {optim.param_groups!r}")
+
+
+def _naming(field: str, error: ValueError) -> str:
+    # A component's own message names its option ("unknown fox mixer option 'x'") but not the config field
+    # holding it; messages that already start with a config path keep it.
+    message = str(error)
+    return message if message.startswith(("model.", "optim.")) else f"{field}: {message}"
+
+
+def objective_options(objective: str, pairs: Any) -> Any:
+    """The typed options of registered objective `objective` from (name, value) pairs, or None.
+
+    An objective that takes options declares a frozen dataclass as its attribute `options_class`; its
+    options are that class built from `pairs` (defaults for what is not given). ValueError naming
+    objective_options for: pairs that are not (name, value) pairs, an unknown name (listing the valid ones),
+    an ill-typed or out-of-range value, or any pair given to an objective that declares no options.
+    """
+    check_pairs("objective_options", pairs)
+    options_class = getattr(OBJECTIVES.get(objective), "options_class", None)
+    if options_class is None:
+        if pairs:
+            raise ValueError(f"objective_options: objective {objective!r} takes no options, got {pairs!r}")
+        return None
+    try:
+        return build_options(options_class, pairs, owner=f"{objective} objective")
+    except ValueError as error:
+        raise ValueError(f"objective_options: {error}") from None
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which data to train and evaluate on, and how it is packed."""
 
-    # A registered dataset (train.data.registry.DATASETS): "pystdlib" (the built-in byte corpus), "mqar"
+    # A registered dataset (train.datasets.DATASETS): "pystdlib" (the built-in byte corpus), "mqar"
     # (associative recall), "nucleotide" (synthetic DNA from a known hidden-Markov generator, one byte per
     # base), "topics" (synthetic sequence classification, labelled rows), the controlled tasks set by
     # `task_options` ("dyck", "palindromes", "bfvp": labelled language-membership rows; "function_composition",
@@ -102,9 +218,6 @@ class DataConfig:
     task_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        # Imported here: the dataset modules import this one.
-        from icml26zoo.train.data.registry import check_dataset_name
-
         check_finite_floats("data", self)
 
         check_dataset_name("data.name", self.name)
@@ -127,8 +240,6 @@ class DataConfig:
 def check_task_options(data: DataConfig) -> None:
     """data.task_options must be (name, value) pairs that the dataset's options dataclass accepts; datasets
     without options take none (ValueError naming data.task_options)."""
-    from icml26zoo.train.data.registry import dataset_for
-
     check_pairs("data.task_options", data.task_options)
     dataset = dataset_for(data)
     parse = getattr(dataset, "options", None)
@@ -347,40 +458,6 @@ def _as_tuples(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_as_tuples(item) for item in value)
     return value
-
-
-def preset_names() -> list[str]:
-    """The presets `load_preset` accepts by name: the modules of `icml26zoo.configs`."""
-    from icml26zoo import configs
-
-    return configs.names()
-
-
-def load_preset(preset: str | pathlib.Path, *, field: str = "config") -> TrainConfig:
-    """The `get_config()` of preset `preset`, a name from `preset_names()` or a path to a Python file.
-
-    The config is checked with `check_config`. An unknown name or a missing file raises RunError naming
-    `field` (the CLI passes "--config") and listing the preset names.
-    """
-    name = str(preset)
-    path = pathlib.Path(preset)
-    if isinstance(preset, str) and preset in preset_names():
-        module = importlib.import_module(f"icml26zoo.configs.{preset}")
-    elif path.is_file():
-        spec = importlib.util.spec_from_file_location(f"_zoo_preset_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    elif isinstance(preset, str) and preset.isidentifier():
-        raise RunError(f"{field} {name!r} is not a preset name or a file; presets: {', '.join(preset_names())}")
-    else:
-        raise RunError(f"{field} file {name!r} does not exist; preset names: {', '.join(preset_names())}")
-    if not hasattr(module, "get_config"):
-        raise RunError(f"{field} {name!r} defines no get_config()")
-    config = module.get_config()
-    if not isinstance(config, TrainConfig):
-        raise RunError(f"get_config() of {field} {name!r} must return a TrainConfig, got {type(config).__name__}")
-    check_config(config)
-    return config
 
 
 def apply_overrides(config: Any, overrides: list[str]) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -17,8 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from icml26zoo.lora import add_lora
-from icml26zoo.models import build_model
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.batch_source import (
     GRAIN_KEY,
@@ -35,19 +32,12 @@ from icml26zoo.train.config_checks import check_fits_data, configured_objective
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
 from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, read_metrics
-from icml26zoo.train.monitor import flagged_steps, make_spike_monitor
-from icml26zoo.train.optim import (
-    build_optimizer,
-    check_lora_rank,
-    custom_update,
-    learning_rate_schedule,
-    lora_trainable,
-    train_only,
-)
+from icml26zoo.train.monitor import flagged_steps
 from icml26zoo.train.plotting import plot_loss_curves
 from icml26zoo.train.progress import Progress
-from icml26zoo.train.sharding import global_batch, make_mesh, tree_shardings
-from icml26zoo.train.step import TrainState, make_eval_step, make_train_step, plotted_metrics, summarize_eval
+from icml26zoo.train.runs import Run, build_run
+from icml26zoo.train.sharding import global_batch
+from icml26zoo.train.step import TrainState, plotted_metrics, summarize_eval
 from icml26zoo.train.workdir import claim_workdir
 
 log = logging.getLogger(__name__)
@@ -70,89 +60,6 @@ class NonFiniteError(RunError, FloatingPointError):
             f"{what} became non-finite at step {step}; stopping without checkpointing this state ({saved}); "
             "lower optim.learning_rate, enable optim.grad_clip_norm, or check the data for bad values"
         )
-
-
-@dataclasses.dataclass
-class Run:
-    """The compiled pieces of one run, shared by the loop, evaluation and the tests."""
-
-    config: TrainConfig
-    mesh: jax.sharding.Mesh
-    graphdef: nnx.GraphDef
-    state_shardings: TrainState
-    train_step: Any
-    eval_step: Any
-    spike_monitor: Any = None
-
-
-def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, TrainState]:
-    """Initializes parameters and optimizer state directly into their shardings and jits the steps.
-
-    `devices` defaults to every device of every process.
-    """
-    mesh = make_mesh(config.mesh_data, config.mesh_fsdp, devices)
-    make_model = functools.partial(build_train_model, config)
-    graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
-    abstract_params = nnx.to_pure_dict(abstract_params)
-    optimizer = build_optimizer(config.optim, config.num_steps)
-    if config.lora_rank:
-        optimizer = train_only(optimizer, lora_trainable)
-    source = None
-    if config.init_from is not None:
-        from icml26zoo.train.runs import initial_params  # runs imports this module
-
-        source = initial_params(config.init_from, abstract_params)
-    schedule = learning_rate_schedule(config.optim, config.num_steps)
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
-    objective = configured_objective(config)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    shardings = TrainState(
-        step=replicated,
-        params=tree_shardings(mesh, abstract_params),
-        opt_state=tree_shardings(mesh, abstract_opt),
-        rng=replicated,
-    )
-
-    def init(source: dict | None) -> TrainState:
-        params = nnx.to_pure_dict(nnx.split(make_model(), nnx.Param)[1])
-        if source is not None:  # init_from: the other run's weights, LoRA factors from this run's seed
-            params = jax.tree.map(lambda fresh, loaded: fresh if loaded is None else loaded, params, source)
-        key = jax.random.key_data(jax.random.key(config.seed))
-        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key)
-
-    state = jax.jit(init, out_shardings=shardings)(source)
-    train_step = jax.jit(
-        make_train_step(
-            graphdef, objective, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)
-        ),
-        in_shardings=(shardings, None),
-        out_shardings=(shardings, replicated),
-        donate_argnums=0,
-    )
-    eval_step = jax.jit(
-        make_eval_step(graphdef, objective, config.seed), in_shardings=(shardings.params, None),
-        out_shardings=replicated,
-    )
-    spike_monitor = None
-    if config.spike_monitor_every:
-        spike_monitor = jax.jit(
-            make_spike_monitor(graphdef, objective, schedule, config.optim), in_shardings=(shardings, None),
-            out_shardings=replicated,
-        )
-    return Run(config, mesh, graphdef, shardings, train_step, eval_step, spike_monitor), state
-
-
-def build_train_model(config: TrainConfig) -> nnx.Module:
-    """The run's model: `config.model` initialized from `config.seed`, with LoRA adapters when
-    `config.lora_rank` > 0 (their A factors drawn from a separate stream, so the base weights equal the
-    plain model's). The rank must not exceed any adapted layer's width (ValueError naming lora_rank)."""
-    model = build_model(config.model, rngs=nnx.Rngs(config.seed))
-    if not config.lora_rank:
-        return model
-    check_lora_rank(model, config.lora_rank, config.lora_targets)
-    alpha = 2.0 * config.lora_rank if config.lora_alpha is None else config.lora_alpha
-    return add_lora(model, rank=config.lora_rank, alpha=alpha, targets=config.lora_targets,
-                    rngs=nnx.Rngs(params=jax.random.fold_in(jax.random.key(config.seed), 1)), copy=False)
 
 
 def evaluate(run: Run, params: dict, batches: Iterable | None = None) -> dict[str, float]:

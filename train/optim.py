@@ -11,7 +11,7 @@ import jax
 import optax
 
 from icml26zoo.registry import OPTIMIZERS, UpdateFn
-from icml26zoo.train.config import OptimConfig
+from icml26zoo.train.config import OptimConfig, check_two_gradient_rules
 
 
 def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:
@@ -29,14 +29,7 @@ def learning_rate_schedule(cfg: OptimConfig, num_steps: int) -> optax.Schedule:
 def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransformation:
     """The full update rule; with `grad_accum_steps > 1` every call is one micro-step (optax.MultiSteps)."""
     factory = OPTIMIZERS.get(cfg.name)
-    if custom_update(cfg) is not None and cfg.grad_accum_steps > 1:
-        raise ValueError(
-            f"optim.grad_accum_steps must be 1 for optim.name={cfg.name!r}, which takes two gradients per step "
-            f"(optax.MultiSteps drops the extra arguments it needs), got {cfg.grad_accum_steps}"
-        )
-    if cfg.param_groups and custom_update(cfg) is not None:
-        raise ValueError(f"optim.param_groups needs a single-gradient optimizer; optim.name={cfg.name!r} takes "
-                         f"two gradients per step, got {cfg.param_groups!r}")
+    check_two_gradient_rules(cfg)
     schedule = learning_rate_schedule(cfg, num_steps)
     core = factory(schedule, cfg) if not cfg.param_groups else grouped_core(factory, schedule, cfg)
     if cfg.grad_clip_norm > 0:

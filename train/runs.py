@@ -1,4 +1,8 @@
-"""Reopening a run from its workdir: the config it trained, the model with its trained parameters, its state.
+"""Building a run's state and reopening a run from its workdir: `build_run` (the sharded initial state and the
+jitted steps), and `load_run` (the config a run trained, the model with its trained parameters, its state).
+
+The two live together because they call each other: a run started with `init_from` loads another run, and
+loading a run builds its abstract state.
 
 A run writes `config.json` (`TrainConfig.to_json`) and checkpoints under `<workdir>/checkpoints/`;
 `load_run` reads both back, so a notebook or script can evaluate, sample from or fine-tune a trained model
@@ -9,16 +13,112 @@ checkpoints clears the temporary folders of interrupted saves, which a live run 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.lora import add_lora
+from icml26zoo.models import build_model
 from icml26zoo.train.checkpoint import Checkpointer, CheckpointRestoreError
 from icml26zoo.train.config import TrainConfig
+from icml26zoo.train.config_checks import configured_objective
 from icml26zoo.train.errors import CheckpointError, RunError
-from icml26zoo.train.loop import build_run
-from icml26zoo.train.step import TrainState
+from icml26zoo.train.monitor import make_spike_monitor
+from icml26zoo.train.optim import (
+    build_optimizer,
+    check_lora_rank,
+    custom_update,
+    learning_rate_schedule,
+    lora_trainable,
+    train_only,
+)
+from icml26zoo.train.sharding import make_mesh, tree_shardings
+from icml26zoo.train.step import TrainState, make_eval_step, make_train_step
+
+
+@dataclasses.dataclass
+class Run:
+    """The compiled pieces of one run, shared by the loop, evaluation and the tests."""
+
+    config: TrainConfig
+    mesh: jax.sharding.Mesh
+    graphdef: nnx.GraphDef
+    state_shardings: TrainState
+    train_step: Any
+    eval_step: Any
+    spike_monitor: Any = None
+
+
+def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, TrainState]:
+    """Initializes parameters and optimizer state directly into their shardings and jits the steps.
+
+    `devices` defaults to every device of every process.
+    """
+    mesh = make_mesh(config.mesh_data, config.mesh_fsdp, devices)
+    make_model = functools.partial(build_train_model, config)
+    graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
+    abstract_params = nnx.to_pure_dict(abstract_params)
+    optimizer = build_optimizer(config.optim, config.num_steps)
+    if config.lora_rank:
+        optimizer = train_only(optimizer, lora_trainable)
+    source = None
+    if config.init_from is not None:
+        source = initial_params(config.init_from, abstract_params)
+    schedule = learning_rate_schedule(config.optim, config.num_steps)
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    objective = configured_objective(config)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shardings = TrainState(
+        step=replicated,
+        params=tree_shardings(mesh, abstract_params),
+        opt_state=tree_shardings(mesh, abstract_opt),
+        rng=replicated,
+    )
+
+    def init(source: dict | None) -> TrainState:
+        params = nnx.to_pure_dict(nnx.split(make_model(), nnx.Param)[1])
+        if source is not None:  # init_from: the other run's weights, LoRA factors from this run's seed
+            params = jax.tree.map(lambda fresh, loaded: fresh if loaded is None else loaded, params, source)
+        key = jax.random.key_data(jax.random.key(config.seed))
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key)
+
+    state = jax.jit(init, out_shardings=shardings)(source)
+    train_step = jax.jit(
+        make_train_step(
+            graphdef, objective, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)
+        ),
+        in_shardings=(shardings, None),
+        out_shardings=(shardings, replicated),
+        donate_argnums=0,
+    )
+    eval_step = jax.jit(
+        make_eval_step(graphdef, objective, config.seed), in_shardings=(shardings.params, None),
+        out_shardings=replicated,
+    )
+    spike_monitor = None
+    if config.spike_monitor_every:
+        spike_monitor = jax.jit(
+            make_spike_monitor(graphdef, objective, schedule, config.optim), in_shardings=(shardings, None),
+            out_shardings=replicated,
+        )
+    return Run(config, mesh, graphdef, shardings, train_step, eval_step, spike_monitor), state
+
+
+def build_train_model(config: TrainConfig) -> nnx.Module:
+    """The run's model: `config.model` initialized from `config.seed`, with LoRA adapters when
+    `config.lora_rank` > 0 (their A factors drawn from a separate stream, so the base weights equal the
+    plain model's). The rank must not exceed any adapted layer's width (ValueError naming lora_rank)."""
+    model = build_model(config.model, rngs=nnx.Rngs(config.seed))
+    if not config.lora_rank:
+        return model
+    check_lora_rank(model, config.lora_rank, config.lora_targets)
+    alpha = 2.0 * config.lora_rank if config.lora_alpha is None else config.lora_alpha
+    return add_lora(model, rank=config.lora_rank, alpha=alpha, targets=config.lora_targets,
+                    rngs=nnx.Rngs(params=jax.random.fold_in(jax.random.key(config.seed), 1)), copy=False)
 
 
 def load_run(

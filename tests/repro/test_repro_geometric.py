@@ -10,9 +10,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from icml26zoo.configs import load_preset
 from icml26zoo.repro import apt, geometric, pace, platonic, sola, spikenet
 from icml26zoo.repro.common import Budget, Experiment, parameter_count
-from icml26zoo.train.config import DataConfig, load_preset
+from icml26zoo.train.config import DataConfig
 
 MODULES = {"platonic": platonic, "sola": sola, "pace": pace, "spikenet": spikenet, "apt": apt}
 

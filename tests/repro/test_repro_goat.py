@@ -15,6 +15,7 @@ import pytest
 from flax import nnx
 from tolerances import tolerance
 
+from icml26zoo.configs import load_preset
 from icml26zoo.models import build_model
 from icml26zoo.models.lm import positions_from_segments
 from icml26zoo.repro import goat
@@ -25,7 +26,6 @@ from icml26zoo.repro.goat_parts import (
     single_segment_rows,
     sink_profile,
 )
-from icml26zoo.train.config import load_preset
 
 B, N = 2, 16
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.kernels.delta_rule.reference import gated_delta_rule
 from icml26zoo.kernels.momentum_delta_rule.reference import momentum_delta_rule
 from icml26zoo.mixers.mdn import MomentumDeltaNet, momentum_transition, transition_spectral_radius
 from icml26zoo.repro import mdn
 from icml26zoo.repro.mdn_parts import mqar_config
-from icml26zoo.train.config import load_preset
 
 B, T, H, K, V = 2, 6, 2, 8, 4
 ATOL = 2e-5  # float32 recurrences of a few steps

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.diagnostics import protot_hooks as hooks
 from icml26zoo.models import build_model
 from icml26zoo.models.config import ModelConfig
@@ -30,7 +31,6 @@ from icml26zoo.repro.protot_parts import (
     show_bytes,
     top_writers,
 )
-from icml26zoo.train.config import load_preset
 
 TINY = Budget(steps=2, batch_size=2, seq_len=16)
 

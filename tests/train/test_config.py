@@ -6,6 +6,8 @@ import pathlib
 
 import pytest
 
+from icml26zoo.configs import load_preset
+from icml26zoo.configs import names as preset_names
 from icml26zoo.mixers.attention import AttentionOptions
 from icml26zoo.mixers.base import mixer_options
 from icml26zoo.models.config import ModelConfig
@@ -15,8 +17,6 @@ from icml26zoo.train.config import (
     TrainConfig,
     apply_overrides,
     check_config,
-    load_preset,
-    preset_names,
 )
 from icml26zoo.train.config_checks import check_fits_data
 from icml26zoo.train.errors import RunError
@@ -132,7 +132,8 @@ def test_json_round_trip_keeps_nested_tuples_none_and_types():
 def test_preset_names_and_unknown_names():
     assert {"default", "llama_tiny", "classify_tiny"} <= set(preset_names())
     assert "__init__" not in preset_names()
-    with pytest.raises(RunError, match="'lama_tiny' is not a preset name or a file; presets: boolean_rl, boolean_sft,"):
+    with pytest.raises(RunError, match=r"'lama_tiny' is not a preset name or a file; did you mean 'llama_tiny'\?; "
+                                       r"presets: boolean_rl, boolean_sft,"):
         load_preset("lama_tiny")
 
 

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from icml26zoo.configs.nc_digits import digits_classifier
-from icml26zoo.train.config import DataConfig
-from icml26zoo.train.config_checks import check_config
+from icml26zoo.train.config import DataConfig, check_config
 from icml26zoo.train.data import digits
-from icml26zoo.train.data.registry import dataset_for
 from icml26zoo.train.data.sources import open_split
+from icml26zoo.train.datasets import dataset_for
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import tensorflow_datasets as tfds
 from icml26zoo.train.config import DataConfig
 from icml26zoo.train.data import make_train_iterator
 from icml26zoo.train.data.image_rows import LEVELS, quantize
-from icml26zoo.train.data.registry import dataset_for
 from icml26zoo.train.data.sources import open_split
+from icml26zoo.train.datasets import dataset_for
 
 NUM_CLASSES, SHAPE = 3, (4, 4, 1)
 

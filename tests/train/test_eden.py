@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.models import build_model, count_params
 from icml26zoo.train import data as zoo_data
-from icml26zoo.train.config import DataConfig, load_preset
+from icml26zoo.train.config import DataConfig
 from icml26zoo.train.data import nucleotide, nucleotide_hmm
 from icml26zoo.train.presets import EDEN_ARCHS, EDEN_SHAPES, eden_lm, eden_model
 

@@ -22,8 +22,9 @@ import jax
 import numpy as np
 import pytest
 
+from icml26zoo.configs import load_preset
 from icml26zoo.train.checkpoint import Checkpointer
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import WorkdirError
 from icml26zoo.train.loop import train
 

@@ -10,10 +10,12 @@ import jax
 import numpy as np
 import pytest
 
+from icml26zoo.configs import load_preset
 from icml26zoo.train import load_run
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import CheckpointError
-from icml26zoo.train.loop import build_run, train
+from icml26zoo.train.loop import train
+from icml26zoo.train.runs import build_run
 
 # Every comparison here is between programs compiled under the same setting, so XLA's cheap pipeline is safe.
 pytestmark = pytest.mark.usefixtures("fast_compile")

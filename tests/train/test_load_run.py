@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.train import load_run, loop
 from icml26zoo.train.__main__ import main
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import CheckpointError
 
 # XLA's cheap pipeline: the restored model is compared with the run's own state and logits, both computed here.

@@ -10,12 +10,13 @@ import pytest
 import tensorflow_datasets as tfds
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.models import build_model
 from icml26zoo.moe.multimodal_data import fill_split, make_multimodal_data, pack_points
-from icml26zoo.train.config import DataConfig, apply_overrides, load_preset
+from icml26zoo.train.config import DataConfig, apply_overrides
 from icml26zoo.train.data.features import open_rows
 from icml26zoo.train.data.multimodal import MultimodalOptions, ZooMultimodal, config_name
-from icml26zoo.train.data.registry import dataset_for
+from icml26zoo.train.datasets import dataset_for
 
 OPTIONS = (("train_examples", 40), ("eval_examples", 24), ("tokens", 4), ("setting", "III"),
            ("feature_dims", (3, 4, 5)), ("signal", (1.0, 0.5, 2.0)), ("modality_missing_rates", (0.1, 0.2, 0.3)),

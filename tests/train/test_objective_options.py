@@ -9,8 +9,8 @@ import pytest
 
 from icml26zoo.losses.boolean_chain import BooleanChainOptions, boolean_chain_objective
 from icml26zoo.losses.objectives import lm_objective
-from icml26zoo.train.config import TrainConfig, apply_overrides
-from icml26zoo.train.config_checks import configured_objective, objective_options
+from icml26zoo.train.config import TrainConfig, apply_overrides, objective_options
+from icml26zoo.train.config_checks import configured_objective
 
 
 def test_options_are_typed_defaulted_and_bound_to_the_objective():

@@ -16,9 +16,10 @@ import jax
 import numpy as np
 import pytest
 
+from icml26zoo.configs import load_preset
 from icml26zoo.train.batch_source import batch_from_tokens
 from icml26zoo.train.checkpoint import Checkpointer
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.loop import NonFiniteError, train
 
@@ -157,7 +158,7 @@ def test_vocab_smaller_than_dataset_is_rejected(mqar_dir, tmp_path):
 def test_train_step_compiles_once(mqar_dir):
     """Successive batches reuse one executable: no retracing or recompiling between steps."""
     from icml26zoo.train import data as data_lib
-    from icml26zoo.train.loop import build_run
+    from icml26zoo.train.runs import build_run
     from icml26zoo.train.sharding import global_batch
 
     config = tiny_config(mqar_dir, "num_steps=3")

@@ -253,8 +253,8 @@ def test_pro_mlp_dim_follows_the_spec_formula():
 def test_fox_pro_preset_uses_the_pro_ratio_and_matches_the_plain_block_in_size():
     import dataclasses
 
+    from icml26zoo.configs import load_preset
     from icml26zoo.models import build_model, count_params
-    from icml26zoo.train.config import load_preset
 
     pro, plain = load_preset("fox_pro_tiny").model, load_preset("fox_tiny").model
     assert dict(pro.mixer_options) == {"pro": True} and pro.mlp_dim == 152

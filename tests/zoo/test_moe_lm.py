@@ -14,12 +14,13 @@ import pytest
 import test_conformance as conformance
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.losses.moe import forward_with_aux, lm_moe_objective
 from icml26zoo.losses.objectives import lm_objective
 from icml26zoo.models import ModelConfig
 from icml26zoo.moe import MoEConfig, MoEFeedForward
 from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.loop import train
 
 pytestmark = pytest.mark.usefixtures("fast_compile")

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.losses import lm_objective
 from icml26zoo.losses.pcfg_lm import exact_distributions, kl_sums, make_pcfg_objective
 from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.pcfg import BOS, EOS, FIRST_TERMINAL, RandomGrammarSpec, exact_rows_of_sentence, sample_sentences
 from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config import load_preset
-from icml26zoo.train.config_checks import objective_options
+from icml26zoo.train.config import objective_options
 from icml26zoo.train.data.pcfg import PCFGDataset
 
 pytestmark = pytest.mark.usefixtures("fast_compile")

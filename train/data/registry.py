@@ -1,7 +1,8 @@
 """Registered datasets: how the data layer builds, reads and lays out each one, chosen by `data.name`.
 
 A dataset registers a `Dataset` subclass with `@register_dataset("name")` in its own module, listed in
-BUILTIN_MODULES (or imported before the config is built); `sources` and `pipeline` only look names up, so
+`train.datasets.BUILTIN_MODULES` (or imported before the config is built); the registry itself lives in
+`train.datasets` (re-exported here for the dataset modules); `sources` and `pipeline` only look names up, so
 adding a dataset never edits them or the trainer. A name registered with a trailing ":" is a family that
 takes a suffix: "tfds:" serves every "tfds:<name>".
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from icml26zoo.registry import Registry
 from icml26zoo.train.data import bytes_codec
 from icml26zoo.train.data.documents import ArrayDocuments, Documents, byte_decoder
+from icml26zoo.train.datasets import DATASETS, check_dataset_name, dataset_for, register_dataset
 from icml26zoo.train.errors import RunError
 
 if TYPE_CHECKING:
@@ -20,13 +21,9 @@ if TYPE_CHECKING:
 
     from icml26zoo.train.config import DataConfig
 
-# Modules whose import registers the built-in datasets, imported on the first lookup.
-BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics", "icml26zoo.train.data.digits",
-                   "icml26zoo.train.data.image_rows", "icml26zoo.train.data.formal_languages",
-                   "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean",
-                   "icml26zoo.train.data.pcfg", "icml26zoo.train.data.point_sets",
-                   "icml26zoo.train.data.sphere_signals", "icml26zoo.train.data.darcy_amr",
-                   "icml26zoo.train.data.digit_patches", "icml26zoo.train.data.multimodal")
+__all__ = ["DATASETS", "LAYOUTS", "Dataset", "check_dataset_name", "dataset_for", "register_dataset",
+           "text_documents"]
+
 LAYOUTS = ("concat", "whole", "single")
 
 
@@ -62,10 +59,6 @@ class Dataset:
         """Raises ValueError when rows of `seq_len` cannot hold what the dataset needs."""
 
 
-DATASETS: Registry[type[Dataset]] = Registry("dataset", modules=BUILTIN_MODULES)
-register_dataset = DATASETS.register
-
-
 def text_documents(builder: tfds.core.DatasetBuilder, split: str, feature: str, *, field: str) -> Documents:
     """The byte documents of `split` read from the string/bytes `feature` (`field` names it in errors)."""
     if feature not in builder.info.features:
@@ -73,21 +66,3 @@ def text_documents(builder: tfds.core.DatasetBuilder, split: str, feature: str, 
                          f"{sorted(builder.info.features)}")
     source = builder.as_data_source(split=split)
     return Documents(source, byte_decoder(feature), cache_key=(builder.data_dir, split, feature))
-
-
-def _key(name: str) -> str:
-    family, colon, _ = name.partition(":")
-    return family + colon
-
-
-def check_dataset_name(field: str, name: object) -> None:
-    """Raises RunError (a ValueError) naming `field` and the registered datasets unless `name` is one of them."""
-    if not (isinstance(name, str) and _key(name) in DATASETS and not name.endswith(":")):
-        names = [n + "<name>" if n.endswith(":") else n for n in DATASETS.names()]
-        raise RunError(f"{field} must be one of {names}, got {name!r}")
-
-
-def dataset_for(data: DataConfig) -> Dataset:
-    """The registered dataset that `data.name` names."""
-    check_dataset_name("data.name", data.name)
-    return DATASETS.get(_key(data.name))()

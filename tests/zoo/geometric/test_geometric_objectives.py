@@ -7,7 +7,7 @@ import pytest
 
 from icml26zoo.losses.geometric import PointRegressionOptions, point_regression, set_classification
 from icml26zoo.registry import OBJECTIVES
-from icml26zoo.train.config_checks import objective_options
+from icml26zoo.train.config import objective_options
 
 
 class FixedOutputs:

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.configs import load_preset
 from icml26zoo.geometric import random_rotation, rotate_points
 from icml26zoo.models import ModelConfig, build_model, language_model_names
-from icml26zoo.train.config import apply_overrides, load_preset
+from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.loop import train
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
