@@ -72,10 +72,10 @@ def _run(x: dict, **kw: object) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]
 
 
 # Compile once, check many: each parity case compiles the reference's and the xla path's VJP, and the checks
-# below run on these programs (same shapes, B = 2). T = 1; T = 63 plain at chunk 64 (one partial chunk: the
-# log_mu range checks); T = 100 packed at 64 (1 chunk + 36); T = 129 packed at 16 (8 + 1) and plain at 16 (the
-# segments alone of the packed-rows check, decode, state passing).
-PARITY_CASES = [(1, 16, False), (63, 64, False), (100, 64, True), (129, 16, True), (129, 16, False)]
+# below run on these programs (same shapes, B = 2). T = 1; T = 100 packed at chunk 64 (1 chunk + 36); T = 129
+# packed at 16 (8 + 1), plain at 16 (the segments alone of the packed-rows check, decode, state passing) and
+# plain at 64 (2 chunks + 1: the log_mu range checks).
+PARITY_CASES = [(1, 16, False), (100, 64, True), (129, 16, True), (129, 16, False), (129, 64, False)]
 
 
 @pytest.mark.parametrize("t, chunk, packed", PARITY_CASES)
@@ -114,11 +114,11 @@ def _assert_matches_f64(got: tuple, x: dict, what: str) -> None:
 def test_log_mu_full_range_at_chunk_64(mu_range: tuple[float, float]) -> None:
     """log_mu anywhere in (-5, 0] (the last case is exactly 0: mu = 1), weak decay (long memory: Gam up to
     ~t - j + 1), chunk 64, no clamping. (-2, 0) is where the difference-of-cumulants form loses all precision
-    (measured: O(1) forward error, NaN for (-5, 0)). The XLA path also matches a float64 recurrence. T = 63 in
-    one chunk of 64 (the plain T = 63 parity programs)."""
+    (measured: O(1) forward error, NaN for (-5, 0)). The XLA path also matches a float64 recurrence. T = 129:
+    two full chunks of 64 and one step, plain rows (the T = 129 chunk-64 parity programs)."""
     case = with_gates(CASE, g_range=(-0.3, 0.0), mu_range=mu_range)
-    want = harness.check_forward_and_grads(case, 63, chunk_size=64, seed=1)
-    inputs = harness.make_case_inputs(case, 63, seed=1)
+    want = harness.check_forward_and_grads(case, 129, chunk_size=64, seed=1)
+    inputs = harness.make_case_inputs(case, 129, seed=1)
     # The compiled VJP of the check above, run again for its outputs (any cotangents of the right structure).
     got, _ = harness.forward_and_grads(case, "xla", inputs, want[0], 64)
     _assert_matches_f64(got, inputs, "xla vs float64")
