@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m icml26zoo.train --config default --workdir $(WORKDIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadscope -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_train.py

@@ -1,6 +1,6 @@
 """Where the test suite's CPU time goes: per family and per test file, in CPU-seconds (user + system).
 
-    python scripts/suite_profile.py                          # runs `pytest -n 2 --dist loadgroup` (as make test)
+    python scripts/suite_profile.py                          # runs `pytest -n 2 --dist loadscope` (as make test)
     python scripts/suite_profile.py -- tests/repro -k smoke  # a subset (arguments after -- go to pytest)
     python scripts/suite_profile.py --from DIR               # report a profile recorded earlier
     python scripts/suite_profile.py --out docs/suite_profile.md --top 40
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         split = argv.index("--")
         argv, pytest_args = argv[:split], argv[split + 1:]
     else:
-        pytest_args = ["-n", "2", "--dist", "loadgroup", "-q"]
+        pytest_args = ["-n", "2", "--dist", "loadscope", "-q"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="source", help="a directory of recorded *.jsonl profiles (runs nothing)")
     parser.add_argument("--out", help="also write the report (markdown) here")

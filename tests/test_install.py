@@ -16,11 +16,11 @@ import venv
 
 import pytest
 
-# One worker runs them all: the wheel, the venv and the pytest-cache downloads are built once.
-pytestmark = pytest.mark.xdist_group("install")
+# `make test` runs pytest-xdist with `--dist loadscope`: one worker runs this whole module, so the wheel, the venv
+# and the pytest-cache downloads are built once.
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = ("zoo", "kernels", "train", "configs", "setup.py", "pyproject.toml", "README.md")
+SOURCES = ("zoo", "kernels", "train", "configs", "repro", "setup.py", "pyproject.toml", "README.md")
 NAMESAKES = ("kernels", "train")
 # Markers of pip failing to reach the index, as opposed to the index refusing the request.
 NO_NETWORK_MARKERS = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name",
@@ -134,7 +134,7 @@ def test_every_zoo_module_imports_from_the_wheel_beside_user_files(fresh_venv, u
     assert pathlib.Path(report["file"]).resolve().is_relative_to(fresh_venv.resolve())
     assert report["top_level"] == ["icml26zoo"]
     for name in ("icml26zoo.kernels", "icml26zoo.train", "icml26zoo.configs", "icml26zoo.mixers",
-                 "icml26zoo.train.__main__"):
+                 "icml26zoo.train.__main__", "icml26zoo.repro", "icml26zoo.repro.__main__"):
         assert name in report["modules"]
 
 
@@ -150,3 +150,16 @@ def test_the_cli_runs_from_the_wheel_beside_user_files(fresh_venv, user_folder):
     result = run_in(fresh_venv, ["-m", "icml26zoo.train", "--help"], user_folder)
     assert result.returncode == 0, result.stderr
     assert "python -m icml26zoo.train" in result.stdout
+
+
+def test_the_experiments_run_from_the_wheel_beside_user_files(fresh_venv, user_folder):
+    listing = run_in(fresh_venv, ["-m", "icml26zoo.repro", "--list"], user_folder)
+    assert listing.returncode == 0, listing.stderr
+    assert {"fox_fix", "leaderboard", "talda"} <= {line.split()[0] for line in listing.stdout.splitlines()}
+    out = user_folder / "runs" / "talda"
+    result = run_in(fresh_venv, ["-m", "icml26zoo.repro", "talda", "--smoke", "--out", str(out)], user_folder)
+    assert result.returncode == 0, result.stderr
+    assert {"results.md", "results.json"} <= {p.name for p in out.iterdir()}
+    assert any(p.suffix == ".png" for p in out.iterdir())
+    unknown = run_in(fresh_venv, ["-m", "icml26zoo.repro", "tlada"], user_folder)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown experiment 'tlada'; did you mean")
