@@ -13,6 +13,8 @@ One helper per idea, used everywhere (no private copies):
     check_choice("norm", name, ("rmsnorm", "dyt"))     # one of the allowed values
     check_bool("tie_embeddings", flag)                 # True or False
     check_shape("q", q, (batch, None, heads, dim), "[B, T, H, K]")   # an array of that shape (None: any size)
+    check_float_array("logits", x, (None, vocab), "[B, V]")          # ... and of a floating-point dtype
+    check_int_array("positions", p, (batch, seq), "[B, T]")          # ... and of an integer dtype
     check_pairs("mixer_options", pairs)                # a tuple of (name, value) pairs
 
 Numbers are Python ints and floats or NumPy / JAX scalars, never bools; NaN fails every numeric check.
@@ -25,9 +27,9 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["check_bool", "check_choice", "check_finite", "check_int", "check_interval", "check_non_negative",
-           "check_number", "check_pairs", "check_positive", "check_probability", "check_shape",
-           "check_unit_interval", "is_integer", "is_number"]
+__all__ = ["check_bool", "check_choice", "check_finite", "check_float_array", "check_int", "check_int_array",
+           "check_interval", "check_non_negative", "check_number", "check_pairs", "check_positive",
+           "check_probability", "check_shape", "check_unit_interval", "is_integer", "is_number"]
 
 INTERVALS = {"both": ("[", "]"), "left": ("[", ")"), "right": ("(", "]"), "neither": ("(", ")")}
 
@@ -146,6 +148,16 @@ def check_bool(field: str, value: Any) -> bool:
     return value
 
 
+def _shape_matches(shape: tuple[int, ...], expected: Sequence[int | None]) -> bool:
+    return len(shape) == len(expected) and all(e is None or s == e for s, e in zip(shape, expected, strict=False))
+
+
+def _named_shape(expected: Sequence[int | None], layout: str | None) -> str:
+    sizes = ["*" if e is None else str(e) for e in expected]
+    wanted = "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+    return f"{layout} = {wanted}" if layout else wanted
+
+
 def check_shape(field: str, array: Any, expected: Sequence[int | None], layout: str | None = None) -> tuple[int, ...]:
     """An array whose shape is `expected` (None matches any size); `layout` names the axes in the message,
     e.g. "[B, T, H, K]". Returns the array's shape."""
@@ -153,13 +165,37 @@ def check_shape(field: str, array: Any, expected: Sequence[int | None], layout: 
     if shape is None:
         raise ValueError(f"{field} must be an array, got {type(array).__name__}")
     shape = tuple(shape)
-    ok = len(shape) == len(expected) and all(e is None or s == e for s, e in zip(shape, expected, strict=False))
-    if not ok:
-        sizes = ["*" if e is None else str(e) for e in expected]
-        wanted = "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
-        named = f"{layout} = {wanted}" if layout else wanted
-        raise ValueError(f"{field} must have shape {named}, got {shape}")
+    if not _shape_matches(shape, expected):
+        raise ValueError(f"{field} must have shape {_named_shape(expected, layout)}, got {shape}")
     return shape
+
+
+def _check_typed_array(field: str, array: Any, expected: Sequence[int | None], layout: str | None, kind: str,
+                       what: str) -> tuple[int, ...]:
+    import jax.numpy as jnp  # only here: the scalar checks need no JAX
+
+    shape, dtype = getattr(array, "shape", None), getattr(array, "dtype", None)
+    if shape is None or dtype is None:
+        raise ValueError(f"{field} must be {what}, got {type(array).__name__}")
+    shape = tuple(shape)
+    if not (_shape_matches(shape, expected) and jnp.issubdtype(dtype, getattr(jnp, kind))):
+        raise ValueError(f"{field} must be {what} of shape {_named_shape(expected, layout)}, got {dtype} {shape}")
+    return shape
+
+
+def check_float_array(field: str, array: Any, expected: Sequence[int | None],
+                      layout: str | None = None) -> tuple[int, ...]:
+    """An array of a floating-point dtype (bfloat16 and float8 included) whose shape is `expected`, as in
+    check_shape; the message names the dtype and the shape it got. Returns the array's shape."""
+    return _check_typed_array(field, array, expected, layout, "floating", "a float array")
+
+
+def check_int_array(field: str, array: Any, expected: Sequence[int | None],
+                    layout: str | None = None) -> tuple[int, ...]:
+    """An array of an integer dtype (signed or unsigned, not bool) whose shape is `expected`, as in
+    check_shape (token ids, positions, segment ids); the message names the dtype and the shape it got.
+    Returns the array's shape."""
+    return _check_typed_array(field, array, expected, layout, "integer", "an integer array")
 
 
 def check_pairs(field: str, value: Any) -> tuple:
