@@ -3,7 +3,7 @@ grammar (8 nonterminals, 16 terminals, at most 24 words), objective `pcfg_lm` (c
 to the grammar's exact next-token distribution as summed metrics: zoo/losses/pcfg_lm.py).
 
 `python -m icml26zoo.train --config pcfg_tiny --workdir /tmp/pcfg` trains 400 steps of 32 sentences on CPU
-(under two minutes on 2 cores). scripts/repro/pcfg_probing.py trains it and reports the KL curve and the
+(under two minutes on 2 cores). `python -m icml26zoo.repro pcfg_probing` trains it and reports the KL curve and the
 per-layer probes. The objective must know the dataset's grammar: both get the same GRAMMAR pairs (another
 grammar on the command line: give the same pairs to data.task_options and objective_options).
 """

@@ -4,7 +4,7 @@ A 2-layer, 64-wide bidirectional denoiser (circulation attention with causal=Fal
 softmax attention without a causal mask) on the stdlib byte corpus; the vocabulary is 257 so that the mask id
 (vocab_size - 1 = 256) is no byte. `configs/puma_random_tiny.py` is the same run with random masking. No
 generated sample: the trainer's sampler decodes left to right, which a bidirectional model cannot; use
-`icml26zoo.losses.masked_sampler.sample`. The reproduction (scripts/repro/puma.py) runs the stateful pool.
+`icml26zoo.losses.masked_sampler.sample`. The reproduction (`python -m icml26zoo.repro puma`) runs the stateful pool.
 
     python -m icml26zoo.train --config configs/puma_tiny.py --workdir /tmp/puma_tiny
 """

@@ -127,7 +127,7 @@ class Attention(nnx.Module):
         per-head scalar (init 0); "plus_one": s_h = 0 fixed (softmax-plus-one, softmax₁).
         `attention_logits` / `attention_weights` then have S + 1 columns, the sink last.
       fp8_logits (str, default "off"): hold the logits S = q·k/√Dh in FP8 E4M3 in the training / scoring
-        forward (an option shared with goat, fox, fix and circulation; `zoo.mixers.fp8_scaling.fp8_attention`:
+        forward (an option shared with goat, fox, fix and circulation; `zoo.layers.fp8_scaling.fp8_attention`:
         cast s_h·S to float8_e4m3fn, divide by s_h, softmax in float32; an overflow past ±448 gives NaN, as
         JAX's cast does). "rank_aware": s_h = u·448/B̂_h from the weights (Emadi, ICML 2026; reconstruction):
         B̂_h = ρ² c_h/√Dh with ρ the largest token norm of the mixer input in this call and

@@ -37,7 +37,7 @@ Options (`cfg.mixer_options`):
   causal (bool, True): causal attention (the zoo's LM setting); False is the paper's non-causal
     (bidirectional) attention within each segment.
   fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
-    mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training / scoring forward casts
+    mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training / scoring forward casts
     s_h·ℓ_α/√d_h (and the base logits of H_org) to E4M3 and divides by s_h. "rank_aware": q_i·k_j and k_i·q_j
     are both bounded by ρ²σ_max(W_Q,h W_K,gᵀ), so B̂_h = max(1, max|c₁| + |c₂|)·ρ²σ_h/√d_h (ρ the call's
     largest token norm; per-token c₁, c₂ when adaptive). Cached decoding keeps float32 logits.

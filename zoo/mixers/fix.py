@@ -31,7 +31,7 @@ Options (`cfg.mixer_options`):
   prune_eps (float, 1e-6), cache_capacity (None | int, None = max_len): the pruned cache's threshold and
       slots; giving either with another cache raises.
   fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
-      mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
+      mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
       forward leaves the op for its materialized XLA form (O(T²·Dv) memory, whatever `implementation` says):
       P from s_h·q·k/√d cast to E4M3 and divided by s_h, the scalar gate sums added in float32, then the
       per-channel decays of kernels/value_forget_attention/reference.py. "rank_aware": B̂_h =

@@ -29,7 +29,7 @@ computed by `kernels.forgetting_attention`. Options (`cfg.mixer_options`):
     never across a segment start; output_norm: per-head RMSNorm of the attention output; output_gate:
     o ← o ⊙ σ(W_g x) before o_proj.
   fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
-    mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
+    mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
     forward leaves the fused op for a materialized XLA path (`fp8_scaling.fp8_attention`, O(T²) memory,
     whatever `implementation` says) that casts s_h·q·k/√d to E4M3, divides by s_h and adds the gate sums in
     float32. "rank_aware": B̂_h = ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE; the token shift mixes

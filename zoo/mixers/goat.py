@@ -33,7 +33,7 @@ Options (`cfg.mixer_options`):
       decoding sees the same features as the full forward and the features extrapolate.
   prior_scale (float, 1.0): s, the sink-term scale.
   fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (float, 1.0), fp8_headroom (float, 0.8): as
-      the attention mixer's (zoo/mixers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training /
+      the attention mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training /
       scoring forward casts s_h·(q_total·k_total) to E4M3, divides by s_h and adds the recency bias in
       float32, through the materialized XLA path (`fp8_scaling.fp8_attention`, not jax.nn's kernel).
       "rank_aware" bounds the logit by ρ²σ_max(W_Q,c W_K,cᵀ)/√D_c (content channels, ρ the largest token

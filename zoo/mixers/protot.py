@@ -29,7 +29,7 @@ value_dim (d_v, d_model), num_heads (1; cfg.num_heads is not used), eps (1e-6), 
 implementation (None). Init: P ~ N(0, 1/d_p); W_w, W_r, W_v, W_s ~ N(0, 0.02); W_o ~
 N(0, 0.02/√(2L)); β = 0.
 
-Edits: `self.edit = protot_parts.PrototypeEdit(...)` (or through zoo.mixers.protot_hooks.edit_prototypes)
+Edits: `self.edit = protot_parts.PrototypeEdit(...)` (or through zoo.diagnostics.protot_hooks.edit_prototypes)
 blocks writes, zeroes memories, pins or scales read weights. The edit is stored as arrays,
 `self.edit_masks` (a protot_parts.PrototypeEditMasks or None), not as a static attribute, so one compiled
 program serves every edit of the same shapes; `self.edit = None` removes them (the mixer is then exactly
