@@ -8,7 +8,7 @@ LOCK := constraints.txt
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint setup lock clean
+.PHONY: demo test notebooks bench lint setup lock clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadscope -q $(PYTEST_ARGS)
+
+# Every notebook top to bottom at its QUICK budget (a few minutes each), as a Colab user runs it. make test runs
+# them at SMOKE (an experiment's notebook inside its contract test, tests/repro/test_experiments.py).
+notebooks: $(STAMP)
+	ZOO_NOTEBOOK_BUDGET=quick $(PY) -m pytest -n 2 -q tests/test_notebooks.py -k runs_outside $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_train.py
