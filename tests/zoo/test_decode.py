@@ -122,11 +122,11 @@ def test_filters_apply_in_order_temperature_top_k_top_p():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"temperature": -1.0}, r"temperature must be a finite number >= 0 \(0 = greedy\), got -1.0"),
+    [({"temperature": -1.0}, r"temperature \(0 = greedy\) must be a finite non-negative number, got -1.0"),
      ({"temperature": float("nan")}, "temperature"),
-     ({"top_p": 0.0}, r"top_p must be None or a number in \(0, 1\], got 0.0"),
+     ({"top_p": 0.0}, r"top_p must be a number in \(0, 1\], got 0.0"),
      ({"top_p": 1.5}, "top_p"),
-     ({"top_k": 0}, r"top_k must be None or an int in \[1, 4\], got 0"),
+     ({"top_k": 0}, r"top_k must be an integer in \[1, 4\], got 0"),
      ({"top_k": 5}, "top_k")],
 )
 def test_bad_sampling_settings_raise(kwargs, match):

@@ -138,7 +138,7 @@ def test_bad_inputs_raise(models):
         DivergenceDecoding(base, retain, wide, alpha=1.0)
     with pytest.raises(ValueError, match=r"retain model has vocab_size 33"):
         DivergenceDecoding(base, wide, forget, alpha=1.0)
-    with pytest.raises(ValueError, match=r"alpha must be a finite number >= 0, got -1.0"):
+    with pytest.raises(ValueError, match=r"alpha must be a finite non-negative number, got -1.0"):
         DivergenceDecoding(base, retain, forget, alpha=-1.0)
     with pytest.raises(ValueError, match=r"variant must be one of"):
         DivergenceDecoding(base, retain, forget, alpha=1.0, variant="log")

@@ -119,11 +119,11 @@ def test_bad_arguments_raise(model, prompt):
         ValueError, match=r"max_len = 6 cannot hold 0 cached tokens, a prompt of shape \(2, 5\) and 2 new tokens"
     ):
         generate(model, prompt, max_new_tokens=2, key=key, max_len=6)
-    with pytest.raises(ValueError, match=r"top_k must be None or an int in \[1, 64\], got 65"):
+    with pytest.raises(ValueError, match=r"top_k must be an integer in \[1, 64\], got 65"):
         generate(model, prompt, max_new_tokens=2, key=key, top_k=65)
-    with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"temperature \(0 = greedy\) must be a finite non-negative number, got -1.0"):
         generate(model, prompt, max_new_tokens=2, key=key, temperature=-1.0)
-    with pytest.raises(ValueError, match=r"top_p must be None or a number in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\], got 1.5"):
         generate(model, prompt, max_new_tokens=2, key=key, top_p=1.5)
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1, got 0"):
         generate(model, prompt, max_new_tokens=0, key=key)

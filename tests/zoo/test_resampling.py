@@ -95,7 +95,10 @@ def test_effective_sample_size_formula_bounds_and_shift_invariance():
         (lambda: systematic_resample(jax.random.key(0), jnp.zeros((2, 3))), r"log_weights must be .*shape \[N\]"),
         (lambda: residual_resample(jax.random.key(0), jnp.zeros(3, jnp.int32)), "log_weights must be a float"),
         (lambda: RESAMPLERS["multinomial"](jax.random.key(0), jnp.zeros(0)), "N >= 1"),
-        (lambda: systematic_resample(jax.random.key(0), jnp.zeros(4), 0), r"num_offspring must be in \[1, 4\]"),
+        (lambda: systematic_resample(jax.random.key(0), jnp.zeros(4), 0),
+         r"num_offspring must be an integer >= 1, got 0"),
+        (lambda: systematic_resample(jax.random.key(0), jnp.zeros(4), 5),
+         r"num_offspring must be at most 4 \(the number of particles\), got 5"),
         (lambda: effective_sample_size(jnp.zeros((2, 2))), "log_weights"),
     ],
 )

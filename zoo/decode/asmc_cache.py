@@ -20,6 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.validation import check_int
+
 __all__ = ["broadcast_cache", "gather_particles", "particle_axes", "reorder_cache"]
 
 
@@ -76,8 +78,7 @@ def broadcast_cache(model: Any, cache: Any, num_particles: int) -> Any:
     """A batch-1 cache (a prompt prefilled once) copied to num_particles rows, as a cache of that batch size."""
     if cache.batch_size != 1:
         raise ValueError(f"cache must have batch_size 1 to be broadcast, got {cache.batch_size}")
-    if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 1:
-        raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
+    check_int("num_particles", num_particles)
     rows = jnp.zeros((num_particles,), jnp.int32)
     layers = gather_particles(cache.layers, rows, particle_axes(model, cache.max_len))
     return cache.replace(layers=layers, batch_size=num_particles)

@@ -4,24 +4,14 @@ schedule; the split of a config into its compile-time structure and its traced n
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 
 from icml26zoo.decode.resampling import RESAMPLERS
+from icml26zoo.validation import check_choice, check_int, check_interval, check_positive
 
 __all__ = ["ASMCConfig", "annealed_alpha", "dynamic_settings", "static_structure"]
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_number(name: str, value: object, expected: str, ok) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,28 +50,26 @@ class ASMCConfig:
     growth_factor: int = 2
 
     def __post_init__(self) -> None:
-        _check_int("max_new_tokens", self.max_new_tokens, 1)
-        _check_int("num_particles", self.num_particles, 1)
+        check_int("max_new_tokens", self.max_new_tokens)
+        check_int("num_particles", self.num_particles)
         if self.max_particles is not None:
-            _check_int("max_particles", self.max_particles, self.num_particles)
-        _check_number("alpha", self.alpha, "a finite number > 0 (the power of the target p^alpha)", lambda v: v > 0)
-        if self.temperature is not None:
-            _check_number("temperature", self.temperature, "None (1 / alpha_t) or a finite number > 0",
-                          lambda v: v > 0)
+            check_int("max_particles", self.max_particles, minimum=self.num_particles)
+        check_positive("alpha (the power of the target p^alpha)", self.alpha, finite=True)
+        if self.temperature is not None:  # None: T = 1 / alpha_t
+            check_positive("temperature", self.temperature, finite=True)
         if self.top_k is not None:
-            _check_int("top_k", self.top_k, 1)
+            check_int("top_k", self.top_k)
         if self.top_p is not None:
-            _check_number("top_p", self.top_p, "None or a number in (0, 1]", lambda v: 0 < v <= 1)
-        _check_number("ess_threshold", self.ess_threshold, "a number in (0, 1]", lambda v: 0 < v <= 1)
-        _check_int("block_size", self.block_size, 1)
-        _check_int("ramp_tokens", self.ramp_tokens, 0)
-        _check_int("min_new_tokens", self.min_new_tokens, 0)
+            check_interval("top_p", self.top_p, 0, 1, closed="right")
+        check_interval("ess_threshold", self.ess_threshold, 0, 1, closed="right")
+        check_int("block_size", self.block_size)
+        check_int("ramp_tokens", self.ramp_tokens, minimum=0)
+        check_int("min_new_tokens", self.min_new_tokens, minimum=0)
         if self.eos_id is not None:
-            _check_int("eos_id", self.eos_id, 0)
-        if self.scheme not in RESAMPLERS:
-            raise ValueError(f"scheme must be one of {sorted(RESAMPLERS)}, got {self.scheme!r}")
-        _check_number("collapse_threshold", self.collapse_threshold, "a number in (0, 1]", lambda v: 0 < v <= 1)
-        _check_int("growth_factor", self.growth_factor, 2)
+            check_int("eos_id", self.eos_id, minimum=0)
+        check_choice("scheme", self.scheme, sorted(RESAMPLERS))
+        check_interval("collapse_threshold", self.collapse_threshold, 0, 1, closed="right")
+        check_int("growth_factor", self.growth_factor, minimum=2)
 
     @property
     def capacity(self) -> int:

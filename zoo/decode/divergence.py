@@ -21,14 +21,13 @@ for scoring, and the KL loss that distils the steered distribution back into the
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.validation import check_choice, check_int
+from icml26zoo.validation import check_choice, check_int, check_non_negative
 
 __all__ = ["VARIANTS", "DivergenceDecoding", "distillation_loss", "divergence_logits", "signed_log",
            "signed_log_divergence_logits", "signed_log_inverse", "steered_logits", "top_k_suppression"]
@@ -41,11 +40,6 @@ def _check_same_shape(base: jax.Array, retain: jax.Array, forget: jax.Array) -> 
         if value.shape != base.shape:
             raise ValueError(f"{name} must have the base logits' shape {tuple(base.shape)} (same vocabulary and "
                              f"positions), got {tuple(value.shape)}")
-
-
-def _check_alpha(alpha: float) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not (math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
 
 
 def divergence_logits(base: jax.Array, retain: jax.Array, forget: jax.Array, *, alpha: float) -> jax.Array:
@@ -132,7 +126,7 @@ class DivergenceDecoding(nnx.Module):
     def __init__(self, base: nnx.Module, retain: nnx.Module, forget: nnx.Module, *, alpha: float,
                  variant: str = "linear", k: int = 0) -> None:
         check_vocabularies(base, retain, forget)
-        _check_alpha(alpha)
+        check_non_negative("alpha", alpha, finite=True)
         check_choice("variant", variant, VARIANTS)
         check_int("k", k, minimum=0)
         self.retain, self.forget = retain, forget

@@ -129,7 +129,7 @@ def generate(
         start, max_len = int(cache.index), cache.max_len
     needed = start + prompt_len + max_new_tokens
     max_len = needed if max_len is None else max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < needed:
+    if check_int("max_len", max_len) < needed:
         raise ValueError(
             f"max_len = {max_len} cannot hold {start} cached tokens, a prompt of shape {tuple(prompt.shape)} and "
             f"{max_new_tokens} new tokens"

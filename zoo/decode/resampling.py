@@ -20,6 +20,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.validation import check_int
+
 __all__ = ["RESAMPLERS", "effective_sample_size", "multinomial_resample", "normalized_weights",
            "offspring_counts", "residual_resample", "systematic_resample"]
 
@@ -41,8 +43,10 @@ def _check_log_weights(log_weights: jax.Array) -> None:
 def _offspring_total(num_offspring: int | jax.Array | None, size: int) -> jax.Array:
     if num_offspring is None:
         return jnp.asarray(size, jnp.int32)
-    if isinstance(num_offspring, int) and not isinstance(num_offspring, bool) and not 1 <= num_offspring <= size:
-        raise ValueError(f"num_offspring must be in [1, {size}] (the number of particles), got {num_offspring}")
+    if isinstance(num_offspring, int):  # a traced count is not checked
+        check_int("num_offspring", num_offspring)
+        if num_offspring > size:
+            raise ValueError(f"num_offspring must be at most {size} (the number of particles), got {num_offspring}")
     return jnp.asarray(num_offspring, jnp.int32)
 
 

@@ -13,10 +13,10 @@ permutes the result) and can hold more than k tokens, or more than the smallest 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
+
+from icml26zoo.validation import check_float_array, check_int, check_interval, check_non_negative
 
 __all__ = ["check_sampling", "sample_logits", "sampling_logits", "top_k_mask", "top_p_mask"]
 
@@ -24,22 +24,11 @@ __all__ = ["check_sampling", "sample_logits", "sampling_logits", "top_k_mask", "
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None, vocab_size: int) -> None:
     """ValueError naming the argument unless temperature >= 0 is finite (0 = greedy), top_k is None or an int
     in [1, vocab_size] and top_p is None or a number in (0, 1]."""
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
-        math.isfinite(temperature) and temperature >= 0
-    ):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= vocab_size):
-        raise ValueError(f"top_k must be None or an int in [1, {vocab_size}], got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-
-
-def _check_logits(logits: jax.Array) -> None:
-    if not hasattr(logits, "ndim") or logits.ndim != 2 or not jnp.issubdtype(logits.dtype, jnp.floating):
-        raise ValueError(
-            f"logits must be a float array of shape [B, V], got {getattr(logits, 'dtype', type(logits))} "
-            f"with shape {getattr(logits, 'shape', None)}"
-        )
+    check_non_negative("temperature (0 = greedy)", temperature, finite=True)
+    if top_k is not None:
+        check_int("top_k", top_k, maximum=vocab_size)
+    if top_p is not None:
+        check_interval("top_p", top_p, 0, 1, closed="right")
 
 
 def top_k_mask(logits: jax.Array, k: int) -> jax.Array:
@@ -75,7 +64,7 @@ def sampling_logits(
 
     Divides by temperature (> 0 here), masks outside the top-k, then outside the top-p nucleus, with -inf.
     """
-    _check_logits(logits)
+    check_float_array("logits", logits, (None, None), "[B, V]")
     check_sampling(temperature, top_k, top_p, logits.shape[-1])
     if temperature == 0:
         raise ValueError("temperature must be > 0 for a sampling distribution; 0 means greedy (use sample_logits)")
@@ -96,7 +85,7 @@ def sample_logits(
     top_p: float | None = None,
 ) -> jax.Array:
     """logits [B, V] -> tokens [B] int32: argmax at temperature 0, else a draw from `sampling_logits`."""
-    _check_logits(logits)
+    check_float_array("logits", logits, (None, None), "[B, V]")
     check_sampling(temperature, top_k, top_p, logits.shape[-1])
     if temperature == 0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
