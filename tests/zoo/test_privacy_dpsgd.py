@@ -108,10 +108,10 @@ def test_dp_sgd_with_small_noise_learns():
     ("make", "match"),
     [
         (lambda: custom_update(OptimConfig(name="dp_sgd", grad_clip_norm=1.0)), "optim.grad_clip_norm must be 0"),
-        (lambda: build_optimizer(_config(clip_norm=0.0), 10), "clip_norm must be a finite number > 0, got 0.0"),
+        (lambda: build_optimizer(_config(clip_norm=0.0), 10), "clip_norm must be a finite positive number, got 0.0"),
         (lambda: build_optimizer(_config(clip_norm=-1.0), 10), "clip_norm"),
         (lambda: build_optimizer(_config(noise="laplace"), 10), "option 'noise' must be one of"),
-        (lambda: build_optimizer(_config(scale=0.0), 10), "scale must be a finite number > 0"),
+        (lambda: build_optimizer(_config(scale=0.0), 10), "scale must be a finite positive number, got 0.0"),
         (lambda: build_optimizer(_config(sigma=1.0), 10), "sigma"),
         (lambda: mechanisms.noise_sampler("gaussian", p=2.0), "does not take"),
         (lambda: dpsgd.private_aggregate(1.0, "staircase"), "noise must be one of"),

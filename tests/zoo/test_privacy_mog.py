@@ -111,11 +111,12 @@ def test_a_calibration_that_cannot_meet_eps_delta_says_so():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: gaussian.analytic_gaussian_delta(0.0, 1.0), "eps must be a finite number > 0, got 0.0"),
+        (lambda: gaussian.analytic_gaussian_delta(0.0, 1.0), "eps must be a finite positive number, got 0.0"),
         (lambda: gaussian.analytic_gaussian_delta(-1.0, 1.0), "eps"),
-        (lambda: gaussian.analytic_gaussian_sigma(1.0, 0.0), r"delta must lie in the open interval \(0, 1\), got 0.0"),
+        (lambda: gaussian.analytic_gaussian_sigma(1.0, 0.0), r"delta must be a number in \(0, 1\), got 0.0"),
         (lambda: gaussian.analytic_gaussian_sigma(1.0, 1.0), "delta"),
-        (lambda: gaussian.analytic_gaussian_sigma(1.0, 1e-5, sens=0.0), "sens must be a finite number > 0"),
+        (lambda: gaussian.analytic_gaussian_sigma(1.0, 1e-5, sens=0.0),
+         "sens must be a finite positive number, got 0.0"),
         (lambda: gaussian.analytic_gaussian_delta(1.0, -2.0), "sigma"),
         (lambda: mog.mog_delta(1.0, 1.0, [0.2, 0.5, 0.3]), "weights must be symmetric"),
         (lambda: mog.mog_delta(1.0, 1.0, [0.5, 0.5]), "odd length"),
@@ -123,7 +124,7 @@ def test_a_calibration_that_cannot_meet_eps_delta_says_so():
         (lambda: mog.mog_delta(1.0, 1.0, [1.0], s_grid=[1.5]), r"s_grid must hold shifts in \(0, sens=1\]"),
         (lambda: mog.mog_delta(1.0, 1.0, [1.0], spacing=0.0), "spacing"),
         (lambda: mog.mog_sigma(1.0, 2.0, [1.0]), "delta"),
-        (lambda: mog.geometric_weights(1.0, -1), "radius must be an integer >= 0"),
+        (lambda: mog.geometric_weights(1.0, -1), "radius must be an integer >= 0, got -1"),
         (lambda: mog.mog_sample(jax.random.key(0), 0.0, [1.0]), "sigma"),
     ],
 )

@@ -105,13 +105,13 @@ def test_gaussian_member_moments_are_the_gaussians():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: sgg.sgg_delta(0.0, 1.0, 2, 2.0, 2), "eps must be a finite number > 0"),
-        (lambda: sgg.sgg_sigma(1.0, 0.0, 2, 2.0, 2), r"delta must lie in the open interval \(0, 1\)"),
+        (lambda: sgg.sgg_delta(0.0, 1.0, 2, 2.0, 2), "eps must be a finite positive number, got 0.0"),
+        (lambda: sgg.sgg_sigma(1.0, 0.0, 2, 2.0, 2), r"delta must be a number in \(0, 1\), got 0.0"),
         (lambda: sgg.sgg_sigma(1.0, 1.5, 2, 2.0, 2), "delta"),
-        (lambda: sgg.sgg_delta(1.0, 1.0, 0.0, 2.0, 2), "a must be a finite number > 0, got 0.0"),
-        (lambda: sgg.sgg_delta(1.0, 1.0, 2, -1.0, 2), "p must be a finite number > 0"),
+        (lambda: sgg.sgg_delta(1.0, 1.0, 0.0, 2.0, 2), "a must be a finite positive number, got 0.0"),
+        (lambda: sgg.sgg_delta(1.0, 1.0, 2, -1.0, 2), "p must be a finite positive number, got -1.0"),
         (lambda: sgg.sgg_delta(1.0, 1.0, 2, 2.0, 0), "dim must be an integer >= 1, got 0"),
-        (lambda: sgg.sgg_delta(1.0, 1.0, 2, 2.0, 2, sens=0.0), "sens must be a finite number > 0"),
+        (lambda: sgg.sgg_delta(1.0, 1.0, 2, 2.0, 2, sens=0.0), "sens must be a finite positive number, got 0.0"),
         (lambda: sgg.sgg_delta(1.0, 1.0, 2, 2.0, 2, grid=(8, 600)), "grid must be a pair of integers >= 16"),
         (lambda: sgg.sgg_sample(jax.random.key(0), 0.0, 2, 2.0, 2), "sigma"),
         (lambda: accounting.composed_epsilon(None, 0, 1e-5), "count must be an integer >= 1"),

@@ -1,50 +1,29 @@
-"""Argument checks shared by the privacy mechanisms: each raises ValueError naming the argument and the value."""
+"""The privacy parameters' checks (ε, δ, the noise dimension), built on icml26zoo.validation, and the σ
+calibration the mechanisms share. Each check raises ValueError naming the argument and the value; the other
+arguments (sensitivities, clip norms, noise scales, shape parameters) use
+`validation.check_positive(name, value, finite=True)`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 
 def check_epsilon(value: Any, name: str = "eps") -> float:
-    """ε finite and > 0 (ε ≤ 0 is not a privacy level any additive noise reaches with δ < 1)."""
-    number = _number(value)
-    if number is None or number <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
+    """ε finite and > 0 (ε ≤ 0 is not a privacy level any additive noise reaches with δ < 1), as a float."""
+    return check_positive(name, value, finite=True)
 
 
 def check_delta(value: Any, name: str = "delta") -> float:
-    """δ strictly inside (0, 1)."""
-    number = _number(value)
-    if number is None or not 0 < number < 1:
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {value!r}")
-    return number
-
-
-def check_positive(value: Any, name: str) -> float:
-    """A finite number > 0 (sensitivities, clip norms, noise scales, shape parameters)."""
-    number = _number(value)
-    if number is None or number <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
+    """δ strictly inside (0, 1), as a float."""
+    return check_interval(name, value, 0, 1, closed="neither")
 
 
 def check_dimension(value: Any, name: str = "dim") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+    """The dimension of the noise: an integer >= 1."""
+    return check_int(name, value)
 
 
 def calibrate(delta_of_sigma: Callable[[float], float], delta: float, *, start: float, max_sigma: float,

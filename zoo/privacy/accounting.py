@@ -15,7 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from icml26zoo.privacy import mog, sgg
-from icml26zoo.privacy._checks import check_delta, check_epsilon, check_positive
+from icml26zoo.privacy._checks import check_delta, check_epsilon
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["composed_delta", "composed_epsilon", "gaussian_pld", "mog_pld", "sgg_pld"]
 
@@ -30,10 +31,9 @@ def _pld_module() -> Any:
 
 def gaussian_pld(sigma: float, sens: float = 1.0, discretization: float = 1e-4) -> Any:
     """dp-accounting's (pessimistic, connect-the-dots) PLD of N(0, σ²) noise at sensitivity `sens`."""
-    sigma, sens = check_positive(sigma, "sigma"), check_positive(sens, "sens")
-    return _pld_module().from_gaussian_mechanism(sigma, sensitivity=sens,
-                                                 value_discretization_interval=check_positive(
-                                                     discretization, "discretization"))
+    sigma, sens = check_positive("sigma", sigma, finite=True), check_positive("sens", sens, finite=True)
+    discretization = check_positive("discretization", discretization, finite=True)
+    return _pld_module().from_gaussian_mechanism(sigma, sensitivity=sens, value_discretization_interval=discretization)
 
 
 def sgg_pld(sigma: float, a: float, p: float, dim: int, sens: float = 1.0, discretization: float = 1e-3,
@@ -52,11 +52,11 @@ def mog_pld(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float 
 
     Binning is post-processing, so its δ(ε) is at most the continuous one and converges to it as the bins
     shrink: an independent check of `mog.mog_delta`, which integrates the continuous laws."""
-    sigma, spacing, sens = check_positive(sigma, "sigma"), check_positive(spacing, "spacing"), check_positive(
-        sens, "sens")
+    sigma, sens = check_positive("sigma", sigma, finite=True), check_positive("sens", sens, finite=True)
+    spacing = check_positive("spacing", spacing, finite=True)
     weights = mog.check_weights(weights)
-    shift = sens if shift is None else check_positive(shift, "shift")
-    width = sigma / 200 if bin_width is None else check_positive(bin_width, "bin_width")
+    shift = sens if shift is None else check_positive("shift", shift, finite=True)
+    width = sigma / 200 if bin_width is None else check_positive("bin_width", bin_width, finite=True)
     means = (np.arange(weights.size) - weights.size // 2) * spacing * sens
     reach = means.max() + shift + 14 * sigma
     edges = np.concatenate([[-math.inf], np.arange(-reach, reach + width, width), [math.inf]])
@@ -65,7 +65,7 @@ def mog_pld(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float 
     finite = np.isfinite(upper) & np.isfinite(lower)
     return _pld_module().from_two_probability_mass_functions(
         dict(enumerate(lower[finite])), dict(enumerate(upper[finite])),
-        value_discretization_interval=check_positive(discretization, "discretization"), symmetric=True)
+        value_discretization_interval=check_positive("discretization", discretization, finite=True), symmetric=True)
 
 
 def _bin_log_masses(edges: np.ndarray, weights: np.ndarray, means: np.ndarray, sigma: float) -> np.ndarray:
@@ -84,15 +84,13 @@ def _bin_log_masses(edges: np.ndarray, weights: np.ndarray, means: np.ndarray, s
 
 def composed_epsilon(pld: Any, count: int, delta: float) -> float:
     """ε at `delta` of `count` adaptive releases, composing `pld` with itself by convolution."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    count = check_int("count", count)
     composed = pld if count == 1 else pld.self_compose(count)
     return float(composed.get_epsilon_for_delta(check_delta(delta)))
 
 
 def composed_delta(pld: Any, count: int, eps: float) -> float:
     """δ at `eps` of `count` adaptive releases of the mechanism with PLD `pld`."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    count = check_int("count", count)
     composed = pld if count == 1 else pld.self_compose(count)
     return float(composed.get_delta_for_epsilon(check_epsilon(eps)))

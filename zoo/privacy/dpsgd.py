@@ -33,9 +33,9 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from icml26zoo.optim.hparams import optimizer_options
-from icml26zoo.privacy._checks import check_positive
 from icml26zoo.privacy.mechanisms import noise_sampler
 from icml26zoo.registry import register_optimizer
+from icml26zoo.validation import check_positive
 
 __all__ = ["DpSgdOptions", "clip_per_example", "dp_sgd", "dp_update", "noise_key_state", "per_example_grads",
            "private_aggregate", "privatize"]
@@ -90,7 +90,7 @@ def step_noise_key(state: PrivateAggregateState) -> jax.Array:
 def private_aggregate(clip_norm: float, noise: str = "gaussian", noise_params: Mapping[str, Any] | None = None,
                       seed: int = 0) -> optax.GradientTransformation:
     """Per-example gradients (leaves [B, ...]) -> (Σ clip(g_i) + clip_norm · noise) / B (leaves [...])."""
-    clip_norm = check_positive(clip_norm, "clip_norm")
+    clip_norm = check_positive("clip_norm", clip_norm, finite=True)
     sample = noise_sampler(noise, **dict(noise_params or {}))
     keys = noise_key_state(seed)
 
@@ -147,7 +147,7 @@ def dp_update(options: DpSgdOptions) -> Callable:
     (loss, mean unclipped gradient, updates, opt_state)`. It vmaps the objective over the examples, privatises
     with the noise key held in the optimizer's first stage (`noise_key_state`), then applies the optimizer
     (key stage, then SGD) to the private mean gradient."""
-    clip_norm = check_positive(options.clip_norm, "clip_norm")
+    clip_norm = check_positive("clip_norm", options.clip_norm, finite=True)
     sample = noise_sampler(options.noise, **options.noise_params())
 
     def update(loss_fn: Callable, params: Any, batch: Mapping[str, jax.Array], opt_state: Any,
@@ -174,6 +174,6 @@ def _dp_sgd_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.Gr
     """The part of DP-SGD that sees the private mean gradient: the noise-key stage, then SGD (no weight decay).
     The privatisation itself is the declared update (`dp_update`): without it this is plain SGD."""
     options = optimizer_options(cfg, "dp_sgd", DpSgdOptions)
-    check_positive(options.clip_norm, "clip_norm")
+    check_positive("clip_norm", options.clip_norm, finite=True)
     noise_sampler(options.noise, **options.noise_params())
     return optax.chain(noise_key_state(options.seed), optax.sgd(learning_rate, options.momentum or None))

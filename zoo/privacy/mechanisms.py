@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from icml26zoo.privacy import mog, sgg
-from icml26zoo.privacy._checks import check_dimension, check_positive
+from icml26zoo.privacy._checks import check_dimension
+from icml26zoo.validation import check_positive
 
 __all__ = ["NOISE_MECHANISMS", "noise_sampler", "register_noise"]
 
@@ -56,7 +57,7 @@ def noise_sampler(name: str, **params: Any) -> Sampler:
 
 @register_noise("gaussian")
 def _gaussian(scale: float = 1.0) -> Sampler:
-    scale = check_positive(scale, "scale")
+    scale = check_positive("scale", scale, finite=True)
 
     def sample(key: jax.Array, dim: int) -> jax.Array:
         return scale * jax.random.normal(key, (check_dimension(dim),), jnp.float32)
@@ -66,7 +67,8 @@ def _gaussian(scale: float = 1.0) -> Sampler:
 
 @register_noise("sgg")
 def _sgg(scale: float = 1.0, p: float = 2.0, a_ratio: float = 1.0) -> Sampler:
-    scale, p, a_ratio = check_positive(scale, "scale"), check_positive(p, "p"), check_positive(a_ratio, "a_ratio")
+    scale, p = check_positive("scale", scale, finite=True), check_positive("p", p, finite=True)
+    a_ratio = check_positive("a_ratio", a_ratio, finite=True)
 
     def sample(key: jax.Array, dim: int) -> jax.Array:
         return sgg.sgg_sample(key, scale, a_ratio * check_dimension(dim), p, dim)
@@ -77,7 +79,7 @@ def _sgg(scale: float = 1.0, p: float = 2.0, a_ratio: float = 1.0) -> Sampler:
 @register_noise("mog")
 def _mog(scale: float = 1.0, decay: float = 1.0, radius: int = 3, spacing: float = 1.0) -> Sampler:
     weights = mog.geometric_weights(decay, radius)
-    scale, spacing = check_positive(scale, "scale"), check_positive(spacing, "spacing")
+    scale, spacing = check_positive("scale", scale, finite=True), check_positive("spacing", spacing, finite=True)
 
     def sample(key: jax.Array, dim: int) -> jax.Array:
         return mog.mog_sample(key, scale, weights, spacing, 1.0, (check_dimension(dim),))

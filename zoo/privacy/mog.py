@@ -27,7 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from icml26zoo.privacy._checks import calibrate, check_delta, check_epsilon, check_positive
+from icml26zoo.privacy._checks import calibrate, check_delta, check_epsilon
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["default_shift_grid", "geometric_weights", "mog_delta", "mog_expected_l1", "mog_expected_l2",
            "mog_sample", "mog_sigma"]
@@ -40,9 +41,8 @@ _TAIL = 40.0
 
 def geometric_weights(decay: float, radius: int) -> np.ndarray:
     """π_k ∝ exp(−decay·|k|) for k = −radius … radius, normalised: float64 [2·radius + 1]."""
-    if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
-        raise ValueError(f"radius must be an integer >= 0, got {radius!r}")
-    decay = check_positive(decay, "decay")
+    radius = check_int("radius", radius, minimum=0)
+    decay = check_positive("decay", decay, finite=True)
     weights = np.exp(-decay * np.abs(np.arange(-radius, radius + 1)))
     return weights / weights.sum()
 
@@ -154,8 +154,8 @@ def mog_delta(eps: float, sigma: float, weights: ArrayLike, spacing: float = 1.0
     k·m·Δ); sens Δ > 0; s_grid shifts in (0, Δ] (the mechanism's guarantee covers every shift ≤ Δ only as far
     as the grid resolves it; δ(ε; s) is smooth in s).
     """
-    eps, sigma = check_epsilon(eps), check_positive(sigma, "sigma")
-    spacing, sens = check_positive(spacing, "spacing"), check_positive(sens, "sens")
+    eps, sigma = check_epsilon(eps), check_positive("sigma", sigma, finite=True)
+    spacing, sens = check_positive("spacing", spacing, finite=True), check_positive("sens", sens, finite=True)
     weights = check_weights(weights)
     shifts = default_shift_grid(sens) if s_grid is None else np.asarray(s_grid, dtype=np.float64).reshape(-1)
     if shifts.size == 0 or np.any(shifts <= 0) or np.any(shifts > sens * (1 + 1e-12)):
@@ -187,8 +187,8 @@ def mog_sigma(eps: float, delta: float, weights: ArrayLike, spacing: float = 1.0
               max_sigma: float | None = None) -> float:
     """The smallest σ (relative tolerance 1e-4, on a factor-2 bracketing scan: δ need not be monotone in σ for
     a mixture) with `mog_delta(...) ≤ delta`. ValueError when no σ ≤ `max_sigma` (default 1e4·Δ) does."""
-    eps, delta, sens = check_epsilon(eps), check_delta(delta), check_positive(sens, "sens")
-    max_sigma = 1e4 * sens if max_sigma is None else check_positive(max_sigma, "max_sigma")
+    eps, delta, sens = check_epsilon(eps), check_delta(delta), check_positive("sens", sens, finite=True)
+    max_sigma = 1e4 * sens if max_sigma is None else check_positive("max_sigma", max_sigma, finite=True)
     weights = check_weights(weights)
     # The classical Gaussian calibration starts the bracketing scan near the answer's scale.
     start = min(sens * math.sqrt(2 * math.log(1.25 / delta)) / eps, max_sigma)
@@ -198,16 +198,16 @@ def mog_sigma(eps: float, delta: float, weights: ArrayLike, spacing: float = 1.0
 
 def mog_expected_l1(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0) -> float:
     """E|Z| = Σ_k π_k [σ √(2/π) e^{−μ_k²/(2σ²)} + μ_k (1 − 2Φ(−μ_k/σ))]."""
-    sigma, weights = check_positive(sigma, "sigma"), check_weights(weights)
-    mu = _means(weights, check_positive(spacing, "spacing"), check_positive(sens, "sens"))
+    sigma, weights = check_positive("sigma", sigma, finite=True), check_weights(weights)
+    mu = _means(weights, check_positive("spacing", spacing, finite=True), check_positive("sens", sens, finite=True))
     folded = sigma * np.sqrt(2 / np.pi) * np.exp(-(mu**2) / (2 * sigma**2)) + mu * (1 - 2 * special.ndtr(-mu / sigma))
     return float(np.sum(weights * folded))
 
 
 def mog_expected_l2(sigma: float, weights: ArrayLike, spacing: float = 1.0, sens: float = 1.0) -> float:
     """E Z² = σ² + Σ_k π_k μ_k²."""
-    sigma, weights = check_positive(sigma, "sigma"), check_weights(weights)
-    mu = _means(weights, check_positive(spacing, "spacing"), check_positive(sens, "sens"))
+    sigma, weights = check_positive("sigma", sigma, finite=True), check_weights(weights)
+    mu = _means(weights, check_positive("spacing", spacing, finite=True), check_positive("sens", sens, finite=True))
     return float(sigma**2 + np.sum(weights * mu**2))
 
 
@@ -216,8 +216,8 @@ def mog_sample(key: jax.Array, sigma: float, weights: ArrayLike, spacing: float 
     """Draws of Z: k ~ Categorical(π) over −R…R, z = k·m·Δ + σ·N(0, 1); float32 `shape`.
 
     JAX's PRNG is fine for simulation; a deployment needs a cryptographically secure generator."""
-    sigma, weights = check_positive(sigma, "sigma"), check_weights(weights)
-    spacing, sens = check_positive(spacing, "spacing"), check_positive(sens, "sens")
+    sigma, weights = check_positive("sigma", sigma, finite=True), check_weights(weights)
+    spacing, sens = check_positive("spacing", spacing, finite=True), check_positive("sens", sens, finite=True)
     offset_key, noise_key = jax.random.split(key)
     logits = jnp.log(jnp.asarray(weights, jnp.float32))
     offsets = jax.random.categorical(offset_key, logits, shape=shape) - weights.size // 2

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from icml26zoo.privacy._checks import calibrate, check_delta, check_dimension, check_epsilon, check_positive
+from icml26zoo.privacy._checks import calibrate, check_delta, check_dimension, check_epsilon
+from icml26zoo.validation import check_positive, is_integer
 
 __all__ = ["privacy_loss_pmf", "sgg_delta", "sgg_expected_l1", "sgg_expected_l2", "sgg_sample", "sgg_sigma"]
 
@@ -41,7 +42,7 @@ _SHORTER_SHIFTS = (0.25, 0.5, 0.75)
 
 
 def check_shape(a: float, p: float, dim: int) -> tuple[float, float, int]:
-    return check_positive(a, "a"), check_positive(p, "p"), check_dimension(dim, "dim")
+    return check_positive("a", a, finite=True), check_positive("p", p, finite=True), check_dimension(dim, "dim")
 
 
 def _radius_grid(sigma: float, a: float, p: float, points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +80,7 @@ def _loss_on_grid(sigma, a, p, dim, sens, grid) -> tuple[np.ndarray, np.ndarray]
 
 def _check_grid(grid) -> tuple[int, int]:
     if (not isinstance(grid, tuple) or len(grid) != 2
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 16 for n in grid)):
+            or not all(is_integer(n) and n >= 16 for n in grid)):
         raise ValueError(f"grid must be a pair of integers >= 16 (radius points, angle points), got {grid!r}")
     return grid
 
@@ -87,7 +88,8 @@ def _check_grid(grid) -> tuple[int, int]:
 def sgg_delta(eps: float, sigma: float, a: float, p: float, dim: int, sens: float = 1.0, *,
               grid: tuple[int, int] = DEFAULT_GRID) -> float:
     """δ(ε) of SGG(σ, a, p) noise in R^dim at ℓ2 sensitivity `sens` (the shift Δ e₁), by the 2-D quadrature."""
-    eps, sigma, sens = check_epsilon(eps), check_positive(sigma, "sigma"), check_positive(sens, "sens")
+    eps = check_epsilon(eps)
+    sigma, sens = check_positive("sigma", sigma, finite=True), check_positive("sens", sens, finite=True)
     a, p, dim = check_shape(a, p, dim)
     loss, prob = _loss_on_grid(sigma, a, p, dim, sens, _check_grid(grid))
     return float(np.sum(prob * -np.expm1(np.minimum(eps - loss, 0.0))))
@@ -97,9 +99,9 @@ def sgg_sigma(eps: float, delta: float, a: float, p: float, dim: int, sens: floa
               grid: tuple[int, int] = DEFAULT_GRID, max_sigma: float | None = None) -> float:
     """The smallest σ (relative tolerance 1e-5) with `sgg_delta(...) ≤ delta`, also checked at the shifts
     0.25Δ, 0.5Δ, 0.75Δ. ValueError when no σ ≤ `max_sigma` (default 1e4·Δ) meets (eps, delta)."""
-    eps, delta, sens = check_epsilon(eps), check_delta(delta), check_positive(sens, "sens")
+    eps, delta, sens = check_epsilon(eps), check_delta(delta), check_positive("sens", sens, finite=True)
     a, p, dim = check_shape(a, p, dim)
-    max_sigma = 1e4 * sens if max_sigma is None else check_positive(max_sigma, "max_sigma")
+    max_sigma = 1e4 * sens if max_sigma is None else check_positive("max_sigma", max_sigma, finite=True)
     start = min(sens * math.sqrt(2 * math.log(1.25 / delta)) / eps, max_sigma)
     what = f"the SGG mechanism (a={a:g}, p={p:g}, dim={dim})"
     sigma = calibrate(lambda s: sgg_delta(eps, s, a, p, dim, sens, grid=grid), delta, start=start,
@@ -119,8 +121,8 @@ def privacy_loss_pmf(sigma: float, a: float, p: float, dim: int, sens: float = 1
     """The privacy-loss distribution of SGG noise, rounded up to multiples of `discretization` (pessimistic):
     ({k: P(L ∈ ((k−1)h, kh])}, infinity_mass). The mass the radius grid leaves out (2e-30) is counted as
     infinite loss. By symmetry (x ↦ s − x swaps f and f(· − s)) the reverse direction has the same PLD."""
-    sigma, sens = check_positive(sigma, "sigma"), check_positive(sens, "sens")
-    discretization = check_positive(discretization, "discretization")
+    sigma, sens = check_positive("sigma", sigma, finite=True), check_positive("sens", sens, finite=True)
+    discretization = check_positive("discretization", discretization, finite=True)
     a, p, dim = check_shape(a, p, dim)
     loss, prob = _loss_on_grid(sigma, a, p, dim, sens, _check_grid(grid))
     index = np.ceil(loss.reshape(-1) / discretization).astype(np.int64)
@@ -132,13 +134,14 @@ def privacy_loss_pmf(sigma: float, a: float, p: float, dim: int, sens: float = 1
 
 def sgg_expected_l2(sigma: float, a: float, p: float) -> float:
     """E‖X‖₂² = σ² Γ((a+2)/p) / Γ(a/p) (per-coordinate MSE: divide by the dimension)."""
-    sigma, a, p = check_positive(sigma, "sigma"), check_positive(a, "a"), check_positive(p, "p")
+    sigma = check_positive("sigma", sigma, finite=True)
+    a, p = check_positive("a", a, finite=True), check_positive("p", p, finite=True)
     return float(sigma**2 * math.exp(special.gammaln((a + 2) / p) - special.gammaln(a / p)))
 
 
 def sgg_expected_l1(sigma: float, a: float, p: float, dim: int) -> float:
     """E‖X‖₁ = T · E R · E|U₁|, E R = σ Γ((a+1)/p) / Γ(a/p), E|U₁| = Γ(T/2) / (√π Γ((T+1)/2))."""
-    sigma, (a, p, dim) = check_positive(sigma, "sigma"), check_shape(a, p, dim)
+    sigma, (a, p, dim) = check_positive("sigma", sigma, finite=True), check_shape(a, p, dim)
     mean_radius = sigma * math.exp(special.gammaln((a + 1) / p) - special.gammaln(a / p))
     mean_abs_cosine = math.exp(special.gammaln(dim / 2) - special.gammaln((dim + 1) / 2)) / math.sqrt(math.pi)
     return float(dim * mean_radius * mean_abs_cosine)
@@ -149,7 +152,7 @@ def sgg_sample(key: jax.Array, sigma: float, a: float, p: float, dim: int,
     """Draws of X: G ~ Gamma(a/p, 1), R = σ G^{1/p}, U = N(0, I)/‖N(0, I)‖, X = R U; float32 `shape + (dim,)`.
 
     JAX's PRNG is fine for simulation; a deployment needs a cryptographically secure generator."""
-    sigma, (a, p, dim) = check_positive(sigma, "sigma"), check_shape(a, p, dim)
+    sigma, (a, p, dim) = check_positive("sigma", sigma, finite=True), check_shape(a, p, dim)
     return _draw(key, jnp.float32(sigma), jnp.float32(a), jnp.float32(p), dim, tuple(shape))
 
 
