@@ -38,14 +38,13 @@ from icml26zoo.repro.registry import register_experiment
 from icml26zoo.sparsity.graphon import (
     HETEROGENEOUS,
     METHODS,
-    check_density,
     fit_factorised_saliency,
     graphon_distances,
     method_graphon,
 )
 from icml26zoo.sparsity.masks import SCOPES
 from icml26zoo.sparsity.stats import matrix_statistics
-from icml26zoo.validation import check_choice, check_int
+from icml26zoo.validation import check_choice, check_int, check_interval
 
 __all__ = ["FULL", "METHODS", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -79,7 +78,7 @@ def _check_widths(widths: Sequence[int] | None, steps: int) -> tuple[int, ...]:
 def _check_args(methods, widths, sparsity, scope, grid, reference_width, budget):
     methods = check_names("methods", methods, METHODS)
     widths = _check_widths(widths, budget.steps)
-    check_density("sparsity", sparsity)
+    check_interval("sparsity", sparsity, 0, 1, closed="neither")
     check_choice("scope", scope, SCOPES)
     check_int("grid", grid)
     if grid > min(widths):

@@ -25,6 +25,7 @@ from flax import nnx
 
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import MIXERS, MODELS
+from icml26zoo.validation import check_int
 
 Params = dict[str, Any]
 
@@ -155,9 +156,8 @@ def init_cache(config: Config, batch_size: int, max_len: int | None = None) -> A
     if isinstance(config, ModelConfig):
         return module.init_cache(batch_size, max_len)
     max_len = config.model.max_seq_len if max_len is None else max_len
-    for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_int("batch_size", batch_size)
+    check_int("max_len", max_len)
     return module.init_cache(batch_size, max_len, jnp.dtype(config.model.compute_dtype))
 
 

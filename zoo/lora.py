@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.validation import check_int, check_positive
+
 # Every linear layer of the zoo's Llama: attention projections and the SwiGLU MLP ("all linear", the
 # paper's Llama setting). The untied head is an nnx.Param, not an nnx.Linear, and is never adapted.
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
@@ -81,11 +83,6 @@ class LoRAAdapter(nnx.Module):
         return kernel + (self.scale * delta).astype(kernel.dtype)
 
 
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
 def _dotted(path: Sequence[Any]) -> str:
     return ".".join(str(p) for p in path)
 
@@ -132,9 +129,8 @@ def add_lora(
     Raises ValueError naming rank / alpha when they are not positive, or listing the linear layers when a
     pattern matches none.
     """
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be a positive integer, got {rank!r}")
-    _check_positive("alpha", alpha)
+    check_int("rank", rank)
+    check_positive("alpha", alpha)
     if isinstance(targets, str) or not targets:
         raise ValueError(f"targets must be a non-empty sequence of name patterns, got {targets!r}")
     if copy:

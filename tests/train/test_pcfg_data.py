@@ -42,10 +42,11 @@ def test_rows_hold_sentences_of_the_grammar_with_their_tree_facts():
 @pytest.mark.parametrize("options, message", [
     ((("binary_probability", 0.5),), "option 'binary_probability': binary_probability = 0.5 gives an impossible "
                                      "grammar: grammar.binary: the grammar does not terminate"),
-    ((("binary_probability", 1.5),), "option 'binary_probability': binary_probability must lie in \\(0, 1\\)"),
+    ((("binary_probability", 1.5),),
+     "option 'binary_probability': binary_probability must be a number in \\(0, 1\\), got 1.5"),
     ((("max_length", 65),), "option 'max_length' must be an integer in \\[2, 64\\]"),
     ((("num_nonterminals", 3), ("binary_rules", 5)), "option 'binary_rules' must be an integer in \\[1, 4\\]"),
-    ((("concentration", 0.0),), "option 'concentration': concentration must be a finite number > 0"),
+    ((("concentration", 0.0),), "option 'concentration': concentration must be a finite positive number, got 0.0"),
 ])
 def test_bad_options_name_the_field(options, message):
     with pytest.raises(ValueError, match="data.task_options") as error:

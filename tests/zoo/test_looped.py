@@ -100,8 +100,8 @@ def test_length_dependent_loops_forward_and_decode():
         ((("loops", 0),), r"model.model_options option 'loops' must be an integer in \[1, 1024\], got 0"),
         ((("loops", "log3"),), r"'loops' must be an integer or one of \['log2', 'linear'\], got 'log3'"),
         ((("loops", True),), r"looped model option 'loops' must be an integer or a string, got True"),
-        ((("loop_multiplier", 0.0),), r"'loop_multiplier' must be finite and > 0, got 0.0"),
-        ((("prelude_layers", -1),), r"'prelude_layers' must be >= 0, got -1"),
+        ((("loop_multiplier", 0.0),), r"'loop_multiplier' must be a finite positive number, got 0.0"),
+        ((("prelude_layers", -1),), r"'prelude_layers' must be an integer >= 0, got -1"),
         ((("depth", 2),), r"model.model_options: unknown looped model option 'depth'; valid options"),
     ],
 )

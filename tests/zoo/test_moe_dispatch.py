@@ -53,7 +53,7 @@ def test_capacity_drops_exactly_the_overflow_in_priority_order():
 
 def test_expert_capacity_rejects_a_non_positive_factor():
     assert expert_capacity(10, 2, 4, None) is None
-    with pytest.raises(ValueError, match="capacity_factor must be None or a positive number, got 0"):
+    with pytest.raises(ValueError, match="capacity_factor must be a positive number, got 0"):
         expert_capacity(10, 2, 4, 0)
 
 

@@ -271,7 +271,7 @@ def test_bad_edits_raise():
     model = build_model(dataclasses.replace(CFG, mixer_options=SMALL), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"PrototypeEdit.pin_reads must hold integers in \[0, 20\)"):
         hooks.edit_prototypes(model, {0: PrototypeEdit(pin_reads=((20, 1.0),))})
-    with pytest.raises(ValueError, match=r"layer must be an integer in \[0, 2\), got 2"):
+    with pytest.raises(ValueError, match=r"layer must be an integer in \[0, 1\], got 2"):
         hooks.edit_prototypes(model, {2: None})
 
 
@@ -305,7 +305,8 @@ def test_hooks_top_tokens_and_usage():
     usage, entropy = hooks.prototype_usage(a, segment_ids=segments)
     np.testing.assert_allclose(usage.sum(-1), 1.0, **F32)
     assert 0 < float(entropy[0]) <= math.log(5) + 1e-6
-    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 21\]"):
+    too_many = r"k \(at most the number of real tokens\) must be an integer in \[1, 21\], got 22"
+    with pytest.raises(ValueError, match=too_many):
         hooks.top_tokens_per_prototype(model, tokens, 1, 22, segment_ids=segments)
 
 

@@ -25,6 +25,7 @@ from icml26zoo.diagnostics.capture import capture_forward
 from icml26zoo.mixers.protot import ProtoT
 from icml26zoo.mixers.protot_parts import PrototypeEdit, reference_recurrence
 from icml26zoo.models.block import convert_layer_layout
+from icml26zoo.validation import check_int
 
 __all__ = [
     "PrototypeEdit",
@@ -63,8 +64,7 @@ def _unrolled_copy(model: nnx.Module) -> nnx.Module:
 
 
 def _check_layer(model: nnx.Module, layer: int) -> None:
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.cfg.num_layers:
-        raise ValueError(f"layer must be an integer in [0, {model.cfg.num_layers}), got {layer!r}")
+    check_int("layer", layer, minimum=0, maximum=model.cfg.num_layers - 1)
     if model.cfg.mixer != "protot":
         raise ValueError(f"model must use the 'protot' mixer, got cfg.mixer = {model.cfg.mixer!r}")
 
@@ -115,8 +115,7 @@ def top_tokens_per_prototype(
     Padding (segment id 0) never counts. k must be <= the number of real tokens.
     """
     real = np.ones(tokens.shape, bool) if segment_ids is None else np.asarray(segment_ids) != 0
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= int(real.sum()):
-        raise ValueError(f"k must be an integer in [1, {int(real.sum())}] (the number of real tokens), got {k!r}")
+    check_int("k (at most the number of real tokens)", k, maximum=int(real.sum()))
     mixer = layer_mixer(model, layer)
     x = mixer_inputs(model, tokens, layer, segment_ids=segment_ids)
     write_weights, _ = prototype_assignments(mixer, x, segment_ids=segment_ids)
@@ -154,8 +153,7 @@ def channel_memories(
 def channels_of_prototype(mixer: ProtoT, prototype: int) -> tuple[int, ...]:
     """The K-channels of base prototype j (its S scales): (j·S, ..., j·S + S − 1)."""
     mixer = _check_protot(mixer)
-    if isinstance(prototype, bool) or not isinstance(prototype, int) or not 0 <= prototype < mixer.num_prototypes:
-        raise ValueError(f"prototype must be an integer in [0, {mixer.num_prototypes}), got {prototype!r}")
+    check_int("prototype", prototype, minimum=0, maximum=mixer.num_prototypes - 1)
     return tuple(range(prototype * mixer.num_scales, (prototype + 1) * mixer.num_scales))
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icml26zoo.flows.pairs import Velocity, check_pairing
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["LinearGaussian", "SmoothBenchmark", "smooth_label_std"]
 
@@ -37,8 +37,7 @@ class LinearGaussian:
     def __post_init__(self) -> None:
         if np.ndim(self.a) != 2 or 0 in np.shape(self.a):
             raise ValueError(f"a must be a matrix [L, P] with L, P >= 1, got shape {np.shape(self.a)}")
-        if isinstance(self.sigma, bool) or not isinstance(self.sigma, int | float) or not self.sigma > 0:
-            raise ValueError(f"sigma must be a number > 0 (the label noise), got {self.sigma!r}")
+        check_positive("sigma", self.sigma)  # the label noise
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from icml26zoo.flows.pairs import Velocity
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval
 
 __all__ = ["SOLVERS", "integrate"]
 
@@ -25,12 +25,6 @@ def _diffrax():
     return diffrax
 
 
-def _check_time(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ValueError(f"{field} must be a time in [0, 1], got {value!r}")
-    return float(value)
-
-
 def integrate(velocity: Velocity, z: jax.Array, *, t0: float, t1: float, steps: int = 100,
               solver: str = "heun") -> jax.Array:
     """The solution at t1 [B, D] of dz/dt = velocity(z, t) from z [B, D] at t0, in `steps` equal steps.
@@ -38,7 +32,7 @@ def integrate(velocity: Velocity, z: jax.Array, *, t0: float, t1: float, steps: 
     `velocity` takes the batch z [B, D] and times t [B] (all rows share the solver's time). t0 > t1
     integrates backwards. Traceable: call it inside jax.jit.
     """
-    t0, t1 = _check_time("t0", t0), _check_time("t1", t1)
+    t0, t1 = check_interval("t0", t0, 0, 1), check_interval("t1", t1, 0, 1)  # times in [0, 1]
     if t0 == t1:
         raise ValueError(f"t0 and t1 must differ (an empty interval), got {t0} and {t1}")
     check_int("steps", steps)

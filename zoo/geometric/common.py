@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icml26zoo.validation import check_float_array
+
 # Logit given to masked keys: exp(-1e9 - max) underflows to exactly 0 in float32.
 MASKED_LOGIT = -1e9
 
@@ -22,19 +24,6 @@ MASKED_LOGIT = -1e9
 def is_concrete(*arrays: object) -> bool:
     """Whether none of `arrays` is a tracer, i.e. their values can be checked eagerly (not under jit)."""
     return not any(isinstance(array, jax.core.Tracer) for array in arrays)
-
-
-def _describe(array: object) -> str:
-    shape = getattr(array, "shape", None)
-    dtype = getattr(array, "dtype", type(array).__name__)
-    return f"{dtype} {list(shape)}" if shape is not None else f"{type(array).__name__}"
-
-
-def _check_float(name: str, array: object, rank: int, expected: str) -> None:
-    shape = getattr(array, "shape", None)
-    dtype = getattr(array, "dtype", None)
-    if shape is None or len(shape) != rank or not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"{name} must be a float array {expected}, got {_describe(array)}")
 
 
 def check_point_inputs(points: jax.Array, features: jax.Array, weights: jax.Array, *,
@@ -45,9 +34,9 @@ def check_point_inputs(points: jax.Array, features: jax.Array, weights: jax.Arra
     concrete (not traced under jit), also: finite coordinates and features, finite weights >= 0, and at least
     one real point (weight > 0) in every example.
     """
-    _check_float("points", points, 3, "[B, N, d]")
-    _check_float("features", features, 3, "[B, N, F]")
-    _check_float("weights", weights, 2, "[B, N]")
+    check_float_array("points", points, (None, None, None), "[B, N, d]")
+    check_float_array("features", features, (None, None, None), "[B, N, F]")
+    check_float_array("weights", weights, (None, None), "[B, N]")
     batch, num_points, point_dim = points.shape
     if dim is not None and point_dim != dim:
         raise ValueError(f"points must have shape [B, N, {dim}], got shape {list(points.shape)}")

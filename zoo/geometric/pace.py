@@ -37,16 +37,11 @@ from icml26zoo.geometric.pace_layers import (
 from icml26zoo.layers.mlp import build_mlp
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_choice, check_int, check_positive
 
 FIELD = MODEL_OPTIONS_FIELD
 READOUTS = ("pool", "point")
 FFNS = ("mlp", "ista")
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{FIELD}: pacenet option {name!r} must be one of {list(choices)}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +77,8 @@ class PaceNetOptions:
             check_int(f"{FIELD}: pacenet option {name!r}", getattr(self, name), minimum=low)
         for name, choices in (("readout", READOUTS), ("attention", ATTENTIONS), ("expand", EXPAND_MODES),
                               ("compress", COMPRESS_MODES), ("ffn", FFNS)):
-            _check_choice(name, getattr(self, name), choices)
-        if isinstance(self.eps_sq, bool) or not isinstance(self.eps_sq, (int, float)) or not self.eps_sq > 0:
-            raise ValueError(f"{FIELD}: pacenet option 'eps_sq' must be a number > 0, got {self.eps_sq!r}")
+            check_choice(f"{FIELD}: pacenet option {name!r}", getattr(self, name), choices)
+        check_positive(f"{FIELD}: pacenet option 'eps_sq'", self.eps_sq)
 
 
 def pacenet_options(cfg: ModelConfig) -> PaceNetOptions:

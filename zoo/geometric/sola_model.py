@@ -36,7 +36,7 @@ from icml26zoo.geometric.sola_attention import (
 )
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_choice, check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 READOUTS = ("point", "pool")
@@ -45,11 +45,6 @@ POSITION_EMBEDDINGS = ("none", "spherical_harmonics")
 # |‖u‖ − 1| allowed for a real token's direction: float32 normalization leaves ~1e-7, data stored in float32
 # and rotated a few times stays far below 1e-4; anything beyond is a bug upstream (e.g. raw coordinates).
 UNIT_TOLERANCE = 1e-4
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{FIELD}: sola option {name!r} must be one of {list(choices)}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +69,9 @@ class SolaOptions:
     def __post_init__(self) -> None:
         for name, minimum in (("num_outputs", 1), ("feature_dim", 0), ("neighbours", 1), ("lpe_degree", 1)):
             check_int(f"{FIELD}: sola option {name!r}", getattr(self, name), minimum=minimum)
-        _check_choice("readout", self.readout, READOUTS)
-        _check_choice("attention", self.attention, ATTENTIONS)
-        _check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        for name, choices in (("readout", READOUTS), ("attention", ATTENTIONS),
+                              ("position_embedding", POSITION_EMBEDDINGS)):
+            check_choice(f"{FIELD}: sola option {name!r}", getattr(self, name), choices)
 
 
 def sola_options(cfg: ModelConfig) -> SolaOptions:

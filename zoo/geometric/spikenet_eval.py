@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from icml26zoo.geometric import spikenet
+from icml26zoo.validation import check_int
 
 __all__ = ["accuracy", "mean_firing_rates"]
 
@@ -25,8 +26,7 @@ def _predict(model: nnx.Module, points: jax.Array, features: jax.Array, weights:
 
 def accuracy(model: nnx.Module, points: np.ndarray, labels: np.ndarray, batch: int) -> float:
     """Fraction of clouds points [E, P, 3] whose argmax logit equals labels [E] (full batches only)."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= len(labels):
-        raise ValueError(f"batch must be an integer in [1, {len(labels)}] (the number of clouds), got {batch!r}")
+    check_int("batch (at most the number of clouds)", batch, maximum=len(labels))
     correct = total = 0
     for start in range(0, len(labels) - batch + 1, batch):
         cloud = points[start:start + batch]
@@ -39,8 +39,7 @@ def accuracy(model: nnx.Module, points: np.ndarray, labels: np.ndarray, batch: i
 
 def mean_firing_rates(model: spikenet.SpikeNet, points: np.ndarray, batch: int) -> dict[str, float]:
     """Each neuron layer's firing rate averaged over full batches of clouds points [E, P, 3]."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= len(points):
-        raise ValueError(f"batch must be an integer in [1, {len(points)}] (the number of clouds), got {batch!r}")
+    check_int("batch (at most the number of clouds)", batch, maximum=len(points))
     per_batch = []
     for start in range(0, len(points) - batch + 1, batch):
         cloud = points[start:start + batch]

@@ -12,11 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icml26zoo.validation import check_int
+
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """ALiBi head slopes [num_heads], with the standard interleaved extension for non-powers of two."""
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be an integer >= 1, got {num_heads!r}")
+    check_int("num_heads", num_heads)
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

@@ -35,6 +35,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.validation import check_choice, check_interval, check_positive
+
 __all__ = ["E4M3_MAX", "FP8_LOGIT_MODES", "FP8LogitOptions", "FP8Logits", "amax_scale", "cast_e4m3",
            "deterministic_bound", "fp8_attention", "fp8_attention_weights", "gain_bound", "group_sigmas",
            "head_norm_products", "head_sigmas", "logit_stats", "overflow_count", "power_iteration_top_eigenvalue",
@@ -168,10 +170,6 @@ class FP8LogitOptions:
     fp8_headroom: float = 0.8
 
 
-def _positive_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < math.inf
-
-
 @dataclasses.dataclass(frozen=True)
 class FP8Logits:
     """A mixer's validated FP8-logit setting: the mode, the static scale and the headroom u."""
@@ -188,12 +186,9 @@ class FP8Logits:
             return options[name] if isinstance(options, dict) else getattr(options, name)
 
         mode, scale, headroom = read("fp8_logits"), read("fp8_scale"), read("fp8_headroom")
-        if mode not in FP8_LOGIT_MODES:
-            raise ValueError(f"{owner} option 'fp8_logits' must be one of {list(FP8_LOGIT_MODES)}, got {mode!r}")
-        if not _positive_number(scale):
-            raise ValueError(f"{owner} option 'fp8_scale' must be a finite number > 0, got {scale!r}")
-        if not (_positive_number(headroom) and headroom <= 1):
-            raise ValueError(f"{owner} option 'fp8_headroom' must be in (0, 1], got {headroom!r}")
+        check_choice(f"{owner} option 'fp8_logits'", mode, FP8_LOGIT_MODES)
+        check_positive(f"{owner} option 'fp8_scale'", scale, finite=True)
+        check_interval(f"{owner} option 'fp8_headroom'", headroom, 0, 1, closed="right")
         return cls(mode, float(scale), float(headroom))
 
     @property

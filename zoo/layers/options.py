@@ -15,6 +15,8 @@ import typing
 from collections.abc import Collection, Iterable
 from typing import Any, Literal, TypeVar, Union
 
+from icml26zoo import validation
+
 T = TypeVar("T")
 
 
@@ -53,9 +55,9 @@ def build_options(
 
 
 def check_choice(owner: str, name: str, value: Any, choices: Collection[Any]) -> None:
-    """Raises ValueError naming option `name` unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"{owner} option {name!r} must be one of {list(choices)}, got {value!r}")
+    """`validation.check_choice` for option `name` of `owner`: the message names both, as option_values's do
+    ("fox mixer option 'gate' must be one of [...], got ...")."""
+    validation.check_choice(f"{owner} option {name!r}", value, choices)
 
 
 def check_implementation(owner: str, value: Any, choices: Collection[str]) -> None:

@@ -29,6 +29,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.validation import check_int, check_interval
+
 NEG_INF = -jnp.inf
 CACHE_KEYS = ("k", "n_rows", "pos", "qpos", "qwin", "temperature", "v", "valid")
 
@@ -51,14 +53,10 @@ class HardKVConfig:
 
     def __post_init__(self) -> None:
         for name in ("budget", "top_p"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+            check_interval(name, getattr(self, name), 0, 1, closed="right")
         for name, minimum in (("window", 1), ("recent", 0), ("sink", 0), ("interval", 1), ("pool_kernel", 1),
                               ("floor_rows", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+            check_int(name, getattr(self, name), minimum=minimum)
         if self.pool_kernel % 2 == 0:
             raise ValueError(f"pool_kernel must be odd (a centred max-pool), got {self.pool_kernel}")
 

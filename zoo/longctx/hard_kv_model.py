@@ -32,6 +32,7 @@ from icml26zoo.longctx.hard_kv import (
     init_layer_cache,
 )
 from icml26zoo.longctx.hard_kv_calibrate import HeadScores, check_model, unrolled
+from icml26zoo.validation import check_int
 
 
 @struct.dataclass
@@ -77,9 +78,8 @@ class HardKVLM(nnx.Module):
     def init_cache(self, batch_size: int, max_len: int | None = None) -> HardKVCache:
         """An empty compressed cache: per layer R = cache_rows(config, max_len) rows per KV head."""
         max_len = self.cfg.max_seq_len if max_len is None else max_len
-        for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int("batch_size", batch_size)
+        check_int("max_len", max_len)
         rows, cfg = cache_rows(self.config, max_len), self.cfg
         layers = tuple(
             init_layer_cache(batch_size, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim, rows,

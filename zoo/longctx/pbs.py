@@ -39,12 +39,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from icml26zoo.kernels.block_sparse_attention import lists as bsa_lists
 from icml26zoo.kernels.block_sparse_attention.api import block_sparse_attention
 from icml26zoo.kernels.block_sparse_attention.reference import token_mask
 from icml26zoo.kernels.helpers import einsum_f32, pad_time
+from icml26zoo.validation import check_int, check_interval
 
 OP = "pbs_attn"
 
@@ -74,23 +74,17 @@ class PBSPlan(NamedTuple):
     density: jax.Array
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
 def check_options(o: PBSOptions) -> None:
     """ValueError naming the bad field: tau in (0, 1], sizes positive ints, segment a multiple of block."""
-    if not isinstance(o.tau, float | int) or isinstance(o.tau, bool) or not (0.0 < float(o.tau) <= 1.0):
-        raise ValueError(f"{OP}: `tau` is {o.tau!r}; expected a number in (0, 1] (cumulative attention mass)")
-    if not _is_int(o.block_size) or o.block_size < 1:
-        raise ValueError(f"{OP}: `block_size` is {o.block_size!r}; expected an int ≥ 1")
-    if not _is_int(o.segment_size) or o.segment_size < 1 or o.segment_size % o.block_size:
-        raise ValueError(f"{OP}: `segment_size` is {o.segment_size!r}; expected a positive multiple of "
-                         f"block_size = {o.block_size}")
-    least = o.segment_size // o.block_size + 1
-    if o.max_blocks is not None and (not _is_int(o.max_blocks) or o.max_blocks < least):
-        raise ValueError(f"{OP}: `max_blocks` is {o.max_blocks!r}; expected None or an int ≥ {least} "
-                         "(a whole segment of blocks plus the sink)")
+    check_interval(f"{OP}: `tau` (cumulative attention mass)", o.tau, 0, 1, closed="right")
+    check_int(f"{OP}: `block_size`", o.block_size)
+    check_int(f"{OP}: `segment_size`", o.segment_size)
+    if o.segment_size % o.block_size:
+        raise ValueError(f"{OP}: `segment_size` must be a multiple of block_size = {o.block_size}, "
+                         f"got {o.segment_size!r}")
+    if o.max_blocks is not None:
+        check_int(f"{OP}: `max_blocks` (a whole segment of blocks plus the sink)", o.max_blocks,
+                  minimum=o.segment_size // o.block_size + 1)
 
 
 def _check_qkv(q: jax.Array, k: jax.Array, v: jax.Array | None) -> None:

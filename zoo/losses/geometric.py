@@ -25,6 +25,7 @@ from flax import nnx
 
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.registry import register_objective
+from icml26zoo.validation import check_positive
 
 Batch = dict[str, jax.Array]
 # Added under square roots: keeps the gradient of ‖û − u‖_w finite when the error is exactly 0.
@@ -72,9 +73,7 @@ class PointRegressionOptions:
     tolerance: float = 0.1
 
     def __post_init__(self) -> None:
-        value = self.tolerance
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"point_regression option 'tolerance' must be a number > 0, got {value!r}")
+        check_positive("point_regression option 'tolerance'", self.tolerance)
 
 
 _DEFAULTS = PointRegressionOptions()

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +45,7 @@ from flax import nnx
 
 from icml26zoo.losses.objectives import Batch, pooled_logits
 from icml26zoo.registry import register_objective
+from icml26zoo.validation import check_interval, check_positive
 
 __all__ = ["BrierRule", "IPWBiasRule", "IPWRule", "LogLossRule", "RULES", "ScoringRule", "canonical_scoring_loss",
            "get_rule", "inverse_link", "ipw_scoring_objective", "scoring_loss", "sigmoid_scoring_loss"]
@@ -86,11 +86,7 @@ class IPWRule(ScoringRule):
 
     def __post_init__(self) -> None:
         for field in ("treated_scale", "control_scale"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value)
-                                                                                  and value > 0):
-                raise ValueError(f"{field} (an outcome's second moment E[Y²|x]) must be a finite number > 0, "
-                                 f"got {value!r}")
+            check_positive(f"{field} (an outcome's second moment E[Y²|x])", getattr(self, field), finite=True)
 
     def weight(self, q: jax.Array) -> jax.Array:
         return self.treated_scale / q**3 + self.control_scale / (1 - q) ** 3
@@ -195,8 +191,7 @@ def _check_labels(labels: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def _check_clip(clip: float) -> None:
-    if isinstance(clip, bool) or not isinstance(clip, int | float) or not 0 <= clip < 0.5:
-        raise ValueError(f"clip (the propensity floor q_min) must be a number in [0, 0.5), got {clip!r}")
+    check_interval("clip (the propensity floor q_min)", clip, 0, 0.5, closed="left")
 
 
 def scoring_loss(probs: jax.Array, labels: jax.Array, rule: str | ScoringRule = "ipw", *,

@@ -45,7 +45,7 @@ from icml26zoo.moe.layer import MoEConfig
 from icml26zoo.moe.multimodal import fill_from_batch
 from icml26zoo.moe.registry import router_options
 from icml26zoo.registry import register_objective
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_bool, check_int
 
 Batch = dict[str, jax.Array]
 # The routing diagnostics both objectives ask the trainer to draw on the loss plot.
@@ -127,8 +127,7 @@ class MultimodalMoEOptions:
     pool_size: int = 10
 
     def __post_init__(self) -> None:
-        if not isinstance(self.impute, bool):
-            raise ValueError(f"multimodal_moe option 'impute' must be a bool, got {self.impute!r}")
+        check_bool("multimodal_moe option 'impute'", self.impute)
         check_int("multimodal_moe option 'pool_size'", self.pool_size)
 
 

@@ -36,6 +36,7 @@ from icml26zoo.losses.neural_collapse import (
 )
 from icml26zoo.models.block import run_layers
 from icml26zoo.registry import register_objective
+from icml26zoo.validation import check_choice, check_int
 
 Batch = dict[str, jax.Array]
 # The spec's temperature for the normalised losses (README, CIFAR-100) and SupCon's.
@@ -108,12 +109,9 @@ def leave_one_out_correct(features: jax.Array, labels: jax.Array, valid: jax.Arr
 def make_nc_objective(loss: str, num_classes: int, prototypes: str = "learned",
                       temperature: float | None = None) -> Callable:
     """`objective(model, batch, rng) -> (loss, metrics)` for one of LOSSES with K classes."""
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if prototypes not in PROTOTYPES:
-        raise ValueError(f"prototypes must be one of {PROTOTYPES}, got {prototypes!r}")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+    check_choice("loss", loss, LOSSES)
+    check_choice("prototypes", prototypes, PROTOTYPES)
+    check_int("num_classes", num_classes, minimum=2)
     tau = (SUPCON_TEMPERATURE if loss == "scl" else TEMPERATURE) if temperature is None else temperature
     losses_fn = {"normface": normface_losses, "ntce": ntce_losses, "nonl": nonl_losses}.get(loss)
     name = objective_name(loss, num_classes, prototypes)

@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from icml26zoo.validation import check_int, check_positive
+
 REDUCTIONS = ("mean", "sum", "none")
 NONL_VARIANTS = ("symmetric", "instance", "bidirectional")
 
@@ -47,11 +49,9 @@ def simplex_etf(num_classes: int, dim: int) -> np.ndarray:
     The K rows of sqrt(K/(K−1))·(I − 11ᵀ/K) span a (K−1)-dimensional subspace; they are written in an
     orthonormal basis of it and padded with zeros to D dims, so K ≤ D + 1 is required.
     """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < num_classes - 1:
-        raise ValueError(f"dim must be an int >= num_classes - 1 = {num_classes - 1} (a simplex ETF of "
-                         f"{num_classes} vectors needs {num_classes - 1} dimensions), got {dim!r}")
+    check_int("num_classes", num_classes, minimum=2)
+    check_int(f"dim (a simplex ETF of {num_classes} vectors needs {num_classes - 1} dimensions)", dim,
+              minimum=num_classes - 1)
     centering = np.eye(num_classes) - np.full((num_classes, num_classes), 1.0 / num_classes)
     eigenvalues, eigenvectors = np.linalg.eigh(centering)
     # The centring projector has eigenvalue 1 on the K−1 directions orthogonal to the all-ones vector.
@@ -68,7 +68,7 @@ def check_inputs(features: jax.Array, prototypes: jax.Array, labels: jax.Array, 
         raise ValueError(f"prototypes must have shape [K, {features.shape[1]}] (features' D), "
                          f"got shape {prototypes.shape}")
     check_labels(labels, features.shape[0], prototypes.shape[0])
-    check_temperature(temperature)
+    check_positive("temperature", temperature)
 
 
 def check_labels(labels: jax.Array, num_samples: int, num_classes: int) -> None:
@@ -81,11 +81,6 @@ def check_labels(labels: jax.Array, num_samples: int, num_classes: int) -> None:
         if values.size and (values.min() < 0 or values.max() >= num_classes):
             raise ValueError(f"labels must lie in [0, {num_classes}) (the number of prototypes), "
                              f"got values in [{values.min()}, {values.max()}]")
-
-
-def check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
 
 
 def _valid(valid: jax.Array | None, num_samples: int) -> jax.Array:
@@ -181,7 +176,7 @@ def supcon_losses(views: jax.Array, labels: jax.Array, temperature: float = 0.07
         raise ValueError(f"views must have shape [M, V, D] (samples, views, features), got shape {views.shape}")
     num_samples, num_views, _ = views.shape
     check_labels(labels, num_samples, np.iinfo(np.int32).max)
-    check_temperature(temperature)
+    check_positive("temperature", temperature)
     mask = jnp.tile(_valid(valid, num_samples), num_views)
     rows = l2_normalize(jnp.concatenate([views[:, v] for v in range(num_views)], axis=0))
     row_labels = jnp.tile(labels, num_views)

@@ -44,6 +44,7 @@ from icml26zoo.losses.masked_diffusion import (
     reveal_ranked,
 )
 from icml26zoo.registry import register_objective
+from icml26zoo.validation import check_choice, check_int
 
 MODES = ("standard", "confidence_collapse")
 # The trainer-form objective's number of phases (the trainer passes no objective options).
@@ -61,10 +62,8 @@ class Pool(NamedTuple):
 
 def check_settings(num_phases: int, mode: str = "standard", threshold: float = 0.9) -> None:
     """ValueError naming the argument for K < 1, an unknown mode or a threshold outside [0, 1]."""
-    if isinstance(num_phases, bool) or not isinstance(num_phases, int) or num_phases < 1:
-        raise ValueError(f"num_phases must be an integer >= 1 (K, the number of phases), got {num_phases!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_int("num_phases", num_phases)  # K, the number of phases
+    check_choice("mode", mode, MODES)
     check_ratio("threshold", threshold)
 
 

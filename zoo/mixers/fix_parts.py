@@ -20,6 +20,7 @@ from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.longctx import pbs
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.validation import check_int, check_interval
 
 VGATES = ("low_rank", "mamba")
 CACHES = ("decayed", "pruned")
@@ -47,22 +48,13 @@ class FixOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
     cache_capacity: int | None = None  # "pruned": slots per row; None = the max_len given to init_cache
 
 
-def _fail(name: str, expected: str, value: Any) -> ValueError:
-    return ValueError(f"fix mixer option {name!r} must be {expected}, got {value!r}")
-
-
 def _check_numbers(values: dict[str, Any]) -> None:
-    if values["vgate_rank"] < 1:
-        raise _fail("vgate_rank", "a positive int", values["vgate_rank"])
-    bound = values["vgate_min"]
-    if bound is not None and not (math.isfinite(bound) and bound < 0):
-        raise _fail("vgate_min", "None or a negative number (a lower bound on log f)", bound)
-    eps = values["prune_eps"]
-    if not (math.isfinite(eps) and 0 < eps < 1):
-        raise _fail("prune_eps", "a number in (0, 1)", eps)
-    capacity = values["cache_capacity"]
-    if capacity is not None and capacity < 1:
-        raise _fail("cache_capacity", "None or a positive int", capacity)
+    check_int("fix mixer option 'vgate_rank'", values["vgate_rank"])
+    if values["vgate_min"] is not None:  # a finite lower bound on log f < 0
+        check_interval("fix mixer option 'vgate_min'", values["vgate_min"], -math.inf, 0, closed="neither")
+    check_interval("fix mixer option 'prune_eps'", values["prune_eps"], 0, 1, closed="neither")
+    if values["cache_capacity"] is not None:
+        check_int("fix mixer option 'cache_capacity'", values["cache_capacity"])
 
 
 def _check_pruning_options(values: dict[str, Any], given: set[str]) -> None:

@@ -18,7 +18,7 @@ from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.longctx import pbs
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 GATES = ("full", "bias_only", "fixed", "none")
 PRO_FLAGS = ("qk_norm", "token_shift", "output_norm", "output_gate")
@@ -50,8 +50,7 @@ class FoxOptions(fp8_scaling.FP8LogitOptions, pbs.PBSPrefillOptions):
 
 def _check_decay_times(t_min: float, t_max: float) -> None:
     for name, value in (("decay_time_min", t_min), ("decay_time_max", t_max)):
-        if not value > 0:
-            raise ValueError(f"fox mixer option {name!r} must be a positive number, got {value!r}")
+        check_positive(f"fox mixer option {name!r}", value)
     if t_min > t_max:
         raise ValueError(
             f"fox mixer options 'decay_time_min' ({t_min}) must not exceed 'decay_time_max' ({t_max})"
@@ -87,8 +86,7 @@ def pro_mlp_dim(d_model: int, hidden_ratio: float = PRO_MLP_RATIO, multiple_of: 
     """
     check_int("d_model", d_model)
     check_int("multiple_of", multiple_of)
-    if isinstance(hidden_ratio, bool) or not isinstance(hidden_ratio, int | float) or not 0 < hidden_ratio < math.inf:
-        raise ValueError(f"hidden_ratio must be a positive finite number, got {hidden_ratio!r}")
+    check_positive("hidden_ratio", hidden_ratio, finite=True)
     # Exact for the ratios in use (2·3.5/3 etc.) up to float rounding: round before the ceiling so that
     # an exact multiple is not pushed up by a last-bit error.
     units = round(2.0 * hidden_ratio * d_model / (3.0 * multiple_of), 9)

@@ -18,6 +18,7 @@ from icml26zoo.kernels.ssd import CHUNK_SIZES
 from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.validation import check_positive
 
 DECAYS = ("scalar", "diagonal")
 IMPLEMENTATIONS = ("reference", "xla", "attention", "pallas")
@@ -46,8 +47,7 @@ def _fail(name: str, expected: str, value: Any) -> None:
 def check_dt_range(owner: str, dt_min: float, dt_max: float) -> None:
     """Raises ValueError naming the option unless 0 < dt_min <= dt_max (the initial Δ range)."""
     for name, value in (("dt_min", dt_min), ("dt_max", dt_max)):
-        if not value > 0:
-            raise ValueError(f"{owner} option {name!r} must be a positive number, got {value!r}")
+        check_positive(f"{owner} option {name!r}", value)
     if dt_min > dt_max:
         raise ValueError(f"{owner} option 'dt_min' must be <= dt_max = {dt_max}, got {dt_min!r}")
 

@@ -27,6 +27,7 @@ from icml26zoo.kernels.ssd import CHUNK_SIZES, ssd, ssd_step
 from icml26zoo.layers.options import check_choice, check_implementation
 from icml26zoo.mixers.base import read_mixer_options
 from icml26zoo.models.config import ModelConfig
+from icml26zoo.validation import check_int, check_positive, is_integer, is_number
 
 DECAYS = ("fixed", "learned")
 MEMORIES = ("avg", "sum")
@@ -64,8 +65,7 @@ def _fail(name: str, expected: str, value: Any) -> None:
 
 def _check_exponents(values: dict[str, Any]) -> None:
     exps = values["scale_exponents"]
-    is_number = lambda e: not isinstance(e, bool) and isinstance(e, int | float) and 0 <= e <= 30
-    if not exps or not all(is_number(e) for e in exps):
+    if not exps or not all(is_number(e) and 0 <= e <= 30 for e in exps):
         _fail("scale_exponents", "a non-empty tuple of numbers in [0, 30] (λ = 1 − 2^(−e))", exps)
     if len(set(exps)) != len(exps):
         _fail("scale_exponents", "free of duplicates", exps)
@@ -81,13 +81,11 @@ def parse_options(cfg: ModelConfig) -> ProtoTOptions:
     if values["value_dim"] is None:
         values["value_dim"] = cfg.d_model
     for name in ("num_prototypes", "prototype_dim", "value_dim", "num_heads"):
-        if values[name] < 1:
-            _fail(name, "an integer >= 1", values[name])
+        check_int(f"protot mixer option {name!r}", values[name])
     _check_exponents(values)
     if values["read"] == "factored" and values["decay"] != "fixed":
         _fail("read", "'joint' with decay='learned' (one scale per prototype: no scale axis to factor)", "factored")
-    if not values["eps"] > 0:
-        _fail("eps", "a positive number", values["eps"])
+    check_positive("protot mixer option 'eps'", values["eps"])
     check_choice("protot mixer", "chunk_size", values["chunk_size"], CHUNK_SIZES)
     check_implementation("protot mixer", values["implementation"], IMPLEMENTATIONS)
     if values["value_dim"] % values["num_heads"]:
@@ -146,7 +144,7 @@ class PrototypeEdit:
         self._check("pin_reads", tuple(k for k, _ in self.pin_reads), channels)
         self._check("scale_reads", tuple(k for k, _ in self.scale_reads), channels)
         factors = tuple(f for _, f in self.scale_reads)
-        if not all(not isinstance(f, bool) and isinstance(f, int | float) and 0 <= f < np.inf for f in factors):
+        if not all(is_number(f) and 0 <= f < np.inf for f in factors):
             raise ValueError(f"PrototypeEdit.scale_reads factors must be finite numbers >= 0, got {factors!r}")
         rows = np.zeros(heads, bool)
         rows[list(range(heads) if self.heads is None else self.heads)] = True
@@ -170,7 +168,7 @@ class PrototypeEdit:
 
     @staticmethod
     def _check(name: str, ids: tuple[int, ...], size: int) -> None:
-        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size for i in ids):
+        if not all(is_integer(i) and 0 <= i < size for i in ids):
             raise ValueError(f"PrototypeEdit.{name} must hold integers in [0, {size}), got {ids!r}")
 
 

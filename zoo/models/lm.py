@@ -13,6 +13,7 @@ from icml26zoo.layers.norms import build_norm
 from icml26zoo.models.block import build_layers, init_layer_caches, run_layers
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int, check_int_array
 
 # Placements whose blocks do not already end in a norm get a final norm (cfg.norm) before the head. "post"
 # blocks end in one (the original Transformer has no final norm), and "none" is the norm-free ablation.
@@ -46,22 +47,16 @@ def positions_from_segments(segment_ids: jax.Array) -> jax.Array:
 
 
 def check_tokens(tokens: Any) -> None:
-    if not hasattr(tokens, "dtype") or not jnp.issubdtype(tokens.dtype, jnp.integer):
-        raise ValueError(
-            f"tokens must be an integer array of shape [B, T], got {getattr(tokens, 'dtype', type(tokens))} "
-            f"with shape {getattr(tokens, 'shape', None)}"
-        )
-    if tokens.ndim != 2:
-        raise ValueError(f"tokens must have shape [B, T], got shape {tokens.shape}")
+    """ValueError unless tokens is an integer array [B, T]."""
+    check_int_array("tokens", tokens, (None, None), "[B, T]")
 
 
-def _check_int_like(name: str, arr: jax.Array | None, shape: tuple[int, ...]) -> None:
-    if arr is None:
-        return
-    if arr.shape != shape or not jnp.issubdtype(arr.dtype, jnp.integer):
-        raise ValueError(
-            f"{name} must be an integer array of shape {shape} (tokens' [B, T]), got {arr.dtype} {arr.shape}"
-        )
+def check_token_arrays(shape: tuple[int, ...], **arrays: Any) -> None:
+    """ValueError naming the array unless each one given (None: skipped), e.g. segment_ids and positions, is
+    an integer array with one entry per token: `shape` = the tokens' [B, T]."""
+    for name, array in arrays.items():
+        if array is not None:
+            check_int_array(name, array, shape, "[B, T]")
 
 
 def decode_positions(tokens: jax.Array, cache: DecodeCache) -> jax.Array:
@@ -132,8 +127,7 @@ class DecoderLM(nnx.Module):
         """
         if x.ndim != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(f"x must have shape [B, T, {self.cfg.d_model}], got shape {x.shape}")
-        _check_int_like("segment_ids", segment_ids, x.shape[:2])
-        _check_int_like("positions", positions, x.shape[:2])
+        check_token_arrays(x.shape[:2], segment_ids=segment_ids, positions=positions)
         if positions is None:
             positions = (
                 jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape[:2])
@@ -163,9 +157,8 @@ class DecoderLM(nnx.Module):
     def init_cache(self, batch_size: int, max_len: int | None = None) -> DecodeCache:
         """An empty decode cache for batch_size rows and at most max_len (default cfg.max_seq_len) tokens."""
         max_len = self.cfg.max_seq_len if max_len is None else max_len
-        for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int("batch_size", batch_size)
+        check_int("max_len", max_len)
         layers = init_layer_caches(self.layers, self.cfg, batch_size, max_len)
         return DecodeCache(
             index=jnp.zeros((), jnp.int32), layers=layers, batch_size=batch_size, max_len=max_len

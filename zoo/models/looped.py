@@ -39,11 +39,12 @@ from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_mode
 from icml26zoo.models.lm import (
     DecodeCache,
     DecoderLM,
-    _check_int_like,
+    check_token_arrays,
     decode_positions,
     positions_from_segments,
 )
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int, check_positive, is_integer
 
 FIELD = MODEL_OPTIONS_FIELD
 LOOP_SCHEDULES = ("log2", "linear")
@@ -65,17 +66,14 @@ class LoopedOptions:
     reinject: bool = True
 
     def __post_init__(self) -> None:
-        fixed = isinstance(self.loops, int) and not isinstance(self.loops, bool)
-        if fixed and not 1 <= self.loops <= MAX_LOOPS:
-            raise ValueError(f"{FIELD} option 'loops' must be an integer in [1, {MAX_LOOPS}], got {self.loops!r}")
-        if not fixed and self.loops not in LOOP_SCHEDULES:
+        if is_integer(self.loops):
+            check_int(f"{FIELD} option 'loops'", self.loops, maximum=MAX_LOOPS)
+        elif self.loops not in LOOP_SCHEDULES:
             raise ValueError(
                 f"{FIELD} option 'loops' must be an integer or one of {list(LOOP_SCHEDULES)}, got {self.loops!r}"
             )
-        if not (math.isfinite(self.loop_multiplier) and self.loop_multiplier > 0):
-            raise ValueError(f"{FIELD} option 'loop_multiplier' must be finite and > 0, got {self.loop_multiplier!r}")
-        if self.prelude_layers < 0:
-            raise ValueError(f"{FIELD} option 'prelude_layers' must be >= 0, got {self.prelude_layers!r}")
+        check_positive(f"{FIELD} option 'loop_multiplier'", self.loop_multiplier, finite=True)
+        check_int(f"{FIELD} option 'prelude_layers'", self.prelude_layers, minimum=0)
 
     def num_loops(self, length: int) -> int:
         """The loop count T for rows of `length` tokens (>= 1)."""
@@ -113,8 +111,7 @@ class LoopedLM(DecoderLM):
         """x [B, T, D] embedded tokens -> logits [B, T, vocab] float32 (loop count from T)."""
         if x.ndim != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(f"x must have shape [B, T, {self.cfg.d_model}], got shape {x.shape}")
-        _check_int_like("segment_ids", segment_ids, x.shape[:2])
-        _check_int_like("positions", positions, x.shape[:2])
+        check_token_arrays(x.shape[:2], segment_ids=segment_ids, positions=positions)
         if positions is None:
             positions = (
                 jnp.broadcast_to(jnp.arange(x.shape[1], dtype=jnp.int32), x.shape[:2])

@@ -26,12 +26,13 @@ from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_mode
 from icml26zoo.models.lm import (
     DecodeCache,
     DecoderLM,
-    _check_int_like,
+    check_token_arrays,
     check_tokens,
     decode_positions,
     positions_from_segments,
 )
 from icml26zoo.registry import register_model
+from icml26zoo.validation import check_int
 
 FIELD = MODEL_OPTIONS_FIELD
 
@@ -45,9 +46,7 @@ class OneLayerOptions:
     max_positions: int = 256
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_positions, bool) or not isinstance(self.max_positions, int) or self.max_positions < 1:
-            raise ValueError(f"{FIELD}: one_layer option 'max_positions' must be an integer >= 1, "
-                             f"got {self.max_positions!r}")
+        check_int(f"{FIELD}: one_layer option 'max_positions'", self.max_positions)
 
 
 def one_layer_options(cfg: ModelConfig) -> OneLayerOptions:
@@ -84,8 +83,7 @@ class OneLayerTransformer(DecoderLM):
     ) -> jax.Array:
         """tokens [B, T] int -> logits [B, T, vocab] float32 (segment_ids and positions as in DecoderLM)."""
         check_tokens(tokens)
-        _check_int_like("segment_ids", segment_ids, tokens.shape)
-        _check_int_like("positions", positions, tokens.shape)
+        check_token_arrays(tokens.shape, segment_ids=segment_ids, positions=positions)
         if tokens.shape[1] > self.max_positions:
             raise ValueError(f"tokens must have at most max_positions = {self.max_positions} positions "
                              f"(the position table, model.model_options), got shape {tokens.shape}")

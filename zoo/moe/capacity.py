@@ -10,13 +10,14 @@ import math
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.validation import check_positive
+
 
 def expert_capacity(num_tokens: int, top_k: int, num_experts: int, capacity_factor: float | None) -> int | None:
     """Assignments one expert may take: ceil(capacity_factor · tokens · k / experts); None means no limit."""
     if capacity_factor is None:
         return None
-    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, int | float) or capacity_factor <= 0:
-        raise ValueError(f"capacity_factor must be None or a positive number, got {capacity_factor!r}")
+    check_positive("capacity_factor", capacity_factor)
     return max(1, math.ceil(capacity_factor * num_tokens * top_k / num_experts))
 
 

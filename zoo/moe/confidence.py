@@ -18,6 +18,7 @@ from flax import nnx
 
 from icml26zoo.moe.registry import register_router
 from icml26zoo.moe.routers import Router, Routing, top_k_routing
+from icml26zoo.validation import check_int, check_non_negative
 
 NOISE_FLOOR = 1e-2
 LAYER_NORM_EPS = 1e-5
@@ -37,12 +38,8 @@ class ConfidenceOptions:
     confidence_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ValueError(f"confidence router option 'num_classes' must be an int >= 0, got {self.num_classes!r}")
-        if self.confidence_weight < 0:
-            raise ValueError(
-                f"confidence router option 'confidence_weight' must be >= 0, got {self.confidence_weight!r}"
-            )
+        check_int("confidence router option 'num_classes'", self.num_classes, minimum=0)
+        check_non_negative("confidence router option 'confidence_weight'", self.confidence_weight)
 
 
 @register_router("confidence")

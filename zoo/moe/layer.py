@@ -26,7 +26,7 @@ from icml26zoo.moe.capacity import capacity_keep, expert_capacity
 from icml26zoo.moe.expert_parallel import expert_axis_size, expert_parallel_experts
 from icml26zoo.moe.registry import ROUTERS, router_options
 from icml26zoo.moe.routers import balance_losses, masked_mean
-from icml26zoo.validation import check_pairs
+from icml26zoo.validation import check_choice, check_int, check_non_negative, check_pairs, check_positive
 
 ACTIVATIONS = ("swiglu", "gelu")
 
@@ -55,23 +55,16 @@ class MoEConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "top_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, getattr(self, name))
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k must be at most num_experts = {self.num_experts}, got {self.top_k}")
-        factor = self.capacity_factor
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0):
-            raise ValueError(f"capacity_factor must be None (no dropping) or a positive number, got {factor!r}")
+        if self.capacity_factor is not None:  # None: no dropping
+            check_positive("capacity_factor", self.capacity_factor)
         for name in ("load_balance_weight", "z_loss_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be None or one of {list(IMPLEMENTATIONS)}, "
-                             f"got {self.implementation!r}")
-        if self.router not in ROUTERS:
-            raise ValueError(f"router must be one of {ROUTERS.names()}, got {self.router!r}")
+            check_non_negative(name, getattr(self, name))
+        if self.implementation is not None:  # None: the backend default
+            check_choice("implementation", self.implementation, IMPLEMENTATIONS)
+        check_choice("router", self.router, ROUTERS.names())
         check_pairs("router_options", self.router_options)
         router_options(self.router, self.router_options)
 

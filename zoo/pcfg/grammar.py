@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
+
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 # Rows of a valid grammar sum to 1 within this (float64 rounding of user-given probabilities).
 SUM_TOLERANCE = 1e-9
@@ -140,15 +141,9 @@ class RandomGrammarSpec:
     def __post_init__(self) -> None:
         for name, minimum in (("num_nonterminals", 2), ("num_terminals", 1), ("binary_rules", 1),
                               ("terminal_rules", 1), ("grammar_seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        for name in ("binary_probability", "concentration"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not self.binary_probability < 1:
-            raise ValueError(f"binary_probability must lie in (0, 1), got {self.binary_probability!r}")
+            check_int(name, getattr(self, name), minimum=minimum)
+        check_interval("binary_probability", self.binary_probability, 0, 1, closed="neither")
+        check_positive("concentration", self.concentration, finite=True)
         try:
             self.grammar()
         except ValueError as error:

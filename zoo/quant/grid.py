@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from icml26zoo.validation import is_integer
+
 __all__ = ["BITS", "SCALE_METHODS", "check_bits", "codes", "grid_values", "level_count", "round_to_grid", "row_steps"]
 
 BITS = (2, 3, 4)
@@ -22,7 +24,7 @@ CLIP_RATIOS = np.linspace(0.25, 1.0, 31)
 
 def check_bits(bits: object) -> int:
     """`bits` if it is one of BITS (2, 3, 4); otherwise ValueError naming `bits`."""
-    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or int(bits) not in BITS:
+    if not is_integer(bits) or int(bits) not in BITS:  # 3.0 is not a bit width
         raise ValueError(f"bits must be one of {list(BITS)} (uniform 2-4 bit grids), got {bits!r}")
     return int(bits)
 

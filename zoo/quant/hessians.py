@@ -31,6 +31,7 @@ from flax import nnx
 from icml26zoo.models.block import convert_layer_layout
 from icml26zoo.models.lm import positions_from_segments
 from icml26zoo.quant.sites import LinearSite, linear_sites
+from icml26zoo.validation import check_int
 
 __all__ = ["input_moments", "kl_sketch_a", "kl_sketch_b", "sketch_a_from_tokens", "token_statistics"]
 
@@ -223,8 +224,7 @@ def sketch_a_from_tokens(x: np.ndarray, g: np.ndarray, iterations: int = 6) -> t
     x, g = np.asarray(x, np.float64), np.asarray(g, np.float64)
     if x.ndim != 2 or g.ndim != 2 or len(x) != len(g) or len(x) == 0:
         raise ValueError(f"x [N, n] and g [N, m] must be matrices with the same N >= 1, got {x.shape} and {g.shape}")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
+    check_int("iterations", iterations)
     count = len(x)
     h_in = x.T @ x / count
     for _ in range(iterations):

@@ -33,6 +33,7 @@ from flax import nnx
 
 from icml26zoo.rl.dqn import QNetwork
 from icml26zoo.rl.schedules import GeometricTargetSchedule
+from icml26zoo.validation import check_int, check_interval, check_positive, check_probability
 
 ENV_NAME = "CartPole-v1"
 
@@ -75,23 +76,14 @@ class DQNConfig(NamedTuple):
 def check_config(config: DQNConfig) -> None:
     """ValueError naming the first field out of range."""
     for name in ("num_steps", "batch_size", "buffer_size", "hidden"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if isinstance(config.learning_starts, bool) or not isinstance(config.learning_starts, int) \
-            or config.learning_starts < 0:
-        raise ValueError(f"learning_starts must be an integer >= 0, got {config.learning_starts!r}")
-    if not 0.0 < config.gamma < 1.0:
-        raise ValueError(f"gamma must lie in (0, 1), got {config.gamma!r}")
-    if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
+        check_int(name, getattr(config, name))
+    check_int("learning_starts", config.learning_starts, minimum=0)
+    check_interval("gamma", config.gamma, 0, 1, closed="neither")
+    check_positive("learning_rate", config.learning_rate)
     for name in ("eps_start", "eps_end"):
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise ValueError(f"{name} must lie in [0, 1], got {getattr(config, name)!r}")
-    if not 0.0 < config.explore_fraction <= 1.0:
-        raise ValueError(f"explore_fraction must lie in (0, 1], got {config.explore_fraction!r}")
-    if not config.huber_delta > 0:
-        raise ValueError(f"huber_delta must be > 0, got {config.huber_delta!r}")
+        check_probability(name, getattr(config, name))
+    check_interval("explore_fraction", config.explore_fraction, 0, 1, closed="right")
+    check_positive("huber_delta", config.huber_delta)
 
 
 def epsilon(t: jax.Array, config: DQNConfig) -> jax.Array:

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icml26zoo.validation import check_int, check_interval
+
 
 class SyncState(NamedTuple):
     """Where a run stands in the schedule: both int32 scalars."""
@@ -50,14 +52,9 @@ class GeometricTargetSchedule:
     k_max: int = 100_000
 
     def __post_init__(self) -> None:
-        if isinstance(self.k0, bool) or not isinstance(self.k0, int | np.integer) or self.k0 < 1:
-            raise ValueError(f"k0 must be an integer >= 1, got {self.k0!r}")
-        if not (math.isfinite(self.ratio) and self.ratio >= 1.0):
-            raise ValueError(f"ratio must be a finite number >= 1 (the period grows), got {self.ratio!r}")
-        if isinstance(self.k_max, bool) or not isinstance(self.k_max, int | np.integer) or self.k_max < self.k0:
-            raise ValueError(f"k_max must be an integer >= k0 = {self.k0}, got {self.k_max!r}")
-        if self.k_max >= 2**31:
-            raise ValueError(f"k_max must fit in int32, got {self.k_max!r}")
+        k0 = check_int("k0", self.k0)
+        check_interval("ratio (the period grows)", self.ratio, 1, math.inf, closed="left")
+        check_int("k_max (from k0 to the int32 maximum)", self.k_max, minimum=k0, maximum=2**31 - 1)
 
     def period(self, n: jax.Array | int) -> jax.Array:
         """K_n for outer iteration n (int scalar or array, any shape) -> int32 of the same shape, in [k0, k_max].
@@ -105,8 +102,7 @@ class GeometricTargetSchedule:
 
 def constant_schedule(period: int) -> GeometricTargetSchedule:
     """K_n ≡ period: the classic fixed target-update period (ratio 1, cap = period)."""
-    if isinstance(period, bool) or not isinstance(period, int | np.integer) or period < 1:
-        raise ValueError(f"period must be an integer >= 1, got {period!r}")
+    check_int("period", period)
     return GeometricTargetSchedule(k0=int(period), ratio=1.0, k_max=int(period))
 
 

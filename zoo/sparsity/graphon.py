@@ -42,7 +42,7 @@ import itertools
 
 import numpy as np
 
-from icml26zoo.validation import check_choice, check_int
+from icml26zoo.validation import check_choice, check_int, check_interval
 
 HOMOGENEOUS = ("random", "magnitude")  # no neuron factor: the predicted graphon is constant
 HETEROGENEOUS = ("snip", "grasp")  # neuron factors fitted from the scores
@@ -64,14 +64,6 @@ class SaliencyFactors:
     output_factor: np.ndarray
     noise: np.ndarray
     r2: float
-
-
-def check_density(field: str, value: object) -> float:
-    """`value` as a float strictly inside (0, 1), else ValueError naming `field`."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0.0 < value < 1.0
-    if not ok:
-        raise ValueError(f"{field} must lie strictly inside (0, 1), got {value!r}")
-    return float(value)
 
 
 def _check_matrix(field: str, matrix: object) -> np.ndarray:
@@ -125,7 +117,7 @@ def predicted_graphon(factors: SaliencyFactors | None, density: float, *, grid: 
     at `resolution` mid-quantiles per axis (rounded up to a multiple of grid) and t is found by bisection so
     that the mean of W is `density` (to the resolution of the law of ε). Returns [grid, grid].
     """
-    density = check_density("density", density)
+    density = check_interval("density", density, 0, 1, closed="neither")
     check_int("grid", grid)
     check_int("resolution", resolution)
     if factors is None:

@@ -289,7 +289,8 @@ def test_sketch_keys(inputs):
         ({"weights": lambda w: w.at[0].set(0.0)}, "weights must mark at least one real point"),
         ({"points": lambda p: p[..., :1]}, r"points must have shape \[B, N, 2\]"),
         ({"features": lambda f: f[..., :3]}, "features must have F = num_features = 4"),
-        ({"weights": lambda w: w[:, None]}, r"weights must be a float array \[B, N\]"),
+        ({"weights": lambda w: w[:, None]},
+         r"weights must be a float array of shape \[B, N\] = \(\*, \*\), got float32 \(\d+, 1, \d+\)"),
     ],
 )
 def test_bad_inputs_name_the_argument(change, match, inputs, eager_model):
@@ -307,7 +308,7 @@ def test_bad_inputs_name_the_argument(change, match, inputs, eager_model):
         ({"attention": "softmax"}, r"model.model_options: pacenet option 'attention' must be one of"),
         ({"expand": "random"}, "pacenet option 'expand' must be one of"),
         ({"sketch_rank": 0}, "pacenet option 'sketch_rank' must be an integer >= 1"),
-        ({"eps_sq": -1.0}, "pacenet option 'eps_sq' must be a number > 0"),
+        ({"eps_sq": -1.0}, "pacenet option 'eps_sq' must be a positive number, got -1.0"),
     ],
 )
 def test_bad_options_name_model_options(options, match):

@@ -85,7 +85,8 @@ def test_set_transformer_rejects_bad_input(models, inputs):
         model(points.at[1, 2, 0].set(jnp.nan), features, weights)
     with pytest.raises(ValueError, match=r"weights must mark at least one real point.*examples \[0\]"):
         model(points, features, weights.at[0].set(0.0))
-    with pytest.raises(ValueError, match=r"points must be a float array \[B, N, d\], got float32 \[6, 3\]"):
+    wrong_rank = r"points must be a float array of shape \[B, N, d\] = \(\*, \*, \*\), got float32 \(6, 3\)"
+    with pytest.raises(ValueError, match=wrong_rank):
         model(points[0], features, weights)
     with pytest.raises(ValueError, match=r"points must have shape \[B, N, 3\]"):
         model(points[..., :2], features, weights)
