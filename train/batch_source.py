@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from icml26zoo.validation import is_integer
+
 __all__ = ["UserBatches", "batch_from_tokens", "check_batch", "check_data_state", "check_eval_batches"]
 
 _REQUIRED = {"inputs": np.int32, "targets": np.int32, "segment_ids": np.int32, "positions": np.int32,
@@ -130,7 +132,7 @@ def check_data_state(key: str, step: int, state: Any) -> None:
     if not isinstance(state, dict) or set(state) != {key}:
         raise ValueError(f"data state is {_short(state)}, expected {{{key!r}: {step}}}")
     value = state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value != step:
+    if not is_integer(value) or value != step:
         raise ValueError(f"data state {key} is {value!r}, expected {step} (one batch per micro-step)")
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ import orbax.checkpoint as ocp
 
 from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, verify_checksums
 from icml26zoo.train.errors import CheckpointError
+from icml26zoo.validation import check_bool, check_int
 
 __all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError"]
 
@@ -75,10 +75,8 @@ class Checkpointer:
     def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = True):
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path, got {directory!r}")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an int >= 1, got {keep!r}")
-        if not isinstance(async_save, bool):
-            raise ValueError(f"async_save must be a bool, got {async_save!r}")
+        check_int("keep", keep)
+        check_bool("async_save", async_save)
         # Orbax wants an absolute path; resolving here also makes messages unambiguous.
         self.directory = os.path.abspath(os.fspath(directory))
         options = ocp.CheckpointManagerOptions(
@@ -105,7 +103,7 @@ class Checkpointer:
           NonFiniteStateError: a floating leaf has NaN/inf; nothing is written.
           ValueError: bad `step`, an unsupported leaf in `state`, or `data_state` not JSON-serializable.
         """
-        step = _check_step(step)
+        step = check_int("step", step, minimum=0)
         _check_state_leaves(state, "state")
         bad_path = _first_non_finite_leaf(state)
         if bad_path is not None:
@@ -193,7 +191,7 @@ class Checkpointer:
 
         Raises CheckpointRestoreError naming the step when it is absent or cannot be read.
         """
-        step = _check_step(step)
+        step = check_int("step", step, minimum=0)
         if step not in self._reloaded_steps():
             raise CheckpointRestoreError(f"no checkpoint at step {step} in {self.directory}")
         quiet_closed_event_loop()
@@ -228,7 +226,7 @@ class Checkpointer:
         newest step. Raises CheckpointRestoreError when there is no such step or its metadata is unreadable.
         """
         self.wait()
-        step = self.latest_step() if step is None else _check_step(step)
+        step = self.latest_step() if step is None else check_int("step", step, minimum=0)
         if step is None:
             raise CheckpointRestoreError(f"no checkpoint in {self.directory}")
         try:
@@ -269,19 +267,6 @@ class Checkpointer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _check_step(step: Any) -> int:
-    """Accepts Python/NumPy ints and integer scalar arrays (e.g. ``state.step``); rejects bools."""
-    if isinstance(step, bool):
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
-    try:
-        value = operator.index(step)
-    except TypeError:
-        raise ValueError(f"step must be a non-negative int, got {step!r}") from None
-    if value < 0:
-        raise ValueError(f"step must be a non-negative int, got {value}")
-    return value
 
 
 def _check_state_leaves(state: Any, name: str) -> None:

@@ -83,12 +83,9 @@ def check_lora(config: TrainConfig) -> None:
     """lora_rank an integer >= 0, lora_alpha None or > 0, lora_targets non-empty strings, init_from None or a
     non-empty path; ValueError naming the field. The rank against the layer widths is checked when the model
     is built (`train.runs.build_run`)."""
-    rank = config.lora_rank
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"lora_rank must be an integer >= 0 (0: no LoRA), got {rank!r}")
-    alpha = config.lora_alpha
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0):
-        raise ValueError(f"lora_alpha must be a number > 0 or None (alpha = 2 * lora_rank), got {alpha!r}")
+    check_int("lora_rank", config.lora_rank, minimum=0)  # 0: no LoRA
+    if config.lora_alpha is not None:  # None: alpha = 2 * lora_rank
+        check_positive("lora_alpha", config.lora_alpha)
     targets = config.lora_targets
     if not isinstance(targets, tuple) or not targets or not all(isinstance(t, str) and t for t in targets):
         raise ValueError(f"lora_targets must be a non-empty tuple of layer-name patterns, got {targets!r}")
@@ -265,8 +262,7 @@ def check_param_groups(field: str, groups: Any) -> None:
         except re.error as error:
             raise ValueError(f"{where}: pattern {group[0]!r} is not a regular expression ({error})") from None
         for name, value in zip(("lr_scale", "weight_decay"), group[1:], strict=True):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-                raise ValueError(f"{where}: {name} must be a number >= 0, got {value!r}")
+            check_non_negative(f"{where}: {name}", value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,8 @@ from typing import Protocol, runtime_checkable
 import jax
 import numpy as np
 
+from icml26zoo.validation import check_int
+
 __all__ = [
     "JsonlWriter",
     "MetricWriter",
@@ -53,12 +55,6 @@ class MetricWriter(Protocol):
         """Flushes and releases the backend; the writer is unusable afterwards."""
 
 
-def _check_step(step: object) -> int:
-    if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
-    return int(step)
-
-
 def _scalar(name: str, value: object) -> float | int:
     """Converts Python/NumPy/JAX scalars (0-d arrays included) to a Python int or float."""
     if isinstance(value, bool):
@@ -75,7 +71,7 @@ def _scalar(name: str, value: object) -> float | int:
 
 def _normalize(step: object, metrics: Mapping[str, object]) -> tuple[int, dict[str, float | int]]:
     """Validates a `write` call once, so every backend sees the same clean values."""
-    step = _check_step(step)
+    step = check_int("step", step, minimum=0)
     if not isinstance(metrics, Mapping):
         raise ValueError(f"metrics must be a mapping of name to scalar, got {type(metrics).__name__}")
     out = {}
@@ -203,8 +199,7 @@ def create_writer(workdir: str | os.PathLike, *, tensorboard: bool,
         raise ValueError(f"workdir must be a non-empty path, got {workdir!r}")
     if process_index is None:
         process_index = jax.process_index()
-    if isinstance(process_index, bool) or not isinstance(process_index, int) or process_index < 0:
-        raise ValueError(f"process_index must be a non-negative int, got {process_index!r}")
+    check_int("process_index", process_index, minimum=0)
     if process_index != 0:
         return NullWriter()
     workdir = os.fspath(workdir)
@@ -243,7 +238,7 @@ def drop_records_after(path: str | os.PathLike, step: int) -> int:
     Kept lines are copied byte for byte; unparsable lines (a torn last line) are dropped too. The file is
     replaced atomically (a crash leaves either the old or the new file). A missing file is left missing.
     """
-    step = _check_step(step)
+    step = check_int("step", step, minimum=0)
     path = os.fspath(path)
     if not os.path.exists(path):
         return 0

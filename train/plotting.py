@@ -20,6 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from icml26zoo.train.metrics import read_metrics
+from icml26zoo.validation import is_integer
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
@@ -70,7 +71,7 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     if not os.path.isfile(metrics_path):
         raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} is not a file")
     markers = list(markers)
-    if any(isinstance(m, bool) or not isinstance(m, int) for m in markers):
+    if not all(is_integer(m) for m in markers):
         raise ValueError(f"markers must be integer steps, got {markers!r}")
     records = read_metrics(metrics_path)
     if not any(_series(records, key)[0] for key in LOSS_KEYS):

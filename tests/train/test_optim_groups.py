@@ -66,8 +66,8 @@ def test_labels_first_match_wins_and_unmatched_patterns_are_errors():
     ((("", 1.0, 0.0),), "non-empty pattern"),
     ((("a", 1.0),), r"\(pattern, lr_scale, weight_decay\) triple"),
     ((("(", 1.0, 0.0),), "is not a regular expression"),
-    ((("a", -1.0, 0.0),), "lr_scale must be a number >= 0, got -1.0"),
-    ((("a", 1.0, True),), "weight_decay must be a number >= 0, got True"),
+    ((("a", -1.0, 0.0),), "lr_scale must be a non-negative number, got -1.0"),
+    ((("a", 1.0, True),), "weight_decay must be a non-negative number, got True"),
     ((("a", float("nan"), 0.0),), "optim.param_groups must be finite"),
     ("a", "must be a tuple of"),
 ])

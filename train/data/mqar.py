@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from icml26zoo.train.data.generated import Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.validation import check_int
 
 
 def vocab_size(num_keys: int, num_values: int) -> int:
@@ -50,8 +51,7 @@ def check_params(num_keys: int, num_values: int, num_pairs: int) -> None:
     """Raises ValueError unless the parameters describe a valid task (P distinct keys need P <= K)."""
     for name, value in (("mqar_num_keys", num_keys), ("mqar_num_values", num_values),
                         ("mqar_num_pairs", num_pairs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"data.{name} must be an integer >= 1, got {value!r}")
+        check_int(f"data.{name}", value)
     if num_pairs > num_keys:
         raise ValueError(f"data.mqar_num_pairs ({num_pairs}) must be <= data.mqar_num_keys ({num_keys}): "
                          "the keys of one example are distinct")

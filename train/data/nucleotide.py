@@ -30,6 +30,7 @@ import tensorflow_datasets as tfds
 
 from icml26zoo.train.data import nucleotide_hmm
 from icml26zoo.train.data.generated import SPLITS, Examples, GeneratedBuilder, GeneratedConfig, split_seed, split_size
+from icml26zoo.validation import check_int
 
 ASCII_CODES = np.frombuffer(nucleotide_hmm.BASES.encode("ascii"), np.uint8)
 LABELS = ("background", "variant", "offset")
@@ -57,8 +58,7 @@ def check_params(length: int, train_examples: int, eval_examples: int) -> None:
     """Raises ValueError unless the sizes are usable (a sequence needs 2 bases to give one target)."""
     for name, value, minimum in (("nucleotide_length", length, 2), ("nucleotide_train_examples", train_examples, 1),
                                  ("nucleotide_eval_examples", eval_examples, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"data.{name} must be an integer >= {minimum}, got {value!r}")
+        check_int(f"data.{name}", value, minimum=minimum)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -50,6 +50,7 @@ from icml26zoo.train.config import DataConfig
 from icml26zoo.train.data import features, sources
 from icml26zoo.train.data.documents import ArrayDocuments, Documents
 from icml26zoo.train.data.registry import LAYOUTS, dataset_for
+from icml26zoo.validation import check_int
 
 FIELDS = ("inputs", "targets", "segment_ids", "positions", "weights")
 # Each element is a whole batch; a couple of threads keep a few ready without holding much memory.
@@ -180,8 +181,7 @@ def _check_args(batch_size, seq_len, process_index, process_count) -> tuple[int,
     process_count = jax.process_count() if process_count is None else process_count
     for name, value, minimum in (("batch_size", batch_size, 1), ("seq_len", seq_len, 1),
                                  ("process_count", process_count, 1), ("process_index", process_index, 0)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        check_int(name, value, minimum=minimum)
     if process_index >= process_count:
         raise ValueError(f"process_index must be < process_count ({process_count}), got {process_index}")
     if batch_size % process_count:
@@ -210,8 +210,7 @@ def make_train_iterator(data: DataConfig, *, batch_size: int, seq_len: int, seed
       `set_state(state)` on a fresh iterator with the same arguments continues with the same batches.
     """
     process_index, process_count = _check_args(batch_size, seq_len, process_index, process_count)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    check_int("seed", seed, minimum=0)
     if features.is_feature_data(data):
         return features.train_iterator(data, batch_size=batch_size, seq_len=seq_len, seed=int(seed),
                                        process_index=process_index, process_count=process_count)
@@ -224,8 +223,7 @@ def make_train_iterator(data: DataConfig, *, batch_size: int, seq_len: int, seed
 
 def num_eval_batches(data: DataConfig, *, batch_size: int, seq_len: int, max_batches: int = 0) -> int:
     """Batches in one eval pass: ceil(rows / batch_size), capped at max_batches when it is > 0."""
-    if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0:
-        raise ValueError(f"max_batches must be an integer >= 0, got {max_batches!r}")
+    check_int("max_batches", max_batches, minimum=0)
     if features.is_feature_data(data):
         rows = len(features.open_rows(data, data.eval_split, seq_len))
     else:

@@ -23,6 +23,7 @@ from icml26zoo.train.data.features import FeatureDataset, feature_spec
 from icml26zoo.train.data.generated import Examples, GeneratedBuilder, split_seed, split_size
 from icml26zoo.train.data.registry import register_dataset
 from icml26zoo.train.data.tasks import FIELD, TaskOptions, check_option, make_config
+from icml26zoo.validation import check_bool, check_interval
 
 SHAPES = ("sphere", "cube", "cylinder", "torus", "cone", "plane", "ellipsoid", "capsule")
 SPHERE_RADIUS = 0.9
@@ -52,11 +53,9 @@ class ShapesOptions(TaskOptions):
         super().__post_init__()
         check_option("num_points", self.num_points, 1)
         check_option("num_shapes", self.num_shapes, 2, len(SHAPES))
-        if isinstance(self.jitter, bool) or not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 0.1:
-            raise ValueError(f"{FIELD} option 'jitter' must be a number in [0, 0.1], got {self.jitter!r}")
+        check_interval(f"{FIELD} option 'jitter'", self.jitter, 0, 0.1)
         for name in ("rotate", "eval_rotate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{FIELD} option {name!r} must be a bool, got {getattr(self, name)!r}")
+            check_bool(f"{FIELD} option {name!r}", getattr(self, name))
 
 
 def _unit(rng: np.random.Generator, n: int) -> np.ndarray:

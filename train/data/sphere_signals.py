@@ -21,6 +21,7 @@ targets [b, N, 1]. Options go in data.task_options, e.g. (("num_points", 162),).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -30,6 +31,7 @@ from icml26zoo.train.data.generated import Examples, GeneratedBuilder, split_see
 from icml26zoo.train.data.point_sets import random_rotations
 from icml26zoo.train.data.registry import register_dataset
 from icml26zoo.train.data.tasks import FIELD, TaskOptions, check_option, make_config
+from icml26zoo.validation import check_bool, check_interval
 
 KAPPA_RANGE = (5.0, 20.0)
 
@@ -53,11 +55,9 @@ class SphereOptions(TaskOptions):
         check_option("num_points", self.num_points, 4)
         check_option("num_bumps", self.num_bumps, 1)
         check_option("extra_fields", self.extra_fields, 0)
-        if isinstance(self.smoothing, bool) or not isinstance(self.smoothing, int | float) or not self.smoothing >= 1:
-            raise ValueError(f"{FIELD} option 'smoothing' must be a number >= 1, got {self.smoothing!r}")
+        check_interval(f"{FIELD} option 'smoothing'", self.smoothing, 1, math.inf, closed="left")
         for name in ("rotate", "eval_rotate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{FIELD} option {name!r} must be a bool, got {getattr(self, name)!r}")
+            check_bool(f"{FIELD} option {name!r}", getattr(self, name))
 
 
 def fibonacci_sphere(num_points: int) -> np.ndarray:

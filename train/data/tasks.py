@@ -33,16 +33,14 @@ from icml26zoo.train.data.generated import (
     split_size,
 )
 from icml26zoo.train.data.registry import Dataset
+from icml26zoo.validation import check_int
 
 FIELD = "data.task_options"
 
 
 def check_option(name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
-    """Raises ValueError naming `data.task_options` option `name` unless `value` is an int in [minimum, maximum]."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-    if not ok or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{FIELD} option {name!r} must be an integer {bound}, got {value!r}")
+    """`validation.check_int` for `data.task_options` option `name`: an integer in [minimum, maximum]."""
+    check_int(f"{FIELD} option {name!r}", value, minimum=minimum, maximum=maximum)
 
 
 @dataclasses.dataclass(frozen=True)
