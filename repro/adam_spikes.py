@@ -28,7 +28,7 @@ from icml26zoo.repro import adam_spikes_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 __all__ = ["FULL", "QUICK", "SETTINGS", "SMOKE", "SMOKE_ARGS", "run", "summarise"]
 
@@ -43,21 +43,15 @@ SETTINGS = ("quadratic", "mlp")
 STAGE_COLORS = {1: "#ffffff", 2: "#cfe3f7", 3: "#fde3b3", 4: "#f7b6b0", 5: "#c9ebc4"}
 
 
-def _check_float(field: str, value: object, low: float, high: float, expected: str) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not low < value < high:
-        raise ValueError(f"{field} must be {expected}, got {value!r}")
-
-
 def _check_args(b2: float, eps: float, noise: float, quadratic_lr: float, mlp_lr: float, power_iters: int,
                 spike_factor: float, budget: Budget) -> None:
-    _check_float("b2", b2, 0.0, 1.0, "a float in (0, 1) (Adam's second-moment decay)")
-    _check_float("eps", eps, 0.0, 1.0, "a float in (0, 1)")
-    _check_float("noise", noise, 0.0, math.inf, "a float > 0 (the quadratic's gradient noise)")
-    _check_float("quadratic_lr", quadratic_lr, 0.0, math.inf, "a learning rate > 0")
-    _check_float("mlp_lr", mlp_lr, 0.0, math.inf, "a learning rate > 0")
+    check_interval("b2 (Adam's second-moment decay)", b2, 0, 1, closed="neither")
+    check_interval("eps", eps, 0, 1, closed="neither")
+    check_positive("noise (the quadratic's gradient noise)", noise, finite=True)
+    check_positive("quadratic_lr", quadratic_lr, finite=True)
+    check_positive("mlp_lr", mlp_lr, finite=True)
     check_int("power_iters", power_iters)
-    _check_float("spike_factor", spike_factor, 1.0, math.inf, "a float > 1 (loss / baseline at a spike onset)")
+    check_interval("spike_factor (loss / baseline at a spike onset)", spike_factor, 1, math.inf, closed="neither")
     if budget.seq_len > 1024:
         raise ValueError(f"budget.seq_len (the quadratic's dimension) must be <= 1024, got {budget.seq_len}")
     if budget.batch_size > 128:

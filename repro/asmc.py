@@ -47,7 +47,7 @@ from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 from icml26zoo.train.presets import tiny_model
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval
 
 __all__ = ["FULL", "PROPOSALS", "QUICK", "QUICK_ARGS", "SCHEMES", "SMOKE", "SMOKE_ARGS", "run", "training_config"]
 
@@ -129,15 +129,11 @@ def _check_arguments(budget, particles, alphas, schemes, num_problems, block_siz
     if not alphas or len(set(alphas)) != len(alphas):
         raise ValueError(f"alphas must hold at least one alpha and no repeats, got {list(alphas)}")
     for alpha in alphas:
-        ok = isinstance(alpha, int | float) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 1
-        if not ok:
-            raise ValueError(f"alphas[i] must be a finite number > 1 (the power of the target), got {alpha!r}")
+        check_interval("alphas[i] (the power of the target)", alpha, 1, math.inf, closed="neither")
     schemes = check_names("schemes", schemes, SCHEMES)
     check_int("num_problems", num_problems)
     check_int("block_size", block_size)
-    ok = isinstance(collapse_threshold, float | int) and not isinstance(collapse_threshold, bool)
-    if not ok or not 0 < collapse_threshold <= 1:
-        raise ValueError(f"collapse_threshold must be a number in (0, 1], got {collapse_threshold!r}")
+    check_interval("collapse_threshold", collapse_threshold, 0, 1, closed="right")
     return particles, alphas, schemes
 
 

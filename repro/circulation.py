@@ -43,7 +43,7 @@ from icml26zoo.repro.common import Budget, Experiment, Results, line_figure, met
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train.config import apply_overrides
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_finite, check_int
 
 __all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -126,8 +126,7 @@ def _check_values(field: str, values: Sequence[float], minimum: float | None = N
     if not values:
         raise ValueError(f"{field} must hold at least one number, got none")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ValueError(f"{field}: each value must be a finite number, got {value!r}")
+        check_finite(f"{field}: each value", value)
         if minimum is not None and value < minimum:
             raise ValueError(f"{field}: each value must be >= {minimum:g}, got {value!r}")
     if len(set(values)) != len(values):

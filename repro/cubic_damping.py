@@ -39,7 +39,7 @@ from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.presets import tiny_byte_lm
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval, check_positive, check_unit_interval
 
 __all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -123,23 +123,16 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
                             figures=figures, extra=extra)
 
 
-def _check_float(field: str, value: object, low: float, high: float, expected: str, *,
-                 closed_low: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (low <= value if closed_low else low < value) or not value < high:
-        raise ValueError(f"{field} must be {expected}, got {value!r}")
-
-
 def _check_args(problem_steps: int, dim: int, condition: float, noise: float, damping_multiple: float,
                 momentum: float, gpt_sgd_lr: float, gpt_adam_lr: float, d_model: int) -> None:
     check_int("problem_steps", problem_steps)
     check_int("dim", dim, minimum=2)
-    _check_float("condition", condition, 1.0, math.inf, "a float >= 1 (λ_max / λ_min)", closed_low=True)
-    _check_float("noise", noise, 0.0, math.inf, "a float > 0 (gradient noise std)")
-    _check_float("damping_multiple", damping_multiple, 0.0, math.inf, "a float > 0")
-    _check_float("momentum", momentum, 0.0, 1.0, "a float in [0, 1)", closed_low=True)
-    _check_float("gpt_sgd_lr", gpt_sgd_lr, 0.0, math.inf, "a learning rate > 0")
-    _check_float("gpt_adam_lr", gpt_adam_lr, 0.0, math.inf, "a learning rate > 0")
+    check_interval("condition (λ_max / λ_min)", condition, 1, math.inf, closed="left")
+    check_positive("noise (gradient noise std)", noise, finite=True)
+    check_positive("damping_multiple", damping_multiple, finite=True)
+    check_unit_interval("momentum", momentum)
+    check_positive("gpt_sgd_lr", gpt_sgd_lr, finite=True)
+    check_positive("gpt_adam_lr", gpt_adam_lr, finite=True)
     check_int("d_model", d_model, minimum=8)
     if d_model % 8:
         raise ValueError(f"d_model must be a multiple of 8 (4 heads of an even width), got {d_model}")

@@ -118,8 +118,7 @@ def _check_dims(dims: Sequence[int], n_labels: int) -> tuple[int, ...]:
     if not dims or len(set(dims)) != len(dims):
         raise ValueError(f"dims must name at least one design dimension, without repeats, got {list(dims)}")
     for p in dims:
-        if isinstance(p, bool) or not isinstance(p, int) or p < 2 * n_labels:
-            raise ValueError(f"dims[i] must be integers >= 2 n_labels = {2 * n_labels}, got {p!r}")
+        check_int("dims[i] (at least 2 n_labels)", p, minimum=2 * n_labels)
     return dims
 
 

@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Sequence
 
@@ -54,7 +53,7 @@ from icml26zoo.train.config import OptimConfig, TrainConfig
 from icml26zoo.train.loop import train
 from icml26zoo.train.presets import tiny_model
 from icml26zoo.train.runs import build_train_model
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["ALPHAS", "FORGET_AUX_DATA", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -102,12 +101,12 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
     """
     check_int("num_facts", num_facts, minimum=10)
     alphas = _check_alphas(alphas)
-    _check_positive("distill_alpha", distill_alpha)
+    check_positive("distill_alpha", distill_alpha, finite=True)
     check_int("distill_steps", distill_steps)
     check_int("base_layers", base_layers)
     check_int("aux_layers", aux_layers)
     check_int("aux_d_model", aux_d_model, minimum=2)
-    _check_positive("distill_learning_rate", distill_learning_rate)
+    check_positive("distill_learning_rate", distill_learning_rate, finite=True)
     forget_aux_data = check_names("forget_aux_data", forget_aux_data, FORGET_AUX_DATA)
     corpus = make_corpus(num_facts, forget_fraction, seed=0)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
@@ -170,18 +169,12 @@ def _distill(base: nnx.Module, processor: DivergenceDecoding, corpus: FactCorpus
     return distill(base, tokens[forget], mask[forget], teacher[forget], steps=steps, learning_rate=learning_rate)
 
 
-def _check_positive(field: str, value: object) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if not ok:
-        raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
-
-
 def _check_alphas(alphas: Sequence[float]) -> tuple[float, ...]:
     values = tuple(alphas)
     if not values:
         raise ValueError("alphas must hold at least one steering strength > 0, got none")
     for value in values:
-        _check_positive("alphas[i]", value)
+        check_positive("alphas[i]", value, finite=True)
     if len(set(values)) != len(values):
         raise ValueError(f"alphas must not repeat a value, got {list(values)}")
     return tuple(float(v) for v in values)

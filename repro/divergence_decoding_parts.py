@@ -22,7 +22,7 @@ from flax import nnx
 from icml26zoo.decode.divergence import distillation_loss
 from icml26zoo.decode.loop import LogitsProcessor, generate
 from icml26zoo.train.batch_source import batch_from_tokens
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval
 
 __all__ = ["ALPHABET", "ATTRIBUTES", "VOCAB_SIZE", "FactCorpus", "FactScore", "answer_accuracy", "answer_arrays",
            "decode_text", "distill", "encode", "fact_batches", "make_corpus", "score_answers"]
@@ -66,8 +66,7 @@ def make_corpus(num_facts: int, forget_fraction: float, seed: int) -> FactCorpus
     """num_facts facts with distinct consonant-vowel names and random attributes; round(forget_fraction ·
     num_facts) of them (at least one, never all) form the forget set."""
     check_int("num_facts", num_facts, minimum=2)
-    if isinstance(forget_fraction, bool) or not isinstance(forget_fraction, int | float) or not 0 < forget_fraction < 1:
-        raise ValueError(f"forget_fraction must be a number in (0, 1), got {forget_fraction!r}")
+    check_interval("forget_fraction", forget_fraction, 0, 1, closed="neither")
     rng = np.random.default_rng(seed)
     names: list[str] = []
     while len(names) < num_facts:
@@ -130,8 +129,10 @@ class FactScore:
 
 def _check_groups(groups: Sequence[int] | None, count: int) -> tuple[int, ...]:
     groups = (count,) if groups is None else tuple(groups)
-    if any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in groups) or sum(groups) != count:
-        raise ValueError(f"groups must be positive ints summing to the number of facts {count}, got {groups}")
+    for g in groups:
+        check_int("groups[i]", g)
+    if sum(groups) != count:
+        raise ValueError(f"groups must sum to the number of facts {count}, got {groups}")
     return groups
 
 

@@ -39,7 +39,7 @@ from icml26zoo.repro import dp_mechanisms_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, markdown_table
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -83,8 +83,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, eps_values: Sequen
         raise ValueError(f"powers must include 1 and 2 and a_ratios must include 1 (the l2 mechanism and the "
                          f"Gaussian), got powers={tuple(powers)}, a_ratios={tuple(a_ratios)}")
     for name, values in (("dims", dims), ("compositions", compositions)):
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in _nonempty(name, values)):
-            raise ValueError(f"{name} must be integers >= 1, got {tuple(values)}")
+        for value in _nonempty(name, values):
+            check_int(f"{name}[i]", value)
     check_epsilon(sgg_eps, "sgg_eps"), check_delta(sgg_delta, "sgg_delta")
     check_epsilon(dp_eps, "dp_eps"), check_delta(dp_delta, "dp_delta")
     check_int("workers", workers)
@@ -158,8 +158,7 @@ def _nonempty(name: str, values: Sequence) -> tuple:
 
 def _positive_all(name: str, values: Sequence[float]) -> None:
     for value in _nonempty(name, values):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name}[i] must be a finite number > 0, got {value!r}")
+        check_positive(f"{name}[i]", value, finite=True)
 
 
 def _dpsgd_rows(budget: Budget, eps: float, delta: float) -> list[dict]:

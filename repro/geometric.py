@@ -33,7 +33,7 @@ from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import DataConfig, TrainConfig
 from icml26zoo.train.data.point_sets import ShapesDataset, generate
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_bool, check_int
 
 __all__ = ["EVAL_SEED", "FAMILIES", "ROLES", "Family", "cell_base", "cell_name", "check_common", "family_rows",
            "metric_names", "open_model", "shapes_accuracy", "shapes_eval_sets", "train_family", "training_figure"]
@@ -263,8 +263,7 @@ def shapes_accuracy(experiment: Experiment, family: Family, trained: Mapping[str
 
 def check_common(budget: Budget, family: Family, *, tiny: bool, eval_clouds: int | None = None) -> None:
     """The checks every family's `run` makes before writing anything."""
-    if not isinstance(tiny, bool):
-        raise ValueError(f"tiny must be a bool, got {tiny!r}")
+    check_bool("tiny", tiny)
     check_budget(family, budget, tiny=tiny)
     if eval_clouds is not None:
         check_int("eval_clouds", eval_clouds)

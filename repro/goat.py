@@ -49,7 +49,7 @@ from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.pipeline import make_eval_iterator
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_bool, check_int
 
 __all__ = ["FULL", "MODELS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -118,8 +118,7 @@ def run(
     check_int("position_bins", position_bins)
     if position_bins > longest:
         raise ValueError(f"position_bins must be at most 4T = {longest}, got {position_bins}")
-    if not isinstance(fast_compile, bool):
-        raise ValueError(f"fast_compile must be a bool, got {fast_compile!r}")
+    check_bool("fast_compile", fast_compile)
     previous = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", fast_compile or previous)
     try:

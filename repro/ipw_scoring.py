@@ -39,6 +39,7 @@ from matplotlib.figure import Figure
 from icml26zoo.losses import ipw_scoring
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.validation import check_interval, check_positive
 
 __all__ = ["FULL", "METHODS", "QUICK", "REFERENCES", "SMOKE", "SMOKE_ARGS", "ate_estimates", "fit_propensities",
            "make_data", "run"]
@@ -236,8 +237,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     """
     methods = check_names("methods", methods, METHODS)
     strengths = _check_strengths(strengths)
-    if isinstance(q_min, bool) or not isinstance(q_min, int | float) or not 0 < q_min < 0.5:
-        raise ValueError(f"q_min (the propensity floor) must be a number in (0, 0.5), got {q_min!r}")
+    check_interval("q_min (the propensity floor)", q_min, 0, 0.5, closed="neither")
     if budget.batch_size < 20:
         raise ValueError(f"budget.batch_size (units per data set) must be >= 20, got {budget.batch_size}")
     if len(budget.seeds) < 2:
@@ -270,8 +270,7 @@ def _check_strengths(strengths: Sequence[float]) -> tuple[float, ...]:
     if not values:
         raise ValueError("strengths must hold at least one confounding strength > 0, got none")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
-            raise ValueError(f"strengths[i] must be a finite number > 0, got {value!r}")
+        check_positive("strengths[i]", value, finite=True)
     if len(set(values)) != len(values):
         raise ValueError(f"strengths must not repeat a value, got {list(values)}")
     return tuple(float(v) for v in values)

@@ -40,6 +40,7 @@ from icml26zoo.registry import MIXERS
 from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, check_names, parameter_count
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
+from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "FULL_WIDTH", "QUICK", "QUICK_ARGS", "QUICK_WIDTH", "SMOKE", "SMOKE_ARGS", "TASKS", "figure",
            "matched_width", "model_config", "peak_step_bytes", "run"]
@@ -162,9 +163,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
     """
     mixers = check_mixers("mixers", MIXERS.names() if mixers is None else mixers)
     tasks = {name: TASKS[name] for name in check_names("tasks", tasks, TASKS)}
-    if isinstance(reference_width, bool) or not isinstance(reference_width, int) or reference_width < 32 \
-            or reference_width % 16:
-        raise ValueError(f"reference_width must be a multiple of 16 >= 32, got {reference_width!r}")
+    if check_int("reference_width", reference_width, minimum=32) % 16:
+        raise ValueError(f"reference_width must be a multiple of 16, got {reference_width!r}")
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     target = parameter_count(model_config("attention", reference_width, budget.seq_len))
     rows = []

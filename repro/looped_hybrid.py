@@ -45,7 +45,7 @@ from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.formal_languages import Dyck, DyckOptions
 from icml26zoo.train.loop import train
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_bool, check_int
 
 __all__ = ["FULL", "LOOPS", "PATTERNS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -100,8 +100,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, loops: Sequence[in
     patterns = tuple(_model_pattern(pattern) for pattern in patterns)
     _check(loops, dyck_padding, prelude_layers, dyck_train_length, dyck_eval_lengths, patterns, funccomp_values,
            num_functions, hybrid_layers, eval_examples)
-    if not isinstance(fast_compile, bool):
-        raise ValueError(f"fast_compile must be a bool, got {fast_compile!r}")
+    check_bool("fast_compile", fast_compile)
     previous = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", fast_compile or previous)
     try:

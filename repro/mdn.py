@@ -39,7 +39,7 @@ from icml26zoo.repro.mdn_parts import (
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_bool, check_choice, check_int
 
 __all__ = ["FULL", "MIXERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -83,10 +83,9 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
     mixers = check_mixers("mixers", mixers, MIXERS)
     pairs = _check_pairs(pairs, num_keys, budget)
     for name, flag in (("byte_corpus", byte_corpus), ("stability_at_init", stability_at_init)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name} must be True or False, got {flag!r}")
-    if implementation is not None and implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be None or one of {list(IMPLEMENTATIONS)}, got {implementation!r}")
+        check_bool(name, flag)
+    if implementation is not None:  # None: the backend's default
+        check_choice("implementation", implementation, IMPLEMENTATIONS)
     check_int("stability_rows", stability_rows)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     data_dir = str(experiment.run_dir / "data")

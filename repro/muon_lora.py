@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import pathlib
 import statistics
@@ -54,6 +53,7 @@ from icml26zoo.repro.muon_lora_parts import (
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
+from icml26zoo.validation import check_bool, check_int, check_positive
 
 __all__ = ["D_MODEL", "FULL", "LEARNING_RATES", "NS_VARIANTS", "QUICK", "QUICK_ARGS", "RANKS", "SMOKE", "SMOKE_ARGS",
            "cell_name", "run"]
@@ -79,8 +79,10 @@ LEARNING_RATES = {"adamw": 1e-3, "muon": 1e-2}  # mid-grid values of the spec's 
 
 def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
     ranks = tuple(ranks)
-    if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
-        raise ValueError(f"ranks must be a non-empty sequence of integers >= 0 (0 = full fine-tuning), got {ranks!r}")
+    if not ranks:
+        raise ValueError("ranks must hold at least one rank (0 = full fine-tuning), got none")
+    for rank in ranks:
+        check_int("ranks[i] (0 = full fine-tuning)", rank, minimum=0)
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"ranks must not repeat a rank, got {list(ranks)}")
     return ranks
@@ -88,11 +90,7 @@ def _check_ranks(ranks: Sequence[int]) -> tuple[int, ...]:
 
 def _check_learning_rates(learning_rates: dict[str, float], optimizers: tuple[str, ...]) -> dict[str, float]:
     """{optimizer: rate} for `optimizers`, each rate (the option `<optimizer>_lr`) a finite number > 0."""
-    for name in optimizers:
-        value = learning_rates[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name}_lr must be a finite number > 0, got {value!r}")
-    return {name: float(learning_rates[name]) for name in optimizers}
+    return {name: check_positive(f"{name}_lr", learning_rates[name], finite=True) for name in optimizers}
 
 
 def cell_name(optimizer: str, rank: int, seed: int, ns: tuple[str, str] = DEFAULT_NS) -> str:
@@ -128,8 +126,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
     optimizers = check_names("optimizers", optimizers, OPTIMIZERS)
     ranks = _check_ranks(ranks)
     for name, flag in (("ablation", ablation), ("fast_compile", fast_compile)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name} must be a bool, got {flag!r}")
+        check_bool(name, flag)
     needed = (*optimizers, "muon") if ablation and "muon" not in optimizers else optimizers
     rates = _check_learning_rates({"adamw": adamw_lr, "muon": muon_lr}, needed)
     data_dir = pathlib.Path(run_dir) / "data"

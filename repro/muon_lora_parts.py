@@ -16,6 +16,7 @@ from icml26zoo.optim.muon import muon_dimension_numbers, muon_finetune
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
 from icml26zoo.train.loop import evaluate
 from icml26zoo.train.runs import Run, build_run, build_train_model
+from icml26zoo.validation import check_int
 
 OPTIMIZERS = ("adamw", "muon")
 PRETRAIN_FACTOR = 2  # the pretraining cell trains this many times the budget's steps
@@ -25,8 +26,8 @@ DEFAULT_NS = ("standard", "float32")  # (ns_coeffs, ns_dtype) of every cell outs
 def pretrain_config(data_dir: pathlib.Path, d_model: int = 64) -> TrainConfig:
     """The tiny Llama (2 layers, 4 query heads sharing 2 K/V heads, so K/V width d_model / 2) at width
     `d_model` on the built-in Python byte corpus, AdamW (the `llama_tiny` preset's other settings)."""
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 8 or d_model % 8:
-        raise ValueError(f"d_model must be a positive multiple of 8 (4 heads of even width), got {d_model!r}")
+    if check_int("d_model", d_model, minimum=8) % 8:
+        raise ValueError(f"d_model must be a multiple of 8 (4 heads of an even width), got {d_model!r}")
     config = load_preset("llama_tiny")
     return dataclasses.replace(config, model=dataclasses.replace(config.model, d_model=d_model),
                                data=dataclasses.replace(config.data, data_dir=str(data_dir)), eval_batches=8)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from icml26zoo.repro.common import Budget, Experiment, Results, check_names, lin
 from icml26zoo.repro.nc_losses_parts import METHODS, SEQ_LEN, CellSettings, objective_for, train_cell
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train.config import DataConfig
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_non_negative, check_positive
 
 __all__ = ["DEFAULT_METHODS", "FULL", "METHODS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -81,8 +80,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     if d_model % 8:
         raise ValueError(f"d_model must be a multiple of 8 (4 attention heads of an even width), got {d_model}")
     check_int("num_layers", num_layers)
-    _check_float("learning_rate", learning_rate, positive=True)
-    _check_float("weight_decay", weight_decay, positive=False)
+    check_positive("learning_rate", learning_rate, finite=True)
+    check_non_negative("weight_decay", weight_decay, finite=True)
     if readout_rows is not None:
         check_int("readout_rows", readout_rows, minimum=32)
     if budget.seq_len != SEQ_LEN:
@@ -101,12 +100,6 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     return experiment.write(rows, columns=COLUMNS, title="NTCE / NONL vs cross-entropy on digits: accuracy and "
                             "neural collapse", notes=_notes(settings, eval_steps, readout_rows), figures=figures,
                             extra={"curves": curves, "settings": dataclasses.asdict(settings)})
-
-
-def _check_float(field: str, value: object, *, positive: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (value > 0 if positive else value >= 0):
-        raise ValueError(f"{field} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
 def _cell(experiment: Experiment, method: str, *, data: DataConfig, settings: CellSettings, seed: int,

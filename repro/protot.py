@@ -63,7 +63,7 @@ from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.bytes_codec import decode
 from icml26zoo.train.data.pipeline import make_eval_iterator
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["FULL", "MIXERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -123,11 +123,11 @@ def run(
         check_int(name, value)
     protot_cfg = load_preset(PRESETS["protot"]).model
     if edit_layer is not None:
-        _check_index("edit_layer", edit_layer, protot_cfg.num_layers)
+        check_int("edit_layer", edit_layer, minimum=0, maximum=protot_cfg.num_layers - 1)
     if edit_prototype is not None:
-        _check_index("edit_prototype", edit_prototype, dict(protot_cfg.mixer_options)["num_prototypes"])
-    if isinstance(amplify, bool) or not isinstance(amplify, int | float) or not 0 < amplify < np.inf:
-        raise ValueError(f"amplify must be a finite number > 0 (read weights x (1 + amplify)), got {amplify!r}")
+        check_int("edit_prototype", edit_prototype, minimum=0,
+                  maximum=dict(protot_cfg.mixer_options)["num_prototypes"] - 1)
+    check_positive("amplify (read weights x (1 + amplify))", amplify, finite=True)
     if not isinstance(prompt, str) or not prompt or len(prompt.encode()) + new_tokens > protot_cfg.max_seq_len:
         raise ValueError(f"prompt must be a non-empty str whose UTF-8 bytes plus new_tokens ({new_tokens}) fit "
                          f"{protot_cfg.max_seq_len} positions, got {prompt!r}")
@@ -216,11 +216,6 @@ def train_cells(experiment: Experiment, configs: dict[str, TrainConfig], eval_ba
             # One device: the tiny models gain nothing from more, and a batch need not divide their count.
             summaries[cell] = experiment.train_cell(cell, config, devices=jax.devices()[:1])
     return summaries, counts
-
-
-def _check_index(name: str, value: object, size: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
-        raise ValueError(f"{name} must be an integer in [0, {size}) or None, got {value!r}")
 
 
 def _configs(mixers: Sequence[str]) -> dict[str, TrainConfig]:

@@ -23,6 +23,7 @@ from icml26zoo.models import generate
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.repro.common import parameter_count
 from icml26zoo.train.data.bytes_codec import decode
+from icml26zoo.validation import check_choice, check_int, check_interval
 
 __all__ = ["EDIT_KINDS", "LABELS", "PRESETS", "WHITESPACE", "class_share", "concept_prototype", "divergence",
            "edit_effects", "layer_weights", "match_mlp_dims", "prompt_usage", "prototype_edit", "prototype_rows",
@@ -104,8 +105,7 @@ def prototype_rows(model: nnx.Module, tokens: jax.Array, segment_ids: jax.Array,
     context: the strongest writer with up to 8 bytes before it, the writer in [brackets].
     """
     tokens_np, real = np.asarray(tokens), np.asarray(segment_ids) != 0
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= int(real.sum()):
-        raise ValueError(f"top_k must be an integer in [1, {int(real.sum())}] (the real tokens), got {top_k!r}")
+    check_int("top_k (at most the real tokens)", top_k, maximum=int(real.sum()))
     rows = []
     for layer, (write, read) in enumerate(layer_weights(model, tokens, segment_ids)):
         usage, _ = hooks.prototype_usage(write, segment_ids=segment_ids)
@@ -143,11 +143,8 @@ def prototype_edit(mixer: nnx.Module, prototype: int, kind: str, strength: float
     "suppress": its S read weights × (1 − strength), strength in [0, 1] (1 = the layer no longer reads j);
     "amplify": its S read weights × (1 + strength), strength >= 0.
     """
-    if kind not in EDIT_KINDS:
-        raise ValueError(f"kind must be one of {list(EDIT_KINDS)}, got {kind!r}")
-    upper = 1.0 if kind == "suppress" else np.inf
-    if isinstance(strength, bool) or not isinstance(strength, int | float) or not 0 <= strength <= upper:
-        raise ValueError(f"strength of a {kind!r} edit must be a number in [0, {upper}], got {strength!r}")
+    check_choice("kind", kind, EDIT_KINDS)
+    check_interval(f"strength of a {kind!r} edit", strength, 0, 1.0 if kind == "suppress" else np.inf)
     factor = 1.0 - strength if kind == "suppress" else 1.0 + strength
     channels = hooks.channels_of_prototype(mixer, prototype)
     return hooks.PrototypeEdit(scale_reads=tuple((k, float(factor)) for k in channels))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mar
 from icml26zoo.repro.puma_parts import METHODS, Setup, model_config, train_method
 from icml26zoo.repro.puma_parts import eval_rows as eval_rows_of
 from icml26zoo.repro.registry import register_experiment
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["FULL", "METHODS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "Setup", "run"]
 
@@ -100,9 +99,7 @@ def _check_setup(setup: Setup, budget: Budget) -> None:
     for name in ("d_model", "num_layers", "eval_every", "eval_rows", "eval_mask_draws", "sampler_steps"):
         check_int(name, getattr(setup, name))
     check_settings(setup.num_phases, setup.mode)
-    rate = setup.learning_rate
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or not rate > 0:
-        raise ValueError(f"learning_rate must be a finite number > 0, got {rate!r}")
+    check_positive("learning_rate", setup.learning_rate, finite=True)
     if setup.sampler_steps > budget.seq_len - budget.seq_len // 2:
         raise ValueError(f"sampler_steps must be at most the {budget.seq_len - budget.seq_len // 2} "
                          f"positions the sampler fills, got {setup.sampler_steps}")

@@ -52,7 +52,7 @@ from icml26zoo.train.config import OptimConfig, TrainConfig
 from icml26zoo.train.data import make_train_iterator
 from icml26zoo.train.presets import tiny_classifier
 from icml26zoo.train.step import objective_loss
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_non_negative, check_positive
 
 __all__ = ["FULL", "OPTIMIZERS", "QUICK", "QUICK_ARGS", "SAM_LEARNING_RATES", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -95,8 +95,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, optimizers: Sequen
     """
     optimizers = check_names("optimizers", optimizers, OPTIMIZERS)
     learning_rates = _check_learning_rates(sam_learning_rates) if "sam" in optimizers else ()
-    _check_number("polyak_cap", polyak_cap, "a finite number > 0 (the Polyak step cap γ_b)", positive=True)
-    _check_number("rho", rho, "a finite number >= 0 (the SAM radius)", positive=False)
+    check_positive("polyak_cap (the Polyak step cap γ_b)", polyak_cap, finite=True)
+    check_non_negative("rho (the SAM radius)", rho, finite=True)
     check_int("probe_batches", probe_batches)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     base = _base_config(experiment)
@@ -169,18 +169,12 @@ def _probed_steps(cell_dir: pathlib.Path, *, rho: float, batches: int, devices: 
     return steps
 
 
-def _check_number(field: str, value: object, expected: str, *, positive: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (value > 0 if positive else value >= 0):
-        raise ValueError(f"{field} must be {expected}, got {value!r}")
-
-
 def _check_learning_rates(learning_rates: Sequence[float]) -> tuple[float, ...]:
     values = tuple(learning_rates)
     if not values:
         raise ValueError("sam_learning_rates must hold at least one learning rate > 0, got none")
     for value in values:
-        _check_number("sam_learning_rates[i]", value, "a finite number > 0", positive=True)
+        check_positive("sam_learning_rates[i]", value, finite=True)
     if len(set(values)) != len(values):
         raise ValueError(f"sam_learning_rates must not repeat a value, got {list(values)}")
     return tuple(float(v) for v in values)

@@ -51,7 +51,7 @@ from icml26zoo.repro.sinks_parts import (
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig, apply_overrides
 from icml26zoo.train.data.pipeline import make_eval_iterator
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval
 
 __all__ = ["DEFAULT_VARIANTS", "FULL", "QUICK", "QUICK_ARGS", "QUICK_VARIANTS", "SMOKE", "SMOKE_ARGS", "VARIANTS",
            "run"]
@@ -106,8 +106,7 @@ def run(
     check_int("i0", i0, minimum=0)
     if i0 >= budget.seq_len:
         raise ValueError(f"i0 must be below the sequence length T = {budget.seq_len}, got {i0}")
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
-        raise ValueError(f"eps must be a number in (0, 1), got {eps!r}")
+    check_interval("eps", eps, 0, 1, closed="neither")
     check_int("clamp_channels", clamp_channels)
     if clamp_channels > 64:
         raise ValueError(f"clamp_channels must be at most d_model = 64, got {clamp_channels}")

@@ -39,7 +39,7 @@ from matplotlib.figure import Figure
 from icml26zoo.repro import talda_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.registry import register_experiment
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 __all__ = ["FULL", "GAMES", "METHODS", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -63,11 +63,9 @@ def make_game(name: str, seed: int, dim: int) -> parts.Game:
 
 
 def _check_args(lam: float, inner_steps: int, tolerance: float) -> None:
-    if not isinstance(lam, int | float) or isinstance(lam, bool) or not lam > 0 or not math.isfinite(lam):
-        raise ValueError(f"lam (the Lyapunov weight λ) must be a finite number > 0, got {lam!r}")
+    check_positive("lam (the Lyapunov weight λ)", lam, finite=True)
     check_int("inner_steps", inner_steps)
-    if not isinstance(tolerance, float) or not 0 < tolerance < 1:
-        raise ValueError(f"tolerance (V_t <= tolerance * V_0) must be a float in (0, 1), got {tolerance!r}")
+    check_interval("tolerance (V_t <= tolerance * V_0)", tolerance, 0, 1, closed="neither")
 
 
 def iterations_to(values: np.ndarray, tolerance: float) -> np.ndarray:

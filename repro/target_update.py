@@ -29,7 +29,6 @@ From a shell (needs the `rl` extra): `python -m icml26zoo.repro target_update [-
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -41,6 +40,7 @@ from icml26zoo.repro.registry import register_experiment
 from icml26zoo.rl.cartpole_dqn import DQNConfig
 from icml26zoo.rl.envs import random_mdp, value_iteration
 from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_schedule, constant_schedule
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 __all__ = ["FULL", "QUICK", "SCHEDULES", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -61,8 +61,7 @@ def _check_periods(field: str, periods: tuple[int, ...]) -> tuple[int, ...]:
     if not isinstance(periods, tuple) or not periods:
         raise ValueError(f"{field} must be a non-empty tuple of integers >= 1, got {periods!r}")
     for k in periods:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"{field}: every period must be an integer >= 1, got {k!r} in {periods!r}")
+        check_int(f"{field}: every period", k)
     if len(set(periods)) != len(periods):
         raise ValueError(f"{field} must not repeat a period, got {periods!r}")
     return periods
@@ -72,23 +71,16 @@ def _check_args(eps: tuple[float, ...], decay_k0: float, eval_episodes: int, mdp
     if not isinstance(eps, tuple) or len(eps) < 2:
         raise ValueError(f"eps must be a tuple of at least two thresholds in (0, 1) for the fit, got {eps!r}")
     for e in eps:
-        if isinstance(e, bool) or not isinstance(e, int | float) or not 0 < e < 1:
-            raise ValueError(f"eps: every threshold must lie in (0, 1), got {e!r} in {eps!r}")
+        check_interval("eps: every threshold", e, 0, 1, closed="neither")
     if len(set(eps)) != len(eps):
         raise ValueError(f"eps must not repeat a threshold, got {eps!r}")
-    if isinstance(decay_k0, bool) or not isinstance(decay_k0, int | float) or not decay_k0 > 0 \
-            or not math.isfinite(decay_k0):
-        raise ValueError(f"decay_k0 (k_0 of the inner step 1/(1 + k/k_0)) must be a finite number > 0, "
-                         f"got {decay_k0!r}")
-    for name, value, low in (("eval_episodes", eval_episodes, 1), ("mdp_seed", mdp_seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    check_positive("decay_k0 (k_0 of the inner step 1/(1 + k/k_0))", decay_k0, finite=True)
+    check_int("eval_episodes", eval_episodes)
+    check_int("mdp_seed", mdp_seed, minimum=0)
 
 
 def _check_gamma(field: str, gamma: float) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0 < gamma < 1:
-        raise ValueError(f"{field} (the discount γ) must lie in (0, 1), got {gamma!r}")
-    return float(gamma)
+    return check_interval(f"{field} (the discount γ)", gamma, 0, 1, closed="neither")
 
 
 def _schedules(names: tuple[str, ...], periods: tuple[int, ...], k0: int,

@@ -1,4 +1,4 @@
-"""The reproductions' shared harness: checked budgets and names, run directories, cells, tables and figures."""
+"""The reproductions' shared harness: checked budgets and names, run directories, cells, tables and figures (the command line: test_experiments.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from icml26zoo.repro.cli import budget_parser, parse_budget, run_main
 from icml26zoo.repro.common import Budget, Experiment, check_mixers, line_figure, metric_series
 from icml26zoo.train.config import TrainConfig
 
@@ -91,20 +90,3 @@ def test_metric_series_keeps_the_last_record_of_a_step(tmp_path):
                     '{"step": 1, "train/loss": 2.0}\n')
     assert metric_series(path, "train/loss") == ([1], [2.0])
 
-
-def test_the_command_line_checks_its_budget_flags(capsys):
-    quick, full = Budget(steps=2, batch_size=2, seq_len=8), BUDGET
-    parser = budget_parser("demo", default_out="runs/demo")
-    args, budget = parse_budget(parser, ["--quick", "--seeds", "3,4"], quick=quick, full=full)
-    assert budget == Budget(steps=2, batch_size=2, seq_len=8, seeds=(3, 4)) and args.out == "runs/demo"
-    for argv, message in ((["--steps", "0"], "--steps must be an integer >= 1, got 0"),
-                          (["--seeds", "a"], "--seeds must be comma-separated integers")):
-        with pytest.raises(SystemExit):
-            parse_budget(budget_parser("demo", default_out="x"), argv, quick=quick, full=full)
-        assert message in capsys.readouterr().err
-
-    def fails(argv):
-        raise FileNotFoundError("run_dir 'x' does not exist")
-
-    assert run_main(fails, []) == 2
-    assert "error: run_dir 'x' does not exist" in capsys.readouterr().err

@@ -24,7 +24,7 @@ TINY_ARGS = {"pairings": ("diag",), "dims": (2,), "orders": ("aligned",), "n_lab
     [
         ({"pairings": ("diag", "joint")}, "pairings: unknown name 'joint'"),
         ({"orders": ()}, "orders must name at least one"),
-        ({"dims": (4, 3)}, r"dims\[i\] must be integers >= 2 n_labels = 4, got 3"),
+        ({"dims": (4, 3)}, r"dims\[i\] \(at least 2 n_labels\) must be an integer >= 4, got 3"),
         ({"dims": (4, 4)}, "without repeats"),
         ({"n_labels": 0}, "n_labels must be an integer >= 1"),
         ({"candidates": 0}, "candidates must be an integer >= 1"),

@@ -81,7 +81,8 @@ def test_eval_sets_rotate_the_same_clouds():
 
 
 @pytest.mark.parametrize(("name", "kwargs", "message"), [
-    ("platonic", {"budget": Budget(steps=1, batch_size=1, seq_len=1), "tiny": "yes"}, r"tiny must be a bool"),
+    ("platonic", {"budget": Budget(steps=1, batch_size=1, seq_len=1), "tiny": "yes"},
+     r"tiny must be True or False, got 'yes'"),
     ("pace", {"budget": Budget(steps=1, batch_size=1, seq_len=8)},
      r"budget.seq_len \(the points per row\) must be >= 16 for pace at the preset size, got 8"),
     ("apt", {"budget": Budget(steps=1, batch_size=1, seq_len=100)},

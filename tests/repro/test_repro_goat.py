@@ -67,7 +67,7 @@ def _batch(seed=0):
     ({"eval_rows": 0}, r"eval_rows must be an integer >= 1, got 0"),
     ({"sink_i0": 32}, r"sink_i0 must be below the training length T = 32, got 32"),
     ({"position_bins": 129}, r"position_bins must be at most 4T = 128, got 129"),
-    ({"fast_compile": 1}, r"fast_compile must be a bool, got 1"),
+    ({"fast_compile": 1}, r"fast_compile must be True or False, got 1"),
 ])
 def test_run_rejects_bad_arguments_before_training(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):

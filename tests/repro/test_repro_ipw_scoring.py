@@ -24,7 +24,7 @@ TINY = Budget(steps=3, batch_size=40, seq_len=2, seeds=(0, 1))
         ({"methods": ("log_loss", "hinge")}, "methods: unknown name 'hinge'"),
         ({"methods": ()}, "methods must name at least one"),
         ({"strengths": ()}, "strengths must hold at least one"),
-        ({"strengths": (2.5, -1.0)}, r"strengths\[i\] must be a finite number > 0, got -1.0"),
+        ({"strengths": (2.5, -1.0)}, r"strengths\[i\] must be a finite positive number, got -1.0"),
         ({"strengths": (math.nan,)}, "strengths"),
         ({"strengths": (1.0, 1.0)}, "must not repeat"),
         ({"q_min": 0.0}, r"q_min .* must be a number in \(0, 0.5\), got 0.0"),

@@ -29,7 +29,7 @@ TINY = Budget(steps=20, batch_size=2, seq_len=13, seeds=(0,))
         ({"dyck_eval_lengths": (8, 9)}, "dyck_eval_lengths.i. must be even"),
         ({"funccomp_values": (1,)}, "funccomp_values"),
         ({"eval_examples": 1}, "eval_examples"),
-        ({"fast_compile": 1}, "fast_compile must be a bool, got 1"),
+        ({"fast_compile": 1}, "fast_compile must be True or False, got 1"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):

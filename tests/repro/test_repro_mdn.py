@@ -30,7 +30,7 @@ ATOL = 2e-5  # float32 recurrences of a few steps
     ({"num_keys": 40}, r"num_keys must be an integer in 1 .. 31 .*got 40"),
     ({"byte_corpus": "yes"}, r"byte_corpus must be True or False, got 'yes'"),
     ({"stability_at_init": None}, r"stability_at_init must be True or False, got None"),
-    ({"implementation": "pallas"}, r"implementation must be None or one of \['reference', 'xla'\], got 'pallas'"),
+    ({"implementation": "pallas"}, r"implementation must be one of \['reference', 'xla'\], got 'pallas'"),
     ({"stability_rows": 0}, r"stability_rows must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_are_value_errors(tmp_path, kwargs, message):

@@ -18,16 +18,17 @@ from icml26zoo.repro import muon_lora_parts as parts
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"optimizers": ("muon", "sgd")}, "optimizers: unknown name 'sgd'"),
     ({"optimizers": ()}, "optimizers must name at least one"),
-    ({"ranks": (0, -4)}, "ranks must be a non-empty sequence of integers >= 0"),
+    ({"ranks": (0, -4)}, r"ranks\[i\] \(0 = full fine-tuning\) must be an integer >= 0, got -4"),
     ({"ranks": (4, 4)}, "ranks must not repeat"),
     ({"ranks": (128,)}, r"ranks: lora_rank must be at most .* 128 > 64"),
-    ({"d_model": 60}, "d_model must be a positive multiple of 8"),
-    ({"ablation": "yes"}, "ablation must be a bool"),
-    ({"optimizers": ("adamw",), "muon_lr": 0.0}, r"muon_lr must be a finite number > 0, got 0.0"),  # the ablation's
-    ({"muon_lr": -1.0}, r"muon_lr must be a finite number > 0, got -1.0"),
-    ({"muon_lr": math.inf}, r"muon_lr must be a finite number > 0, got inf"),
-    ({"adamw_lr": True}, r"adamw_lr must be a finite number > 0, got True"),
-    ({"fast_compile": 1}, "fast_compile must be a bool"),
+    ({"d_model": 60}, r"d_model must be a multiple of 8 \(4 heads of an even width\), got 60"),
+    ({"ablation": "yes"}, "ablation must be True or False, got 'yes'"),
+    # muon_lr is checked even without muon among the optimizers: the ablation needs it
+    ({"optimizers": ("adamw",), "muon_lr": 0.0}, r"muon_lr must be a finite positive number, got 0.0"),
+    ({"muon_lr": -1.0}, r"muon_lr must be a finite positive number, got -1.0"),
+    ({"muon_lr": math.inf}, r"muon_lr must be a finite positive number, got inf"),
+    ({"adamw_lr": True}, r"adamw_lr must be a finite positive number, got True"),
+    ({"fast_compile": 1}, "fast_compile must be True or False, got 1"),
 ])
 def test_bad_arguments_are_value_errors_naming_them(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -24,8 +24,8 @@ TINY = Budget(steps=2, batch_size=8, seq_len=64, seeds=(0,))
         ({"budget": Budget(steps=2, batch_size=8, seq_len=32)}, "budget.seq_len must be 64"),
         ({"d_model": 20}, "d_model must be a multiple of 8"),
         ({"num_layers": 0}, "num_layers must be an integer >= 1"),
-        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
-        ({"weight_decay": -1.0}, "weight_decay must be a finite number >= 0"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite positive number, got 0.0"),
+        ({"weight_decay": -1.0}, "weight_decay must be a finite non-negative number, got -1.0"),
         ({"readout_rows": 8}, "readout_rows must be an integer >= 32"),
     ],
 )

@@ -24,8 +24,8 @@ TINY_SETUP = {"d_model": 16, "num_layers": 1, "num_phases": 2, "eval_every": 2, 
         ({"sampler_steps": 9}, "sampler_steps must be at most the 8"),
         ({"eval_every": 0}, "eval_every must be an integer >= 1"),
         ({"d_model": 0}, "d_model must be an integer >= 1"),
-        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
-        ({"learning_rate": float("inf")}, "learning_rate must be a finite number > 0"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite positive number, got 0.0"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a finite positive number, got inf"),
     ],
 )
 def test_bad_arguments_raise_naming_the_field(tmp_path, kwargs, match):

@@ -21,9 +21,9 @@ TINY = Budget(steps=3, batch_size=1, seq_len=2, seeds=(0,))
     ({"games": ("quadratic_B3",)}, r"games: unknown name 'quadratic_B3'; expected one of \['quadratic_B0'"),
     ({"methods": ("adam",)}, r"methods: unknown name 'adam'"),
     ({"methods": ()}, r"methods must name at least one"),
-    ({"lam": 0.0}, r"lam \(the Lyapunov weight λ\) must be a finite number > 0, got 0.0"),
+    ({"lam": 0.0}, r"lam \(the Lyapunov weight λ\) must be a finite positive number, got 0.0"),
     ({"inner_steps": 0}, r"inner_steps must be an integer >= 1, got 0"),
-    ({"tolerance": 1.5}, r"tolerance .* must be a float in \(0, 1\), got 1.5"),
+    ({"tolerance": 1.5}, r"tolerance .* must be a number in \(0, 1\), got 1.5"),
     ({"budget": Budget(steps=3, batch_size=1, seq_len=300)}, r"budget.seq_len .* must be <= 256, got 300"),
 ])
 def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):

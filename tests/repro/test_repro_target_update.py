@@ -22,11 +22,11 @@ TINY = Budget(steps=20, batch_size=2, seq_len=1, seeds=(0,))
     ({"cartpole_periods": (-5,)}, r"cartpole_periods: every period must be an integer >= 1, got -5"),
     ({"cartpole_periods": ()}, r"cartpole_periods must be a non-empty tuple"),
     ({"adaptive_k0": 0}, r"adaptive_k0: every period must be an integer >= 1, got 0"),
-    ({"tabular_gamma": 1.0}, r"tabular_gamma \(the discount γ\) must lie in \(0, 1\), got 1.0"),
-    ({"cartpole_gamma": -0.5}, r"cartpole_gamma \(the discount γ\) must lie in \(0, 1\), got -0.5"),
+    ({"tabular_gamma": 1.0}, r"tabular_gamma \(the discount γ\) must be a number in \(0, 1\), got 1.0"),
+    ({"cartpole_gamma": -0.5}, r"cartpole_gamma \(the discount γ\) must be a number in \(0, 1\), got -0.5"),
     ({"eps": (0.1,)}, r"eps must be a tuple of at least two thresholds"),
-    ({"eps": (0.3, 1.5)}, r"eps: every threshold must lie in \(0, 1\), got 1.5"),
-    ({"decay_k0": 0.0}, r"decay_k0 .* must be a finite number > 0, got 0.0"),
+    ({"eps": (0.3, 1.5)}, r"eps: every threshold must be a number in \(0, 1\), got 1.5"),
+    ({"decay_k0": 0.0}, r"decay_k0 .* must be a finite positive number, got 0.0"),
     ({"eval_episodes": 0}, r"eval_episodes must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_raise_naming_them(tmp_path, kwargs, message):
