@@ -5,12 +5,12 @@
     python scripts/suite_profile.py --from DIR               # report a profile recorded earlier
     python scripts/suite_profile.py --out docs/suite_profile.md --top 40
 
-CPU time is the suite's budget (DESIGN.md, "Testing and CI": 2,600 CPU-seconds for a fresh clone's `make test`)
-because wall time on a shared 2-core machine moves by 1.5x while CPU time does not. Each pytest worker records
-every test's CPU seconds (its own, all threads, setup + call + teardown) and the CPU of the child processes the
-test waited for (tests/conftest.py, enabled by ZOO_SUITE_PROFILE=<dir>). The total below is the CPU of the whole
-pytest run (workers, collection and start-up included), measured from this process's children; "unattributed"
-is the part no single test holds (interpreter and JAX start-up, collection, module-scoped fixtures).
+CPU time is the suite's budget (docs/contributing.md, "The test suite and its budget": 2,600 CPU-seconds for a fresh
+clone's `make test`) because wall time on a shared 2-core machine moves by 1.5x while CPU time does not. Each pytest
+worker records every test's CPU seconds (its own, all threads, setup + call + teardown) and the CPU of the child
+processes the test waited for (tests/conftest.py, enabled by ZOO_SUITE_PROFILE=<dir>). The total below is the CPU of
+the whole pytest run (workers, collection and start-up included), measured from this process's children;
+"unattributed" is the part no single test holds (interpreter and JAX start-up, collection, module-scoped fixtures).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Reads the package's import graph from the syntax trees of its modules (nothing is imported).
 
 Every `import` and `from ... import` counts, wherever it sits: at module level, inside a function, under
-`if TYPE_CHECKING:` or in a `try/except ImportError`. `violations(scan(...))` lists what breaks the layering of
-DESIGN.md ("Layout"): kernels -> zoo (model layer) -> train -> repro (experiments), configs read by train and
-repro, argparse and matplotlib only in the experiments and the command lines, no private name imported across
-subpackages, and no import cycle between subpackages.
+`if TYPE_CHECKING:` or in a `try/except ImportError`. `violations(scan(...))` lists what breaks the
+layering of docs/contributing.md ("The layers"): kernels -> zoo (model layer) -> train -> repro (experiments),
+configs read by train and repro, argparse and matplotlib only in the experiments and the command lines, no
+private name imported across subpackages, and no import cycle between subpackages.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def subpackage(module: str) -> str:
     """The unit cycles and private names are judged by: a first-level subpackage or module of a layer, i.e.
     `icml26zoo.mixers` or `icml26zoo.registry` in the model layer, an op of kernels (`icml26zoo.kernels.ssd`),
     `icml26zoo.train.data` or `icml26zoo.train.config` in the trainer, `icml26zoo.repro.fox_fix`; the presets
-    (`icml26zoo.configs`) are one unit. Finer than whole layers because DESIGN.md has the trainer read the
+    (`icml26zoo.configs`) are one unit. Finer than whole layers because the layer rules have the trainer read the
     presets (`train.__main__` -> `configs`) while presets build the trainer's config (`configs` ->
     `train.config`): the two layers meet, but no module of either may sit on a cycle."""
     parts = module.split(".")
@@ -131,8 +131,8 @@ def private_imports(imports: Iterable[Import], modules: Iterable[str]) -> list[s
 
 
 def layer_violations(imports: Iterable[Import]) -> list[str]:
-    """Imports that go upward or sideways against DESIGN.md's layers, and argparse/matplotlib where they do
-    not belong."""
+    """Imports that go upward or sideways against the layers (docs/contributing.md), and argparse/matplotlib where
+    they do not belong."""
     forbidden = {"kernels": ("zoo", "train", "configs", "repro"), "zoo": ("train", "configs", "repro"),
                  "train": ("repro",), "configs": ("repro",), "repro": ()}
     found = []

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md, read from every module's syntax tree (in-function and TYPE_CHECKING imports
+"""The layers of docs/contributing.md, read from every module's syntax tree (in-function and TYPE_CHECKING imports
 included), and a planted violation of each rule to show the check catches it."""
 
 from __future__ import annotations

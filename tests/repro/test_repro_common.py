@@ -1,4 +1,5 @@
-"""The reproductions' shared harness: checked budgets and names, run directories, cells, tables and figures (the command line: test_experiments.py)."""
+"""The reproductions' shared harness: checked budgets and names, run directories, cells, tables and figures
+(the command line is tested in test_experiments.py)."""
 
 from __future__ import annotations
 

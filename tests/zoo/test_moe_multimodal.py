@@ -68,11 +68,13 @@ def outputs(model, inputs):
 def test_all_modalities_present_imputation_changes_nothing(outputs):
     imputed, _ = outputs[("all", True)]
     plain, _ = outputs[("all", False)]
-    np.testing.assert_array_equal(np.asarray(imputed), np.asarray(plain))
+    # Two compiled programs: XLA may fuse the (selected-away) imputation branch differently, so the outputs agree
+    # to float32 rounding (CI's CPU differed by 1 ulp), not bit for bit.
+    np.testing.assert_allclose(np.asarray(imputed), np.asarray(plain), rtol=1e-6, atol=1e-6)
     # In a mixed batch the complete sample (row 0) is untouched; the others are imputed.
     mixed, _ = outputs[("mixed", True)]
     mixed_plain, _ = outputs[("mixed", False)]
-    np.testing.assert_array_equal(np.asarray(mixed[0]), np.asarray(mixed_plain[0]))
+    np.testing.assert_allclose(np.asarray(mixed[0]), np.asarray(mixed_plain[0]), rtol=1e-6, atol=1e-6)
     assert np.all(np.abs(np.asarray(mixed[1:] - mixed_plain[1:])).max(axis=-1) > 1e-6)
 
 

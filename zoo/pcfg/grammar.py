@@ -95,7 +95,8 @@ def check_grammar(binary: np.ndarray, emission: np.ndarray, start: int) -> None:
         raise ValueError(f"grammar.binary and grammar.emission: the rules of each nonterminal must sum to 1, "
                          f"nonterminal {worst} sums to {totals[worst]!r}")
     radius = spectral_radius(offspring_matrix(binary))
-    if radius >= 1.0:
+    # A critical grammar (radius exactly 1, e.g. binary_probability = 1/2) comes out of eigvals as 1 - 2e-16.
+    if radius >= 1.0 - SUM_TOLERANCE:
         raise ValueError(f"grammar.binary: the grammar does not terminate: its expected-offspring matrix has "
                          f"spectral radius {radius:.4g} >= 1 (expected derivation length is infinite); "
                          "expected a subcritical grammar (radius < 1)")
