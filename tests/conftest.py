@@ -109,5 +109,6 @@ if _PROFILE_DIR:
                   "wall": _time.perf_counter() - wall}
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         path = _pathlib.Path(_PROFILE_DIR) / f"{worker}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as stream:
             stream.write(_json.dumps(record) + "\n")
