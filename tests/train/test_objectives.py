@@ -75,7 +75,7 @@ def test_classification_pools_real_tokens_and_skips_padding_rows():
     _, lm_metrics = lm_objective(_FixedLogits(logits), batch, None)
     assert float(lm_metrics["weight"]) == 7.0
     del batch["labels"]
-    with pytest.raises(ValueError, match=r"needs batch\['labels'\]"):
+    with pytest.raises(ValueError, match=r"needs batch fields .*missing \['labels'\]"):
         classification_objective(_FixedLogits(logits), batch, None)
 
 

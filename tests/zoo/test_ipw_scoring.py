@@ -286,7 +286,7 @@ def test_objective_bad_labels_raise_naming_them():
     model, segment_ids = _FixedLogits(jnp.zeros((2, 1, 2))), jnp.ones((2, 1), jnp.int32)
     with pytest.raises(ValueError, match=r"batch\['labels'\] must be 0 or 1"):
         objective(model, _batch(jnp.asarray([0, 3], jnp.int32), segment_ids), jax.random.key(0))
-    with pytest.raises(ValueError, match="needs batch\\['labels'\\]"):
+    with pytest.raises(ValueError, match="needs batch fields .*missing \\['labels'\\]"):
         objective(model, {"inputs": segment_ids, "positions": segment_ids, "segment_ids": segment_ids},
                   jax.random.key(0))
 

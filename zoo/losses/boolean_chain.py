@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import TOKEN_FIELDS, require_batch_fields
 from icml26zoo.losses.boolean_chain_verifier import (
     BIT_TOKENS,
     batch_mean_baseline,
@@ -167,6 +168,7 @@ def boolean_chain_objective(
     model: nnx.Module, batch: Batch, rng: jax.Array, *, options: BooleanChainOptions = BooleanChainOptions()
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The chain objective of `options.mode` (module doc); metrics of a greedy free-running rollout."""
+    require_batch_fields("boolean_chain", batch, TOKEN_FIELDS, dataset="sparse_boolean")
     if options.mode == "teacher_forcing":
         loss = sft_loss(model, batch, batch["inputs"])
     elif options.mode == "free_running":

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import FEATURE_FIELDS, require_batch_fields
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.registry import register_objective
 from icml26zoo.validation import check_positive
@@ -30,13 +31,6 @@ from icml26zoo.validation import check_positive
 Batch = dict[str, jax.Array]
 # Added under square roots: keeps the gradient of ‖û − u‖_w finite when the error is exactly 0.
 _SQRT_EPS = 1e-30
-
-
-def _require(objective: str, batch: Batch, fields: tuple[str, ...], dataset: str) -> None:
-    missing = [name for name in fields if name not in batch]
-    if missing:
-        raise ValueError(f"objective {objective!r} needs batch fields {list(fields)} from a feature dataset "
-                         f"(e.g. data.name={dataset!r}); missing {missing}, got {sorted(batch)}")
 
 
 def _outputs(model: nnx.Module, batch: Batch, rng: jax.Array) -> jax.Array:
@@ -56,7 +50,7 @@ def row_weights(weights: jax.Array) -> jax.Array:
 @register_objective("set_classification")
 def set_classification(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Cross-entropy of the model's pooled logits [B, C] (readout "pool") against batch["labels"] [B] int32."""
-    _require("set_classification", batch, ("points", "features", "weights", "labels"), "zoo_shapes")
+    require_batch_fields("set_classification", batch, (*FEATURE_FIELDS, "labels"), dataset="zoo_shapes")
     logits = _outputs(model, batch, rng)
     if logits.ndim != 2 or logits.shape[0] != batch["labels"].shape[0]:
         raise ValueError(f"objective 'set_classification' needs pooled logits [B, C] = [{batch['labels'].shape[0]}, C] "
@@ -97,7 +91,7 @@ def relative_l2(predictions: jax.Array, targets: jax.Array, weights: jax.Array) 
 def point_regression(model: nnx.Module, batch: Batch, rng: jax.Array, options: PointRegressionOptions = _DEFAULTS
                      ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean over real rows of the relative L2 error of per-point outputs [B, N, O] against batch["targets"]."""
-    _require("point_regression", batch, ("points", "features", "weights", "targets"), "zoo_sphere")
+    require_batch_fields("point_regression", batch, (*FEATURE_FIELDS, "targets"), dataset="zoo_sphere")
     predictions, targets = _outputs(model, batch, rng), batch["targets"].astype(jnp.float32)
     if predictions.shape != targets.shape:
         raise ValueError(f"objective 'point_regression' needs per-point outputs shaped like batch['targets'] "

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import LABELLED_FIELDS, require_batch_fields
 from icml26zoo.losses.objectives import Batch, pooled_logits
 from icml26zoo.registry import register_objective
 from icml26zoo.validation import check_interval, check_positive
@@ -297,9 +298,7 @@ def ipw_scoring_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tu
     label outside {0, 1} raises ValueError; under jit such a row makes the loss NaN (the trainer then stops).
     """
     del rng  # Deterministic.
-    if "labels" not in batch:
-        raise ValueError("objective 'ipw_scoring' needs batch['labels'] [B] in {0, 1} (the treatment) from a "
-                         f"labelled dataset, got batch fields {sorted(batch)}")
+    require_batch_fields("ipw_scoring", batch, LABELLED_FIELDS, dataset="topics")
     logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"])
     pooled, row_weight = pooled_logits(logits, batch["segment_ids"])
     labels = batch["labels"]

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import MASKED_FIELDS, require_batch_fields
 from icml26zoo.registry import register_objective
 
 Batch = dict[str, jax.Array]
@@ -186,6 +187,7 @@ def mdlm_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax
 
     eval/loss is the same quantity on the eval split (fixed key); eval/accuracy the 1/n-weighted masked accuracy.
     """
+    require_batch_fields("mdlm", batch, MASKED_FIELDS, dataset="pystdlib")
     x0, maskable, collision = batch_sequences(model, batch)
     xt = random_masking(rng, x0, maskable, mask_id(model))
     logits = denoiser_logits(model, xt, batch["segment_ids"], batch["positions"])

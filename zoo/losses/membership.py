@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import LABELLED_FIELDS, require_batch_fields
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.registry import register_objective
 
@@ -45,11 +46,7 @@ def membership_objective(
     Returns (mean loss, {"loss_sum", "weight" (labelled rows), "correct"}), summable over batches.
     """
     del rng  # Deterministic.
-    if "labels" not in batch:
-        raise ValueError(
-            "objective 'membership' needs batch['labels'] [B] int32 from a labelled language dataset "
-            f"(data.name 'dyck', 'palindromes' or 'bfvp'), got batch fields {sorted(batch)}"
-        )
+    require_batch_fields("membership", batch, LABELLED_FIELDS, dataset="dyck")
     logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"])
     at_cls, row_weight = last_token_logits(logits, batch["segment_ids"])
     sums = weighted_cross_entropy(at_cls[:, :NUM_CLASSES], batch["labels"], row_weight)

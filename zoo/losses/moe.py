@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import FEATURE_FIELDS, TOKEN_FIELDS, require_batch_fields
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.losses.geometric import row_weights
 from icml26zoo.models.block import run_layers
@@ -105,6 +106,7 @@ def routing_metrics(aux: dict[str, jax.Array]) -> dict[str, jax.Array]:
 def lm_moe_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Next-token cross-entropy (as objective "lm") plus the MoE auxiliary losses of every layer."""
     del rng  # Deterministic: the LM's routers run without noise.
+    require_batch_fields("lm_moe", batch, TOKEN_FIELDS, dataset="pystdlib")
     logits, aux = forward_with_aux(
         model, batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"]
     )
@@ -154,10 +156,10 @@ def classifier_aux_loss(moe_cfg: MoEConfig, auxes: list[dict[str, Any]], labels:
 def multimodal_moe(model: nnx.Module, batch: Batch, rng: jax.Array,
                    options: MultimodalMoEOptions = _MULTIMODAL_DEFAULTS) -> tuple[jax.Array, dict[str, jax.Array]]:
     """ConfSMoE's classification loss on a feature batch of `zoo_multimodal` (module docstring)."""
-    missing = [name for name in ("points", "features", "weights", "labels") if name not in batch]
-    if missing or not hasattr(model, "unpack"):
-        raise ValueError(f"objective 'multimodal_moe' needs model.name='confsmoe' and batch fields points, features, "
-                         f"weights, labels (data.name='zoo_multimodal'); missing {missing}, got {sorted(batch)}")
+    require_batch_fields("multimodal_moe", batch, (*FEATURE_FIELDS, "labels"), dataset="zoo_multimodal")
+    if not hasattr(model, "unpack"):
+        raise ValueError(f"objective 'multimodal_moe' needs model.name='confsmoe' (a model with `unpack`), got "
+                         f"{type(model).__name__}")
     fill_key, noise_key = jax.random.split(rng)
     inputs, present, to_fill = model.unpack(batch["points"], batch["features"], batch["weights"])
     inputs = fill_from_batch(inputs, present, to_fill, fill_key, options.pool_size)

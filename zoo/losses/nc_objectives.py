@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import LABELLED_FIELDS, require_batch_fields
 from icml26zoo.losses.neural_collapse import (
     check_labels,
     l2_normalize,
@@ -85,13 +86,6 @@ def prototypes_for(model: nnx.Module, num_classes: int, prototypes: str) -> jax.
     return jnp.asarray(simplex_etf(num_classes, model.cfg.d_model))
 
 
-def _labels(batch: Batch, name: str) -> jax.Array:
-    if "labels" not in batch:
-        raise ValueError(f"objective {name!r} needs batch['labels'] [B] int32 from a labelled dataset "
-                         f"(e.g. data.name='digits'), got batch fields {sorted(batch)}")
-    return batch["labels"]
-
-
 def leave_one_out_correct(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int) -> jax.Array:
     """[B] 1.0 where the nearest leave-one-out batch class mean (cosine) of sample i is class y_i."""
     unit = l2_normalize(features) * valid[:, None]
@@ -118,7 +112,8 @@ def make_nc_objective(loss: str, num_classes: int, prototypes: str = "learned",
 
     def objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         del rng  # Deterministic.
-        labels = _labels(batch, name)
+        require_batch_fields(name, batch, LABELLED_FIELDS, dataset="digits")
+        labels = batch["labels"]
         check_labels(labels, batch["inputs"].shape[0], num_classes)
         features, row_valid = pooled_features(model, batch)
         if loss == "scl":

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import LABELLED_FIELDS, TOKEN_FIELDS, require_batch_fields
 from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
 from icml26zoo.registry import register_objective
 
@@ -55,6 +56,7 @@ def lm_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.A
     loss = Σ w · CE(logits, targets) / max(Σ w, 1); weight counts predicted tokens.
     """
     del rng  # Deterministic.
+    require_batch_fields("lm", batch, TOKEN_FIELDS, dataset="pystdlib")
     return _result(weighted_cross_entropy(_logits(model, batch), batch["targets"], batch["weights"]))
 
 
@@ -84,10 +86,6 @@ def classification_objective(
     columns serve only as the class head). weight counts labelled rows; chance accuracy is 1 / C.
     """
     del rng  # Deterministic.
-    if "labels" not in batch:
-        raise ValueError(
-            "objective 'classification' needs batch['labels'] [B] int32 from a labelled dataset "
-            f"(e.g. data.name='topics'), got batch fields {sorted(batch)}"
-        )
+    require_batch_fields("classification", batch, LABELLED_FIELDS, dataset="topics")
     pooled, row_weight = pooled_logits(_logits(model, batch), batch["segment_ids"])
     return _result(weighted_cross_entropy(pooled, batch["labels"], row_weight))

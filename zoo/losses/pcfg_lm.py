@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import TOKEN_FIELDS, require_batch_fields
 from icml26zoo.losses.cross_entropy import weighted_cross_entropy, weighted_mean
 from icml26zoo.losses.objectives import Batch, Objective
 from icml26zoo.pcfg.grammar import RandomGrammarSpec
@@ -62,6 +63,7 @@ def pcfg_lm_objective(model: nnx.Module, batch: Batch, rng: jax.Array,
     `options` is the grammar (default `RandomGrammarSpec()`, the `pcfg` dataset's default grammar).
     """
     del rng  # Deterministic.
+    require_batch_fields("pcfg_lm", batch, TOKEN_FIELDS, dataset="pcfg")
     exact_rows = exact_distributions(RandomGrammarSpec() if options is None else options)
     vocab = exact_rows.vocab_size
     inputs = batch["inputs"]

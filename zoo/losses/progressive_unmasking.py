@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from icml26zoo.losses.batch_fields import MASKED_FIELDS, require_batch_fields
 from icml26zoo.losses.masked_diffusion import (
     Batch,
     batch_sequences,
@@ -192,6 +193,7 @@ def puma_objective(model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax
     Same 1/n-weighted masked loss as "mdlm" on progressively unmasked x_t. Its eval/loss is on PUMA's masks,
     not random ones: compare runs with the "mdlm" objective's evaluation (the reproduction does).
     """
+    require_batch_fields("puma", batch, MASKED_FIELDS, dataset="pystdlib")
     x0, maskable, collision = batch_sequences(model, batch)
     state_key, _ = jax.random.split(rng)
     xt = replayed_state(model, state_key, x0, maskable, batch, TRAINER_PHASES)
