@@ -19,8 +19,9 @@ An objective that wants some of its diagnostics drawn on the end-of-run loss plo
 attribute `plotted_metrics` (a tuple of names), e.g. `lm_moe_objective.plotted_metrics = ("moe/collapse",)`.
 The contract is enforced by `train.step` (`split_metrics`).
 
-A new objective registers itself with `@register_objective("name")` in a module imported by
-`zoo.losses`; the train step, the loop and evaluation only look it up by name.
+An objective first checks the fields it reads (`losses.batch_fields.require_batch_fields`), so a batch of
+the wrong kind is a ValueError naming them. A new objective registers itself with `@register_objective("name")`
+in a module imported by `zoo.losses`; the train step, the loop and evaluation only look it up by name.
 """
 
 from __future__ import annotations
