@@ -68,10 +68,23 @@ def check_gqa_keys(q: jax.Array, k: jax.Array, bad: Callable[[str, jax.Array, st
     return hkv
 
 
+def is_int(value: object) -> bool:
+    """A Python or NumPy integer, not a bool (an int subclass) and not a float that compares equal to one."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def check_positive_int(op: str, name: str, value: object, *, optional: bool = False) -> None:
+    """`name=` of `op` is an int >= 1 (or None when `optional`): ValueError naming both otherwise."""
+    if (value is None and optional) or (is_int(value) and value >= 1):
+        return
+    expected = "None or an int ≥ 1" if optional else "an int ≥ 1"
+    raise ValueError(f"{op}: `{name}` is {value!r}; expected {expected}")
+
+
 def check_chunk_size(op: str, chunk_size: int) -> None:
     """The chunked paths take one of CHUNK_SIZES, as a Python int (64.0, "64" and True are rejected)."""
     # bool is an int subclass and 64.0 == 64, so membership alone would accept True-like or float sizes.
-    if not isinstance(chunk_size, int | np.integer) or isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
+    if not is_int(chunk_size) or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"{op}: `chunk_size` is {chunk_size!r}, expected one of {CHUNK_SIZES}")
 
 
@@ -147,7 +160,7 @@ def check_scale(op: str, scale: Any) -> None:
     if isinstance(scale, jax.Array | np.ndarray) and scale.ndim == 0:
         check_values(op, "scale", scale, "a positive finite number", lo=np.finfo(np.float32).tiny)
         return
-    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):  # a bool is a Real too
         raise ValueError(f"{op}: `scale` is {_describe(scale)}, expected None or a positive finite number")
     if not np.isfinite(scale) or not scale > 0:
         raise ValueError(f"{op}: `scale` is {scale!r}, expected None or a positive finite number")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from icml26zoo.kernels._common.checks import check_positive_int
+
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
@@ -27,5 +29,4 @@ class TileConfig:
 
 def check_block_size(op: str, block: int | None) -> None:
     """`block_size=` is None or an int ≥ 1 (bool and float rejected): ValueError naming `op` otherwise."""
-    if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 1):
-        raise ValueError(f"{op}: `block_size` is {block!r}; expected None or an int ≥ 1")
+    check_positive_int(op, "block_size", block, optional=True)

@@ -26,7 +26,7 @@ def num_blocks(length: int, block_size: int) -> int:
 
 def check_block_size(block_size: object, length: int) -> None:
     """block_size is a Python int ≥ 1 (ValueError naming `block_size` otherwise)."""
-    if not isinstance(block_size, int | np.integer) or isinstance(block_size, bool) or block_size < 1:
+    if not checks.is_int(block_size) or block_size < 1:
         raise ValueError(f"{OP}: `block_size` is {block_size!r}; expected an int ≥ 1 (the query and key block)")
 
 

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from icml26zoo.kernels._common.checks import check_positive_int
 from icml26zoo.kernels._common.precision import HIGHEST
 
 
@@ -40,8 +41,7 @@ def init_forgetting_attention_state(batch: int, capacity: int, num_heads: int, n
     """Empty state with `capacity` slots per row; keys and values in `dtype`, log gates (when `gated`) float32."""
     for name, value in (("batch", batch), ("capacity", capacity), ("num_heads", num_heads),
                         ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"init_forgetting_attention_state: `{name}` is {value!r}; expected an int ≥ 1")
+        check_positive_int("init_forgetting_attention_state", name, value)
     if num_heads % num_kv_heads:
         raise ValueError(f"init_forgetting_attention_state: `num_kv_heads` = {num_kv_heads} must divide "
                          f"num_heads = {num_heads}")

@@ -65,7 +65,7 @@ def _check_arrays(arrays: dict[str, object]) -> None:
 
 def _check_chunk_size(chunk_size: object) -> None:
     """An integer from CHUNK_SIZES; 64.0 or "64" are refused even where they compare equal to one."""
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+    if not checks.is_int(chunk_size):
         raise ValueError(f"{_NAME}: `chunk_size` is {chunk_size!r} (a {type(chunk_size).__name__}), expected an "
                          f"int, one of {CHUNK_SIZES}")
     checks.check_chunk_size(_NAME, int(chunk_size))

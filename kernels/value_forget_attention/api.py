@@ -58,9 +58,7 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array
     if segment_ids is not None and (segment_ids.shape != (b, t)
                                     or not jnp.issubdtype(segment_ids.dtype, jnp.integer)):
         raise _bad("segment_ids", segment_ids, f"[B, T] = [{b}, {t}], integer")
-    if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool)
-                                   or block_size < 1):
-        raise ValueError(f"value_forget_attention: `block_size` is {block_size!r}; expected None or an int ≥ 1")
+    checks.check_positive_int("value_forget_attention", "block_size", block_size, optional=True)
 
 
 def value_forget_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_vgate: jax.Array, *,
