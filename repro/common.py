@@ -41,7 +41,7 @@ from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.loop import train
 from icml26zoo.train.metrics import read_metrics
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, is_number
 
 __all__ = ["MARKER", "Budget", "Experiment", "Results", "check_mixers", "check_names", "check_optimizers",
            "line_figure", "machine", "metric_series", "parameter_count", "running_experiment",
@@ -289,7 +289,7 @@ def metric_series(metrics_path: str | os.PathLike, key: str) -> tuple[list[int],
     by_step: dict[int, float] = {}
     for record in read_metrics(metrics_path):
         value = record.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        if is_number(value) and math.isfinite(value):
             by_step[int(record["step"])] = float(value)
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]

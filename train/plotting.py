@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from icml26zoo.train.metrics import read_metrics
-from icml26zoo.validation import is_integer
+from icml26zoo.validation import is_integer, is_number
 
 __all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
 
@@ -33,7 +33,7 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     by_step: dict[int, float] = {}
     for record in records:
         value = record.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if is_number(value):
             by_step[int(record["step"])] = float(value)
     steps = [s for s in sorted(by_step) if math.isfinite(by_step[s])]
     return steps, [by_step[s] for s in steps]
