@@ -8,7 +8,6 @@ files you trust (as with ml_collections config files).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import pathlib
@@ -17,6 +16,7 @@ import traceback
 
 from icml26zoo.train.config import TrainConfig, check_config
 from icml26zoo.train.errors import RunError
+from icml26zoo.validation import did_you_mean
 
 __all__ = ["load_preset", "names"]
 
@@ -43,9 +43,8 @@ def load_preset(preset: str | pathlib.Path, *, field: str = "config") -> TrainCo
         module = importlib.util.module_from_spec(spec)
         _run_preset_code(spec.loader.exec_module, module, field=field, path=path, what="failed to import")
     elif isinstance(preset, str) and preset.isidentifier():
-        close = difflib.get_close_matches(preset, presets, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise RunError(f"{field} {name!r} is not a preset name or a file{hint}; presets: {', '.join(presets)}")
+        raise RunError(f"{field} {name!r} is not a preset name or a file{did_you_mean(preset, presets)}; presets: "
+                       f"{', '.join(presets)}")
     else:
         raise RunError(f"{field} file {name!r} does not exist; preset names: {', '.join(presets)}")
     if not hasattr(module, "get_config"):

@@ -31,6 +31,7 @@ from typing import Any
 from icml26zoo.extras import MissingExtraError, require_extras
 from icml26zoo.repro import registry
 from icml26zoo.repro.common import Budget, Results
+from icml26zoo.validation import did_you_mean
 
 PROG = "python -m icml26zoo.repro"
 
@@ -180,7 +181,7 @@ def parse_options(spec: registry.ExperimentSpec, items: Sequence[str]) -> dict[s
         if not equals or not key:
             raise UsageError(f"{item!r} must look like option=value; options of {spec.name}: {list(types_)}")
         if key not in types_:
-            raise UsageError(f"{spec.name} has no option {key!r}{registry.did_you_mean(key, types_)}; "
+            raise UsageError(f"{spec.name} has no option {key!r}{did_you_mean(key, types_)}; "
                              f"options: {list(types_)}")
         options[key] = parse_value(key, raw, types_[key])
     return options

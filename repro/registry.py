@@ -24,7 +24,6 @@ another experiment (its `experiment.json`) with a ValueError naming them, before
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import importlib
 import inspect
@@ -35,8 +34,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from icml26zoo.repro.common import MARKER, Budget, Results, running_experiment
+from icml26zoo.validation import did_you_mean
 
-__all__ = ["BUDGET_NAMES", "INDEX", "ExperimentSpec", "check_run_dir", "did_you_mean", "get", "names",
+__all__ = ["BUDGET_NAMES", "INDEX", "ExperimentSpec", "check_run_dir", "get", "names",
            "register_experiment", "run", "specs"]
 
 BUDGET_NAMES = ("smoke", "quick", "full")
@@ -219,12 +219,6 @@ def run(name: str, run_dir: Any, *, budget: str | Budget = "quick", resume: bool
         budget = spec.budget(budget)
     arguments.update(options)
     return spec.run(run_dir, budget=budget, resume=resume, **arguments)
-
-
-def did_you_mean(name: str, choices: Any) -> str:
-    """"; did you mean 'x'?" for the closest of `choices`, or "" when none is close."""
-    close = difflib.get_close_matches(str(name), list(choices), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_run_dir(name: str, run_dir: Any) -> None:

@@ -162,4 +162,4 @@ def test_the_experiments_run_from_the_wheel_beside_user_files(fresh_venv, user_f
     assert {"results.md", "results.json"} <= {p.name for p in out.iterdir()}
     assert any(p.suffix == ".png" for p in out.iterdir())
     unknown = run_in(fresh_venv, ["-m", "icml26zoo.repro", "tlada"], user_folder)
-    assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown experiment 'tlada'; did you mean")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown experiment 'tlada' (did you mean")

@@ -3,30 +3,22 @@
 `load_run(workdir, step=None) -> (config, model, state)` reopens a finished run (see `train.runs`).
 """
 
-import importlib.util as _importlib_util
+import sys as _sys
+
+from icml26zoo.extras import MissingExtraError as _MissingExtraError
+from icml26zoo.extras import require_extras as _require_extras
 
 # Checked up front so that a core-only install (`pip install icml26-zoo`) fails here with the fix, not deep
-# inside a run. find_spec locates a top-level package without importing it, so the check costs no import time.
-_TRAIN_PACKAGES = ("orbax", "grain", "tensorflow_datasets", "array_record", "tensorboardX", "tqdm", "matplotlib")
-
-
-def _missing_train_packages() -> list[str]:
-    missing = []
-    for package in _TRAIN_PACKAGES:
-        try:
-            found = _importlib_util.find_spec(package) is not None
-        except ImportError:
-            found = False
-        if not found:
-            missing.append(package)
-    return missing
-
-
-if _missing := _missing_train_packages():
-    raise ImportError(
-        f"icml26zoo.train needs the [train] extra; missing: {', '.join(_missing)}. "
-        'Install it with: pip install "icml26-zoo[train]"'
-    )
+# inside a run (find_spec locates the packages without importing them).
+try:
+    _require_extras("train", what="icml26zoo.train")
+except _MissingExtraError as _error:
+    # argv[0] is "-m" only while `python -m icml26zoo.train` locates its module: the command line's user gets
+    # its one-line error and exit 2; an import from Python code keeps the ImportError.
+    if _sys.argv[:1] == ["-m"]:
+        print(f"error: {_error}", file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise
 
 
 def __getattr__(name: str) -> object:

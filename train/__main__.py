@@ -43,16 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("icml26zoo.train").setLevel(logging.INFO)
     from icml26zoo.configs import load_preset
+    from icml26zoo.extras import MissingExtraError
     from icml26zoo.train.config import apply_overrides
+    from icml26zoo.train.config_checks import check_extras
     from icml26zoo.train.distributed import initialize_distributed
     from icml26zoo.train.errors import RunError
 
     try:
         # Every name, option and value is checked here, before any device, dataset or file is touched.
         config = apply_overrides(load_preset(args.config, field="--config"), args.overrides)
+        check_extras(config, what=f"--config {args.config}")
         initialize_distributed(config.distributed, args.coordinator, args.num_processes, args.process_id)
         check_fits(config)
-    except ValueError as error:
+    except (ValueError, MissingExtraError) as error:
         if args.debug:
             raise
         print(one_line(error), file=sys.stderr)

@@ -10,10 +10,26 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from icml26zoo.registry import OBJECTIVES
+from icml26zoo.extras import require_extras
+from icml26zoo.registry import MIXERS, MODELS, OBJECTIVES, OPTIMIZERS
 from icml26zoo.train.config import TrainConfig, objective_options
-from icml26zoo.train.datasets import dataset_for
+from icml26zoo.train.datasets import dataset_extras, dataset_for
 from icml26zoo.train.errors import RunError
+
+
+def required_extras(config: TrainConfig) -> tuple[str, ...]:
+    """The optional extras a run needs: those its model, mixer, optimizer, objective and dataset declared at
+    registration (sorted, without repeats)."""
+    declared = (*MODELS.extras(config.model.name), *MIXERS.extras(config.model.mixer),
+                *OPTIMIZERS.extras(config.optim.name), *OBJECTIVES.extras(config.objective),
+                *dataset_extras(config.data))
+    return tuple(sorted(set(declared)))
+
+
+def check_extras(config: TrainConfig, *, what: str) -> None:
+    """MissingExtraError (one line with the pip command) unless every extra the run needs is installed; `what`
+    names the run for the message (e.g. "--config nc_digits")."""
+    require_extras(*required_extras(config), what=what)
 
 
 def check_fits_data(config: TrainConfig) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from icml26zoo.registry import Registry
 from icml26zoo.train.errors import RunError
 
-__all__ = ["BUILTIN_MODULES", "DATASETS", "check_dataset_name", "dataset_for", "register_dataset"]
+__all__ = ["BUILTIN_MODULES", "DATASETS", "check_dataset_name", "dataset_extras", "dataset_for", "register_dataset"]
 
 # Modules whose import registers the built-in datasets, imported on the first lookup.
 BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics", "icml26zoo.train.data.digits",
@@ -45,3 +45,9 @@ def dataset_for(data: Any) -> Any:
     `train.config.DataConfig`."""
     check_dataset_name("data.name", data.name)
     return DATASETS.get(_key(data.name))()
+
+
+def dataset_extras(data: Any) -> tuple[str, ...]:
+    """The optional extras the dataset `data.name` declared at registration (e.g. ("sklearn",) for digits)."""
+    check_dataset_name("data.name", data.name)
+    return DATASETS.extras(_key(data.name))

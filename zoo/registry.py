@@ -1,7 +1,9 @@
 """Name -> factory registries for architectures, sequence mixers, optimizers and training objectives.
 
 A new model, mixer, optimizer or objective registers itself at import time with a decorator; the trainer
-only looks names up, so adding one never edits the trainer:
+only looks names up, so adding one never edits the trainer. An entry that needs an optional extra says so
+(`register_model("sola", extras=("geometric",))`): the command line checks a run's extras before it builds
+anything (`Registry.extras`).
 
     @register_mixer("attention")
     class Attention(nnx.Module): ...
@@ -15,6 +17,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
+
+from icml26zoo.validation import did_you_mean
 
 T = TypeVar("T")
 
@@ -42,9 +46,11 @@ class Registry(Generic[T]):
         self._modules = modules
         self._modules_loaded = False
         self._entries: dict[str, T] = {}
+        self._extras: dict[str, tuple[str, ...]] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator registering `obj` under `name`; registering a taken name raises ValueError."""
+    def register(self, name: str, *, extras: tuple[str, ...] = ()) -> Callable[[T], T]:
+        """Decorator registering `obj` under `name`; registering a taken name raises ValueError. `extras`: the
+        optional extras (zoo.extras.EXTRAS) the entry needs at run time."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
 
@@ -52,15 +58,23 @@ class Registry(Generic[T]):
             if name in self._entries and self._entries[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is already registered to {self._entries[name]!r}")
             self._entries[name] = obj
+            if extras:
+                self._extras[name] = tuple(extras)
             return obj
 
         return decorator
+
+    def extras(self, name: str) -> tuple[str, ...]:
+        """The optional extras entry `name` declared at registration (empty for most)."""
+        self.get(name)
+        return self._extras.get(name, ())
 
     def get(self, name: str) -> T:
         """The entry registered as `name`; an unknown name raises ValueError listing the known ones."""
         self._load()
         if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} {name!r}; registered: {sorted(self._entries)}")
+            raise ValueError(f"unknown {self.kind} {name!r}; registered: {sorted(self._entries)}"
+                             f"{did_you_mean(name, self._entries)}")
         return self._entries[name]
 
     def names(self) -> list[str]:
@@ -93,9 +107,10 @@ class OptimizerRegistry(Registry[Callable[..., Any]]):
         super().__init__(kind, modules)
         self._updates: dict[str, UpdateFactory] = {}
 
-    def register(self, name: str, *, update: UpdateFactory | None = None) -> Callable[[T], T]:
+    def register(self, name: str, *, update: UpdateFactory | None = None,
+                 extras: tuple[str, ...] = ()) -> Callable[[T], T]:
         """Decorator registering a factory under `name`, with its own `update` factory when it has one."""
-        register = super().register(name)
+        register = super().register(name, extras=extras)
 
         def decorator(obj: T) -> T:
             register(obj)

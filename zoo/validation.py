@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["check_bool", "check_choice", "check_finite", "check_float_array", "check_int", "check_int_array",
            "check_interval", "check_non_negative", "check_number", "check_pairs", "check_positive",
-           "check_probability", "check_shape", "check_unit_interval", "is_integer", "is_number"]
+           "check_probability", "check_shape", "check_unit_interval", "did_you_mean", "is_integer", "is_number"]
 
 INTERVALS = {"both": ("[", "]"), "left": ("[", ")"), "right": ("(", "]"), "neither": ("(", ")")}
 
@@ -123,6 +123,16 @@ def check_unit_interval(field: str, value: Any, *, closed_right: bool = False) -
     return check_interval(field, value, 0.0, 1.0, closed="both" if closed_right else "left")
 
 
+def did_you_mean(value: Any, choices: Iterable[Any]) -> str:
+    """`" (did you mean 'x'?)"` when `value` is a string close to one of the string `choices`, else ""."""
+    if not isinstance(value, str):
+        return ""
+    import difflib
+
+    close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> Any:
     """One of `allowed`; the message lists them (and the closest one when `value` looks misspelt)."""
     allowed = tuple(allowed)
@@ -131,13 +141,7 @@ def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> Any:
     except TypeError:  # an unhashable value against a set-like collection
         ok = False
     if not ok:
-        hint = ""
-        if isinstance(value, str):
-            import difflib
-
-            close = difflib.get_close_matches(value, [a for a in allowed if isinstance(a, str)], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}{hint}")
+        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}{did_you_mean(value, allowed)}")
     return value
 
 

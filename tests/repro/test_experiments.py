@@ -48,14 +48,14 @@ def test_list_names_every_experiment_with_its_summary(capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["fox_fixx"], r"^error: unknown experiment 'fox_fixx'; did you mean 'fox_fix'\?; experiments: .*ssd"),
+    (["fox_fixx"], r"^error: unknown experiment 'fox_fixx' \(did you mean 'fox_fix'\?\); experiments: .*ssd"),
     (["--quick"], r"^error: the first argument must be an experiment name or --list"),
     (["ssd", "--out", "{file}/sub"], r"^error: --out .* is not writable"),
     (["ssd", "--out", "{file}"], r"^error: --out .* exists and is not a directory"),
     (["ssd", "--out", "{tmp}/missing", "--resume"], r"^error: --out .* does not exist: there is nothing to resume"),
     (["ssd", "--out", "{tmp}/x", "--steps", "0"], r"^error: --steps must be an integer >= 1, got 0"),
     (["ssd", "--out", "{tmp}/x", "--seeds", "a"], r"^error: --seeds must be an integer, got 'a'"),
-    (["ssd", "--out", "{tmp}/x", "state_sise=4"], r"^error: ssd has no option 'state_sise'; did you mean 'state_size'"),
+    (["ssd", "--out", "{tmp}/x", "state_sise=4"], r"^error: ssd has no option 'state_sise' \(did you mean 'state_s"),
     (["ssd", "--out", "{tmp}/x", "state_size=four"], r"^error: option state_size expects int, got 'four'"),
     (["ssd", "--out", "{tmp}/x", "--fast"], r"^error: unknown flag '--fast'"),
 ])

@@ -29,7 +29,7 @@ TINY_RUN = [*MQAR, "data.data_dir={data}", "model.vocab_size=64", "model.num_lay
 # "{tmp}" the test's own temporary directory; the workdir is {tmp}/run unless the case passes its own.
 BAD_INPUTS = [
     ("unknown_preset", ["--config", "lama_tiny"],
-     "--config 'lama_tiny' is not a preset name or a file; did you mean 'llama_tiny'?; presets: "
+     "--config 'lama_tiny' is not a preset name or a file (did you mean 'llama_tiny'?); presets: "
      "boolean_rl, boolean_sft, circulation_mqar,"),
     ("missing_file", ["--config", "{tmp}/missing.py"], "--config file '{tmp}/missing.py' does not exist"),
     ("bad_value", ["model.num_heads=3"], "num_heads must be a multiple of num_kv_heads"),

@@ -76,7 +76,7 @@ class ZooDigitPatches(GeneratedBuilder):
         return self._split_generators(None)[split]
 
 
-@register_dataset("zoo_digit_patches")
+@register_dataset("zoo_digit_patches", extras=("sklearn",))
 class DigitPatchesDataset(FeatureDataset):
     """Labelled patch sets for objective "set_classification" (10 classes)."""
 

@@ -88,7 +88,7 @@ class ZooDigits(GeneratedBuilder):
         return self._split_generators(None)[split]
 
 
-@register_dataset("digits")
+@register_dataset("digits", extras=("sklearn",))
 class DigitsDataset(Dataset):
     """Labelled rows for `objective="classification"` or the nc_*_k10 objectives; batch["labels"] [B]."""
 

@@ -151,7 +151,7 @@ def check_unit_directions(points: jax.Array, weights: jax.Array) -> None:
                          f"got |u| = {lengths[tuple(index)]:.6g} at index {index} of shape {list(points.shape)}")
 
 
-@register_model("sola")
+@register_model("sola", extras=("geometric",))
 class SolaModel(nnx.Module):
     """SoLA transformer: (points [B, N, 3] unit, features [B, N, F], weights [B, N]) -> [B, N, O] or [B, O]."""
 
