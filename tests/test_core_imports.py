@@ -6,8 +6,11 @@ heavy packages they bring) and the other extras' field libraries, as a core-only
 """
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 TRAIN_ONLY = ("orbax", "grain", "tensorflow_datasets", "tensorflow", "array_record", "tensorboardX", "tqdm",
               "matplotlib", "pyarrow")
@@ -79,5 +82,35 @@ def test_importing_train_without_the_extra_names_the_extra(tmp_path):
     result = run_without_train_packages("import icml26zoo.train\n", tmp_path)
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("ImportError: icml26zoo.train needs the [train] extra"), result.stderr
+    # MissingExtraError is an ImportError: code that catches ImportError to fall back still does.
+    assert last_line.startswith("icml26zoo.extras.MissingExtraError: icml26zoo.train needs the [train] extra"), (
+        result.stderr)
     assert 'pip install "icml26-zoo[train]"' in last_line
+
+
+def run_command_refusing(refused: tuple[str, ...], argv: list[str], cwd) -> subprocess.CompletedProcess:
+    """`python -m <argv>` as a user runs it, from cwd, in an interpreter that cannot import `refused` (a
+    sitecustomize installs the refusal before anything else runs)."""
+    site = cwd / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(BLOCK_TRAIN_ONLY.replace(repr(REFUSED), repr(refused)))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize(("refused", "argv", "message"), [
+    (TRAIN_ONLY, ["icml26zoo.train", "--config", "llama_tiny", "--workdir", "run"],
+     'error: icml26zoo.train needs the [train] extra (missing: array_record, grain, matplotlib, orbax, '
+     'tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train]"'),
+    (TRAIN_ONLY, ["icml26zoo.repro", "--list"],
+     "error: python -m icml26zoo.repro needs the [train] extra (missing: array_record, grain, matplotlib, "
+     'orbax, tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train]"'),
+    (("sklearn",), ["icml26zoo.train", "--config", "nc_digits", "--workdir", "run"],
+     'error: --config nc_digits needs the [sklearn] extra (missing: sklearn); install it with: '
+     'pip install "icml26-zoo[sklearn]"'),
+], ids=["train-cli", "repro-cli", "preset-extra"])
+def test_a_command_missing_an_extra_prints_one_line_and_builds_nothing(tmp_path, refused, argv, message):
+    result = run_command_refusing(refused, argv, tmp_path)
+    assert (result.returncode, result.stderr.strip()) == (2, message), result.stderr
+    assert not (tmp_path / "run").exists()
