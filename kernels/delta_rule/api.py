@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 
 from icml26zoo.kernels._common import checks, segments
+from icml26zoo.kernels._common.fla_hint import points_to_fla
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.delta_rule import pallas_chunk, reference, xla
 
@@ -61,6 +62,7 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
 
 
+@points_to_fla("chunk_gated_delta_rule")
 def gated_delta_rule(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
                      scale: float | None = None, initial_state: jax.Array | None = None,
                      segment_ids: jax.Array | None = None, chunk_size: int = 64,

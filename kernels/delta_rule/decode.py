@@ -8,9 +8,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.kernels._common.fla_hint import points_to_fla
 from icml26zoo.kernels._common.precision import HIGHEST
 
 
+@points_to_fla("fused_recurrent_gated_delta_rule")
 def gated_delta_rule_step(q: jax.Array, k: jax.Array, v: jax.Array, *, beta: jax.Array, g: jax.Array | None = None,
                           state: jax.Array, scale: float | None = None) -> tuple[jax.Array, jax.Array]:
     """One recurrence step.

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from icml26zoo.kernels._common import checks, segments
+from icml26zoo.kernels._common.fla_hint import points_to_fla
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
 from icml26zoo.kernels.forgetting_attention import pallas, reference, xla
 
@@ -50,6 +51,7 @@ def _check_inputs(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array
         raise _bad("segment_ids", segment_ids, f"[B, T] = [{b}, {t}], integer")
 
 
+@points_to_fla("parallel_forgetting_attn")
 def forgetting_attention(q: jax.Array, k: jax.Array, v: jax.Array, log_fgate: jax.Array | None, *,
                          scale: float | None = None, segment_ids: jax.Array | None = None, causal: bool = True,
                          implementation: None | str | Sequence[str] = None) -> jax.Array:

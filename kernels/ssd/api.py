@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 
 from icml26zoo.kernels._common import checks, segments
+from icml26zoo.kernels._common.fla_hint import points_to_fla
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
 from icml26zoo.kernels.ssd import attention_form, pallas_chunk, reference, xla
 
@@ -63,6 +64,7 @@ def _select(implementation: None | str | Sequence[str]) -> Callable:
     return select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
 
 
+@points_to_fla("chunk_simple_gla")
 def ssd(x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array, *, initial_state: jax.Array | None = None,
         segment_ids: jax.Array | None = None, chunk_size: int = 64,
         implementation: None | str | Sequence[str]=None) -> tuple[jax.Array, jax.Array]:
