@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import pathlib
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 from icml26zoo.extras import MissingExtraError, require_extras
 from icml26zoo.repro import registry
 from icml26zoo.repro.common import Budget, Results
+from icml26zoo.train.logs import configure_logs
 from icml26zoo.validation import did_you_mean
 
 PROG = "python -m icml26zoo.repro"
@@ -87,7 +87,7 @@ def _main(argv: list[str], *, compilation_cache: bool) -> int:
     out = pathlib.Path(args.out or f"runs/repro/{spec.name}")
     check_out(out, resume=args.resume)
     require_extras("train", *spec.extras, what=f"experiment {spec.name!r}")
-    _quiet_third_party_logs()
+    configure_logs()
     if compilation_cache:
         use_compilation_cache(out)
     print(f"{spec.name}: {budget_name} budget ({budget.describe()}) -> {out}", flush=True)
@@ -232,13 +232,6 @@ def check_out(out: pathlib.Path, *, resume: bool) -> None:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"--out {str(out)!r} is not writable ({str(existing)!r} does not allow writing)")
-
-
-def _quiet_third_party_logs() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for name in ("absl", "tensorflow_datasets", "grain", "orbax", "jax._src.xla_bridge"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def use_compilation_cache(out: pathlib.Path) -> None:
