@@ -9,6 +9,10 @@ in `checked` to keep them (as `jax.experimental.checkify` checks):
     jax.jit(checked(gated_delta_rule))(q, k, v, beta=beta)   # a NaN in beta raises, naming the op and `beta`
 
 A NaN or inf in one packed segment never reaches another segment (docs/numerics.md, "Bad values").
+
+`icml26zoo.kernels.fla` takes flash-linear-attention's signatures (`chunk_gated_delta_rule(q, k, v, g, beta,
+..., cu_seqlens=...)` and the rest of docs/fla.md's table) and calls these ops; an op called in fla's style
+raises a TypeError that names its entry point there.
 """
 
 from icml26zoo.kernels.block_sparse_attention import block_sparse_attention
