@@ -94,6 +94,16 @@ def test_qk_l2norm_in_kernel_normalizes_q_and_k_first():
     np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)  # fla's eps 1e-6 under the root
 
 
+def test_more_value_heads_than_qk_heads_repeats_q_and_k_per_group():
+    """fla's GVA: v [B, T, HV, V] with HV = 2 H; value head j reads q/k head j // 2."""
+    d = _inputs(B, T)
+    q1, k1 = d["q"][:, :, :1], d["k"][:, :, :1]
+    o, _ = fla.chunk_gated_delta_rule(q1, k1, d["v"], d["g"], d["beta"], implementation=REF)
+    want, _ = gated_delta_rule(jnp.repeat(q1, H, axis=2), jnp.repeat(k1, H, axis=2), d["v"], beta=d["beta"],
+                               g=d["g"], implementation=REF)
+    _close(o, want)
+
+
 _STEP = jax.jit(gated_delta_rule_step)  # one compile for every token of every sequence
 
 
@@ -117,8 +127,8 @@ def test_cu_seqlens_gives_each_sequence_its_own_initial_and_final_state():
     o, final = fla.chunk_gated_delta_rule(d["q"], d["k"], d["v"], d["g"], d["beta"], initial_state=d["h3"],
                                           output_final_state=True, cu_seqlens=CU, implementation=REF)
     chex.assert_shape(final, (3, H, K, K))
-    np.testing.assert_allclose(o, outs, rtol=1e-5, atol=1e-5)  # the step op and the scan round differently
-    np.testing.assert_allclose(final, finals, rtol=1e-5, atol=1e-5)
+    _close(o, outs)
+    _close(final, finals)
 
 
 def test_cu_seqlens_without_states_packs_by_segment_ids():
@@ -127,7 +137,7 @@ def test_cu_seqlens_without_states_packs_by_segment_ids():
     o, none = fla.chunk_gated_delta_rule(d["q"], d["k"], d["v"], d["g"], d["beta"], cu_seqlens=list(CU),
                                          implementation=REF)
     assert none is None
-    np.testing.assert_allclose(o, outs, rtol=1e-5, atol=1e-5)
+    _close(o, outs)
 
 
 def test_fused_recurrent_one_token_per_sequence_uses_the_step_op():
