@@ -24,7 +24,7 @@ OVERRIDES = [f"data.task_options={TASK!r}", "model.d_model=16", "model.num_kv_he
              "num_steps=120", "batch_size=32", "seq_len=8", "log_every=60", "progress_bar=false"]
 
 
-def test_short_training_beats_chance_with_half_missing_and_logs_window_means(tmp_path, monkeypatch):
+def test_short_training_beats_chance_with_half_missing_and_logs_window_means(tmp_path, monkeypatch, capfd, caplog):
     data = make_multimodal_data(MultimodalTaskConfig(num_classes=4, feature_dims=(4, 6), tokens=4, train_size=512,
                                                      test_size=256, setting="II", missing_ratio=0.5, seed=3))
     assert 0.45 < 1 - data.train.present.mean() < 0.55
@@ -47,6 +47,10 @@ def test_short_training_beats_chance_with_half_missing_and_logs_window_means(tmp
     workdir = tmp_path / "run"
     assert main(["--config", "confsmoe_multimodal", "--workdir", str(workdir),
                  f"data.data_dir={tmp_path / 'tfds'}", *OVERRIDES]) == 0
+    # The command line builds the dataset quietly: no TFDS "Downloading and preparing" print, no absl/TFDS lines.
+    assert "Downloading and preparing" not in capfd.readouterr().out
+    noisy = [r for r in caplog.records if r.name.split(".")[0] in ("absl", "tensorflow_datasets", "grain", "orbax")]
+    assert not noisy, [r.getMessage() for r in noisy]
     records = read_metrics(workdir / "metrics.jsonl")
     train = [r for r in records if "train/loss" in r]
     assert [r["step"] for r in train] == [60, 120] and train[-1]["train/loss"] < train[0]["train/loss"]

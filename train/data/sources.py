@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
+import logging
 import os
 import pathlib
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from icml26zoo.train.data import mqar, nucleotide, tfds_files
 from icml26zoo.train.data.documents import ArrayDocuments, Documents
 from icml26zoo.train.data.registry import Dataset, dataset_for
 from icml26zoo.train.errors import RunError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "~/.cache/zoo/tensorflow_datasets"
 
@@ -102,7 +106,11 @@ def prepare(data: DataConfig) -> None:
         builder = open_builder(dataset, data, directory)  # Re-check under the lock: another process may have built it.
         if not builder.is_prepared():
             tfds.disable_progress_bar()
-            builder.download_and_prepare()
+            # TFDS prints "Downloading and preparing dataset Unknown size ..." to stdout for a dataset that is
+            # generated locally (nothing is downloaded); one log line says what happens instead.
+            log.info("building dataset %s in %s (once; later runs reuse it)", builder.name, directory)
+            with contextlib.redirect_stdout(io.StringIO()):
+                builder.download_and_prepare()
 
 
 def open_split(data: DataConfig, split: str) -> Documents | ArrayDocuments:
