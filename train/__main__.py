@@ -4,13 +4,18 @@
 error (a bad value or name, a mesh that does not fit the devices, a dataset that is not prepared, a
 locked or unwritable workdir, a run that diverged) prints one line `error: ...` and exits with status 2;
 `--debug` shows the traceback instead. Other exceptions are bugs and keep their traceback.
+
+Running again on the same `--workdir` resumes the run. A resume may change only the fields that leave what the
+run trains as it was (num_steps, the log/eval/checkpoint cadences, keep_checkpoints, eval_batches, the sample,
+tensorboard, progress_bar, spike_monitor_every, the mesh; `icml26zoo.train.resume`); any other change (model,
+data, objective, optimizer, schedule, batch_size, seq_len, seed, ...) is refused naming each field as
+old -> new, unless `--allow-config-change`. Allowed changes go to `<workdir>/config_history.jsonl`; config.json
+keeps the config the run started with. A finished run started again with the same num_steps does nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -27,6 +32,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--num-processes", type=int, help="multi-host: number of processes")
     parser.add_argument("--process-id", type=int, help="multi-host: this process's index")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of a user error")
+    parser.add_argument("--verbose", action="store_true", help="keep TFDS, absl, grain and Orbax log lines")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="resume even if the model, data, optimizer or another field that changes what the run "
+                             "trains differs from the workdir's config.json (recorded in config_history.jsonl)")
     parser.add_argument("overrides", nargs="*", help="config overrides such as model.num_layers=2")
     return parser.parse_args(argv)
 
@@ -38,10 +47,9 @@ def one_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    # Our own messages at INFO; absl, orbax and TFDS stay at WARNING so the progress bar stays readable.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("icml26zoo.train").setLevel(logging.INFO)
+    from icml26zoo.train.logs import configure_logs
+
+    configure_logs(verbose=args.verbose)
     from icml26zoo.configs import load_preset
     from icml26zoo.extras import MissingExtraError
     from icml26zoo.train.config import apply_overrides
@@ -64,12 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     from icml26zoo.train.report import print_summary
 
     try:
-        summary = train(config, args.workdir)
+        summary = train(config, args.workdir, allow_config_change=args.allow_config_change)
     except RunError as error:
         if args.debug:
             raise
         print(one_line(error), file=sys.stderr)
         return 2
+    if "already_finished" in summary:
+        # train() logged the one-line notice; the stored results were printed when the run finished.
+        return 0
     print_summary(summary, args.workdir)
     return 0
 

@@ -41,7 +41,7 @@ from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, v
 from icml26zoo.train.errors import CheckpointError
 from icml26zoo.validation import check_bool, check_int
 
-__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError"]
+__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError", "saved_steps"]
 
 _STATE_ITEM = "state"
 _DATA_ITEM = "data"
@@ -238,6 +238,20 @@ class Checkpointer:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), tree)
 
+    def prune(self, keep: int, *, protect: int | None = None) -> list[int]:
+        """Deletes every step but the newest `keep` (and `protect`, the step a run restored); returns them.
+
+        Orbax prunes only after a save, so a run killed between its final save and that pruning leaves one
+        step too many that no later save would remove; a start calls this to keep `keep_checkpoints`.
+        `protect` keeps a step that a fallback past corrupt newer steps restored.
+        """
+        check_int("keep", keep)
+        steps = sorted(self._reloaded_steps(), reverse=True)
+        doomed = sorted(step for step in steps[keep:] if step != protect)
+        for step in doomed:
+            self._manager.delete(step)
+        return doomed
+
     def latest_step(self) -> int | None:
         """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
         return self._manager.latest_step()
@@ -267,6 +281,17 @@ class Checkpointer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def saved_steps(directory: str | os.PathLike) -> list[int]:
+    """The finalized checkpoint steps under `directory`, ascending; [] when it does not exist.
+
+    Read from the directory listing without opening a manager, so nothing is created or cleaned up: for
+    deciding whether a workdir holds a run before anything is built.
+    """
+    if not os.path.isdir(directory):
+        return []
+    return sorted(ocp.utils.checkpoint_steps(directory))
 
 
 def _check_state_leaves(state: Any, name: str) -> None:

@@ -14,7 +14,13 @@ class RunError(ValueError):
 
 
 class WorkdirError(RunError):
-    """The workdir cannot be used: empty path, unwritable, or locked by another live run."""
+    """The workdir cannot be used: empty path, unwritable, locked by another live run, or holding a run that this
+    start would overwrite (see `train.resume`)."""
+
+
+class ConfigChangeError(RunError):
+    """A resume with a config that differs from the run's config.json in a field that changes what the run trains
+    (see `train.resume`); the message names each field with its old and new value."""
 
 
 class CheckpointError(RunError):

@@ -35,10 +35,12 @@ from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_af
 from icml26zoo.train.monitor import flagged_steps
 from icml26zoo.train.plotting import plot_loss_curves
 from icml26zoo.train.progress import Progress
+from icml26zoo.train.resume import PriorRun, check_start, finished_message, inspect_workdir, record_start
 from icml26zoo.train.runs import Run, build_run
 from icml26zoo.train.sharding import global_batch
 from icml26zoo.train.step import TrainState, plotted_metrics, summarize_eval
 from icml26zoo.train.workdir import claim_workdir
+from icml26zoo.validation import check_bool
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +110,25 @@ def train(
     devices: list | None = None,
     data: Iterable[Mapping[str, np.ndarray]] | None = None,
     eval_data: Iterable[Mapping[str, np.ndarray]] | Callable[[], Iterable] | None = None,
+    allow_config_change: bool = False,
 ) -> dict[str, Any]:
     """Trains `config` in `workdir`, resuming from its latest good checkpoint; returns the final summary.
 
     The workdir is checked and locked first, before any data or model is built: an empty, uncreatable
     or unwritable path, or one another live run holds, raises `WorkdirError` (see `train.workdir`).
     After a resume, metrics.jsonl rows past the restored step are dropped, so none is logged twice.
+
+    A workdir's history is append-only (`train.resume`). config.json holds the config the run started with
+    and is never overwritten; each start appends a line to config_history.jsonl (the step it starts from,
+    the time, the fields that differ from config.json). Also before anything is built, a resume may change
+    only num_steps, log_every, eval_every, eval_batches, checkpoint_every, keep_checkpoints, tensorboard,
+    progress_bar, sample_length, sample_temperature, sample_top_k, spike_monitor_every, mesh_data, mesh_fsdp
+    and distributed (`train.resume.SAFE_ON_RESUME`); any other difference (model, data, objective, optimizer,
+    schedule, batch_size, seq_len, seed, init_from, LoRA) raises `ConfigChangeError` naming each field as
+    old → new unless `allow_config_change`. A workdir that holds a run with checkpoint_every=0, or with a
+    last step before its newest checkpoint, raises `WorkdirError`; a finished run (newest checkpoint at the
+    last step, summary.json written) is left as it is: its stored summary comes back, marked
+    "already_finished". Every start prunes the checkpoints to keep_checkpoints.
 
     Args:
       config: the run.
@@ -130,24 +145,52 @@ def train(
       eval_data: with `data`, the eval batches (same format): a list, or a function returning a fresh
         iterable, read whole at every evaluation. Without it a run on `data` skips evaluation (no
         ``eval/*`` metrics; `eval_every` is ignored).
+      allow_config_change: resume even when fields outside the safe list differ from config.json (the CLI's
+        ``--allow-config-change``); the changes are recorded in config_history.jsonl.
 
     Returns:
-      the final eval metrics (when the run finished) and the final `TrainState` under "state".
+      the final eval metrics (when the run finished) and the final `TrainState` under "state"; for a run
+      that had already finished, its summary.json with the notice under "already_finished" (no "state":
+      `load_run(workdir)` reopens it).
 
     Raises:
-      WorkdirError: the workdir cannot be used (above).
+      WorkdirError: the workdir cannot be used or holds a run this start would overwrite (above).
+      ConfigChangeError: a resume changes a field outside the safe list (above).
       NonFiniteError: the loss or state became NaN/inf; names the step and the last finite checkpoint.
       ValueError: a bad config value or a bad user batch.
     """
+    check_bool("allow_config_change", allow_config_change)
     path, lock = claim_workdir(workdir, jax.process_index())
     try:
-        return _train_locked(config, path, stop_after, devices, data, eval_data)
+        prior = inspect_workdir(path)
+        changes = check_start(prior, config, allow_config_change=allow_config_change)
+        notice = finished_message(prior, config)
+        if notice is not None:
+            return _already_finished(config, prior, notice)
+        return _train_locked(config, prior, changes, stop_after, devices, data, eval_data)
     finally:
         lock.release()
 
 
-def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | None, devices: list | None,
-                  data: Iterable | None, eval_data: Any) -> dict[str, Any]:
+def _already_finished(config: TrainConfig, prior: PriorRun, notice: str) -> dict[str, Any]:
+    """Prunes the finished run's checkpoints (a kill after its final save can leave one too many) and returns
+    its stored summary; nothing else in the workdir changes."""
+    with Checkpointer(prior.workdir / "checkpoints", keep=config.keep_checkpoints) as checkpointer:
+        _prune(checkpointer, config.keep_checkpoints, None)
+    log.info("%s", notice)
+    summary = json.loads((prior.workdir / "summary.json").read_text())
+    return {**summary, "already_finished": notice}
+
+
+def _prune(checkpointer: Checkpointer, keep: int, restored: int | None) -> None:
+    pruned = checkpointer.prune(keep, protect=restored)
+    if pruned:
+        log.info("deleted checkpoints %s beyond keep_checkpoints=%d", pruned, keep)
+
+
+def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_after: int | None,
+                  devices: list | None, data: Iterable | None, eval_data: Any) -> dict[str, Any]:
+    workdir = prior.workdir
     if data is None:
         if eval_data is not None:
             raise ValueError("eval_data is only used with data (the user's own training batches); got data=None")
@@ -169,12 +212,14 @@ def _train_locked(config: TrainConfig, workdir: pathlib.Path, stop_after: int | 
             last_saved, state, data_state = restored
             iterator.set_state(data_state)
             log.info("resumed from step %d", last_saved)
+        # Collective, like every Checkpointer call: all processes prune (Orbax lets the primary delete).
+        _prune(checkpointer, config.keep_checkpoints, last_saved)
     if jax.process_index() == 0:
         dropped = drop_records_after(workdir / "metrics.jsonl", int(state.step))
         if dropped:
             log.info("dropped %d metrics rows logged after step %d by the interrupted run", dropped, int(state.step))
+        record_start(prior, config, changes, int(state.step))
     writer = create_writer(workdir, tensorboard=config.tensorboard)
-    (workdir / "config.json").write_text(config.to_json())
 
     def run_eval(params: dict) -> dict[str, float]:
         if data is None:
