@@ -109,3 +109,33 @@ def test_bad_inputs_name_the_op_and_the_argument(change, match):
     implementation = change.pop("implementation", None)
     with pytest.raises(ValueError, match=match):
         grouped_matmul(**{**inputs, **change}, implementation=implementation)
+
+
+def test_a_bad_expert_reaches_only_its_rows_and_an_unused_one_nothing():
+    """A NaN in expert 2's weights (used by rows 2, 3) makes those rows NaN and nothing else; an inf in expert 1
+    (used by no row) changes nothing: outputs and gradients of the other rows equal the clean run, on both paths
+    (both contract rows with experts they do not use, where 0 · NaN is NaN)."""
+    x, w, ids, cotangent = _problem(5, 5, 3, 2, 4, [0, 0, 2, 2, 4])
+    bad = w.at[2, 0, 0].set(jnp.nan).at[1, 1, 1].set(jnp.inf)
+    clean, poisoned = _paths(x, w, ids, cotangent), _paths(x, bad, ids, cotangent)
+    others = np.array([0, 1, 4])
+    for path in PATHS:
+        (out, (dx, dw)), (want, (want_dx, want_dw)) = poisoned[path], clean[path]
+        assert np.isnan(np.asarray(out[2:4])).all(), path
+        np.testing.assert_array_equal(out[others], want[others], err_msg=path)
+        np.testing.assert_array_equal(dx[others], want_dx[others], err_msg=path)
+        np.testing.assert_array_equal(dw[np.array([0, 1, 3])], want_dw[np.array([0, 1, 3])], err_msg=path)
+
+
+def test_an_id_outside_zero_to_g_raises_and_unchecked_both_paths_drop_it():
+    """-1 (or G + 1) is rejected: a ValueError on concrete ids, a checkify error under `checked` in jit. Unchecked
+    under jit, both paths read it as a dropped row (zero output, no gradient), as the id G."""
+    x, w, ids, cotangent = _problem(6, 4, 3, 2, 2, [-1, 0, 3, 1])
+    with pytest.raises(ValueError, match=r"grouped_matmul: `group_ids` must be in \[0, G\] = \[0, 2\].*min -1"):
+        grouped_matmul(x, w, ids)
+    run = jax.jit(kernels.checked(grouped_matmul))
+    with pytest.raises(Exception, match=r"grouped_matmul: `group_ids` must be in \[0, G\] = \[0, 2\]"):
+        jax.block_until_ready(run(x, w, ids))
+    got, want = _paths(x, w, ids, cotangent), _paths(x, w, jnp.asarray([2, 0, 2, 1], jnp.int32), cotangent)
+    for path in PATHS:
+        chex.assert_trees_all_equal(got[path], want[path])
