@@ -55,12 +55,19 @@ def _check_dtypes(u: jax.Array, delta: jax.Array, A: jax.Array, B: jax.Array, C:
     checks.require_floating(_NAME, {"delta": delta, "A": A, "D": D, "initial_state": initial_state})
 
 
+# The arguments that may be None; the others (u, delta, A, B, C) are required arrays.
+_OPTIONAL = ("D", "initial_state", "segment_ids")
+
+
 def _check_arrays(arrays: dict[str, object]) -> None:
-    """Every argument given (None entries are skipped) is a JAX or NumPy array, not a list or a scalar."""
+    """Every argument is a JAX or NumPy array, not a list or a scalar (None only for the `_OPTIONAL` ones)."""
     for name, x in arrays.items():
-        if x is not None and not isinstance(x, (jax.Array, np.ndarray)):
+        if x is None and name in _OPTIONAL:
+            continue
+        if not isinstance(x, (jax.Array, np.ndarray)):
+            allowed = " or None" if name in _OPTIONAL else ""
             raise ValueError(f"{_NAME}: `{name}` is {reprlib.repr(x)} (a {type(x).__name__}), expected a jax "
-                             "or numpy array")
+                             f"or numpy array{allowed}")
 
 
 def _check_chunk_size(chunk_size: object) -> None:

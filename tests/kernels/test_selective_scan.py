@@ -191,8 +191,10 @@ def test_zero_length_and_non_array_inputs_raise():
         as_list = dict(inputs, **{name: np.asarray(inputs[name]).tolist()})
         with pytest.raises(ValueError, match=rf"`{name}` is \[\[.*\(a list\), expected a jax or numpy array"):
             selective_scan(**as_list)
-    with pytest.raises(ValueError, match=r"`D` is 1.5 \(a float\), expected a jax or numpy array"):
+    with pytest.raises(ValueError, match=r"`D` is 1.5 \(a float\), expected a jax or numpy array or None"):
         selective_scan(**inputs, D=1.5)
+    with pytest.raises(ValueError, match=r"selective_scan: `u` is None \(a NoneType\), expected a jax or numpy array$"):
+        selective_scan(**{**inputs, "u": None})
     y, _ = selective_scan(**{k: np.asarray(v) for k, v in inputs.items()})
     assert y.shape == inputs["u"].shape
 
