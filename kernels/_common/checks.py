@@ -164,3 +164,21 @@ def check_scale(op: str, scale: Any) -> None:
         raise ValueError(f"{op}: `scale` is {_describe(scale)}, expected None or a positive finite number")
     if not np.isfinite(scale) or not scale > 0:
         raise ValueError(f"{op}: `scale` is {scale!r}, expected None or a positive finite number")
+
+
+def check_capacity(op: str, index: jax.Array, new: int, capacity: int) -> None:
+    """A decode step writing `new` tokens at position `index` (an int32 scalar) fits `capacity` slots.
+
+    Past the end, `dynamic_update_slice` clamps the write start and silently overwrites the last slots, so
+    the step would return wrong tokens: a concrete index raises a ValueError here; a traced one is checked
+    only inside `kernels.checked` (a checkify check, like `check_values`).
+    """
+    template = (f"{op}: writing {new} token(s) at position {{index}} needs index + T ≤ the state's capacity "
+                f"{capacity}; the decode state is full (make it with a larger capacity)")
+    if is_concrete(index):
+        at = int(np.asarray(index))
+        if at + new > capacity:
+            raise ValueError(template.format(index=at))
+    elif _CHECKIFY.get():
+        at = jax.lax.stop_gradient(index).astype(jnp.int32)
+        checkify.check(at + new <= capacity, template, index=at)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from icml26zoo.kernels._common.checks import check_positive_int
+from icml26zoo.kernels._common.checks import check_capacity, check_positive_int
 from icml26zoo.kernels._common.precision import HIGHEST
 
 
@@ -130,13 +130,14 @@ def forgetting_attention_step(q: jax.Array, k: jax.Array, v: jax.Array, log_fgat
       q: [B, T, H, D]; k, v: [B, T, Hkv, D] (written in the state's dtype).
       log_fgate: [B, T, H] ≤ 0, float32 advised; None exactly when the state is ungated.
       state: from `init_forgetting_attention_state` (or a previous step); one sequence per row. The T new
-        tokens must fit: index + T ≤ S (not checked here, the index is traced).
+        tokens must fit, index + T ≤ S: a ValueError otherwise (under `jit` only inside `kernels.checked`).
       scale: logit scale; None means D**-0.5.
 
     Returns:
       (o [B, T, H, D] in q.dtype, equal to the full forward at those positions; the updated state).
     """
     _check(q, k, v, log_fgate, state)
+    check_capacity("forgetting_attention_step", state.index, q.shape[1], state.k.shape[1])
     zero = jnp.zeros((), jnp.int32)
 
     def write(buffer: jax.Array, new: jax.Array) -> jax.Array:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 
 from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, Implementations, select_implementation
@@ -45,7 +46,8 @@ def causal_long_conv(
       u: [B, T, D] signal, any floating dtype.
       h: [L, D] filter with 1 ≤ L ≤ T; taps beyond L are zero (a filter shorter than the sequence).
       segment_ids: [B, T] int or None. Packed rows: the sum runs only over s in t's segment, so nothing
-        crosses a boundary (segments are contiguous runs of equal ids; 0 = padding is a segment too).
+        crosses a boundary (segments are contiguous runs of equal ids, as in every op: ids 1, 2, 1 are three
+        segments; 0 = padding is a segment too).
       implementation: None (the backend default, "xla"), "reference" (direct O(T²) sum), "xla" (FFT with
         zero-padding to ≥ 2T; exact masked blocked sum when segment_ids is given), "direct" (the blocked
         masked sum always: exactly causal gradients, O(T²·D)), or a sequence.
@@ -58,5 +60,9 @@ def causal_long_conv(
     """
     _check(u, h, segment_ids)
     fn = select_implementation(_NAME, implementation, _IMPLEMENTATIONS, XLA_EVERYWHERE)
+    # NumPy inputs are accepted like the other ops': the blocked path indexes `h` with traced lags.
+    u, h = jnp.asarray(u), jnp.asarray(h)
     clean, _, tainted = segments.quarantine({"u": u}, segment_ids)
-    return segments.poison(fn(clean["u"], h, segment_ids=segment_ids), tainted)
+    # Segments are contiguous runs (ids 1, 2, 1 are three segments): the paths compare the run counts.
+    runs = None if segment_ids is None else segments.segment_counts(segment_ids, *segment_ids.shape)
+    return segments.poison(fn(clean["u"], h, segment_ids=runs), tainted)

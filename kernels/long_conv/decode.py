@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from icml26zoo.kernels._common.checks import check_capacity
 from icml26zoo.kernels._common.precision import HIGHEST
 
 
@@ -53,12 +54,14 @@ def causal_long_conv_step(u: jax.Array, h: jax.Array, *, state: LongConvState) -
     Args:
       u: [B, D] (one token) or [B, T', D] (T' tokens at once).
       h: [L, D] the filter; taps beyond L are zero.
-      state: from `causal_long_conv_init` or a previous step; index + T' must not exceed S.
+      state: from `causal_long_conv_init` or a previous step; index + T' must not exceed S (a ValueError
+        otherwise; under `jit` only inside `kernels.checked`).
     Returns:
       y shaped like u, in u.dtype (summed in float32), and the state with the inputs written and index + T'.
     """
     _check(u, h, state)
     chunk = u[:, None] if u.ndim == 2 else u  # [B, T', D]
+    check_capacity("causal_long_conv_step", state.index, chunk.shape[1], state.buffer.shape[1])
     zero = jnp.zeros((), jnp.int32)
     buffer = jax.lax.dynamic_update_slice(state.buffer, chunk.astype(state.buffer.dtype), (zero, state.index, zero))
     h32 = h.astype(jnp.float32)

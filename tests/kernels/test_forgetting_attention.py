@@ -21,6 +21,7 @@ import pytest
 from attention_cases import FOX_CASE, FOX_INPUTS, HKV, D, H, make_fox_inputs
 from tolerances import tolerance
 
+from icml26zoo import kernels
 from icml26zoo.kernels import forgetting_attention
 from icml26zoo.kernels._dispatch import select_implementation
 from icml26zoo.kernels.forgetting_attention import (
@@ -244,3 +245,18 @@ def test_bad_decode_inputs_raise():
         forgetting_attention_step(q, k, v, a, state={"k": state.k})
     with pytest.raises(ValueError, match="`num_kv_heads` = 3"):
         init_forgetting_attention_state(2, 4, H, 3, D, jnp.float32)
+
+
+def test_decode_past_capacity_raises_eagerly_and_under_checked_jit():
+    """A step that would write past the state's S slots raises (dynamic_update_slice would clamp the write and
+    return wrong tokens): a ValueError naming the capacity and the position, under jit through `checked`."""
+    x = make_fox_inputs(np.random.default_rng(4), 1, 2)
+    q, k, v, a = (x[n] for n in FOX_INPUTS)
+    state = init_forgetting_attention_state(1, 3, H, HKV, D, jnp.float32)
+    _, full = forgetting_attention_step(q, k, v, a, state=state)  # index 2 of 3: two more tokens do not fit
+    with pytest.raises(ValueError, match=r"forgetting_attention_step: writing 2 token\(s\) at position 2 .*capacity 3"):
+        forgetting_attention_step(q, k, v, a, state=full)
+    step = harness.jit(kernels.checked(forgetting_attention_step))
+    jax.block_until_ready(step(q, k, v, a, state=state))
+    with pytest.raises(Exception, match=r"forgetting_attention_step: writing 2 token\(s\) at position 2 .*capacity 3"):
+        jax.block_until_ready(step(q, k, v, a, state=full))

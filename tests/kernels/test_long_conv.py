@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tolerances import tolerance
 
-from icml26zoo.kernels import causal_long_conv
+from icml26zoo.kernels import causal_long_conv, checked
 from icml26zoo.kernels.long_conv import LongConvState, causal_long_conv_init, causal_long_conv_step
 
 D = 3
@@ -169,3 +169,26 @@ def test_bad_dtype_and_implementation_raise():
         causal_long_conv(u.astype(jnp.int32), h)
     with pytest.raises(ValueError, match="implementation"):
         causal_long_conv(u, h, implementation="pallas")
+
+
+def test_decode_past_capacity_raises_eagerly_and_under_checked_jit():
+    """Writing past `max_len` raises (the clamped write would return wrong outputs), naming the capacity and the
+    position; under jit through `checked`."""
+    u, h = _inputs(4)
+    state = causal_long_conv_init(2, 3, D)
+    _, full = causal_long_conv_step(u[:, :2], h, state=state)  # index 2 of 3
+    with pytest.raises(ValueError, match=r"causal_long_conv_step: writing 2 token\(s\) at position 2 .*capacity 3"):
+        causal_long_conv_step(u[:, :2], h, state=full)
+    step = harness.jit(checked(causal_long_conv_step))
+    jax.block_until_ready(step(u[:, :2], h, state=state))
+    with pytest.raises(Exception, match=r"causal_long_conv_step: writing 2 token\(s\) at position 2 .*capacity 3"):
+        jax.block_until_ready(step(u[:, :2], h, state=full))
+
+
+def test_numpy_inputs_on_every_path():
+    """NumPy u and h are accepted like jax arrays (the blocked "direct" path indexed a NumPy h with tracers)."""
+    u, h = _inputs(5)
+    want = causal_long_conv(u, h, implementation="reference")
+    for impl in ("direct", "xla"):
+        got = causal_long_conv(np.asarray(u), np.asarray(h), implementation=impl)
+        harness.assert_close(got, want, tolerance("long_conv"), what=f"{impl} on NumPy inputs")
