@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from icml26zoo.kernels._common import checks
+from icml26zoo.kernels._common import checks, segments
 from icml26zoo.kernels._dispatch import ALL_BACKENDS, XLA_EVERYWHERE, select_implementation
 from icml26zoo.kernels.block_sparse_attention import lists, pallas, reference, xla
 
@@ -75,6 +75,10 @@ def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indic
 
     Returns:
       o: [B, T, H, D] in q.dtype.
+
+    Segments are contiguous runs of equal ids, as in every op (ids 1, 2, 1 are three segments). A NaN or
+    inf in one packed segment stays in it: positions holding one (in q, k, v or a bias) are zeroed before
+    any path runs and that segment's outputs from there on are NaN (`segments.quarantine`, docs/numerics.md).
     """
     _check_inputs(q, k, v, segment_ids)
     lists.check_block_size(block_size, q.shape[1])
@@ -87,9 +91,31 @@ def block_sparse_attention(q: jax.Array, k: jax.Array, v: jax.Array, block_indic
     extra = _checked_biases(q, query_bias, key_bias, fn)
     if key_positions is not None:
         _check_key_positions(key_positions, k, segment_ids, fn)
-        extra["key_positions"] = key_positions.astype(jnp.int32)
-    return fn(q, k, v, block_indices.astype(jnp.int32), block_size=int(block_size), scale=scale,
-              segment_ids=segment_ids, **extra)
+    clean, _, tainted = segments.quarantine({"q": q, "k": k, "v": v, **extra}, segment_ids)
+    if key_positions is not None:
+        extra["key_positions"] = jnp.asarray(key_positions).astype(jnp.int32)
+        tainted = tainted | _tainted_by_key_position(k, v, key_bias, extra["key_positions"])
+    # Segments are contiguous runs (ids 1, 2, 1 are three segments): the paths compare the run counts.
+    runs = None if segment_ids is None else segments.segment_counts(segment_ids, *segment_ids.shape)
+    o = fn(clean.pop("q"), clean.pop("k"), clean.pop("v"), jnp.asarray(block_indices).astype(jnp.int32),
+           block_size=int(block_size), scale=scale, segment_ids=runs, **{**extra, **clean})
+    return segments.poison(o, tainted)
+
+
+def _tainted_by_key_position(k: jax.Array, v: jax.Array, key_bias: jax.Array | None,
+                             key_positions: jax.Array) -> jax.Array:
+    """[B, T] bool: the positions at or after the position of a non-finite key slot (permuted keys).
+
+    `segments.quarantine` reads the slots in slot order; a permuted key in slot s sits at position
+    key_positions[s], which queries from there on see: those are tainted too. key_positions [B, Hkv, T].
+    """
+    bad_slots = segments.nonfinite_positions([k, v, key_bias])  # [B, T] in slot order
+    batch, length = bad_slots.shape
+    rows = jnp.arange(batch)[:, None, None]
+    # A clean slot writes out of range and is dropped; every kv head's position of a bad slot is hit.
+    where = jnp.where(bad_slots[:, None, :], key_positions, length)
+    hit = jnp.zeros((batch, length), bool).at[rows, where].set(True, mode="drop")
+    return segments.tainted_positions(hit, None)
 
 
 def _checked_biases(q: jax.Array, query_bias: jax.Array | None, key_bias: jax.Array | None,

@@ -112,6 +112,25 @@ def test_permuted_keys_with_positions_equal_dense():
         assert_close(out, _dense_causal(q, k, v), TOL, what=f"{impl} permuted")
 
 
+def test_a_bad_permuted_key_taints_from_its_position_not_its_slot():
+    """Reversed keys (slot s holds position T − 1 − s): a NaN value in slot 9 (position 3) makes every output from
+    position 3 on NaN and leaves positions 0..2 as in the clean run. T = 13 on blocks of 8, every block listed."""
+    length, block = 13, 8
+    q, k, v, _ = _inputs(12, length=length, batch=1, heads=2, kv_heads=1)
+    perm = jnp.arange(length, dtype=jnp.int32)[::-1]
+    pos = perm[None, None]
+    n = lists.num_blocks(length, block)
+    every = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (1, 2, n, n))
+    bad_v = v[:, perm].at[:, 9].set(jnp.nan)
+    for impl in ("xla", "reference"):
+        run = jit(functools.partial(api.block_sparse_attention, block_size=block, implementation=impl))
+        both = run(jnp.concatenate([q] * 2), jnp.concatenate([k[:, perm]] * 2), jnp.concatenate([v[:, perm], bad_v]),
+                   jnp.concatenate([every] * 2), key_positions=jnp.concatenate([pos] * 2))
+        nan = np.isnan(np.asarray(both[1])).any(axis=(1, 2))
+        assert nan.tolist() == [False] * 3 + [True] * (length - 3), impl
+        np.testing.assert_array_equal(both[1, :3], both[0, :3], err_msg=impl)
+
+
 def test_separable_biases_and_narrow_values_match_reference():
     """query_bias a_t and key_bias b_s (logit scale·q·k + a_t + b_s), values narrower than keys (Dv = 5) and
     permuted keys with positions, on a density-0.5 list: XLA equals the reference in the output and in the
