@@ -23,7 +23,7 @@ from icml26zoo.train.__main__ import main
 from icml26zoo.train.checkpoint import Checkpointer, saved_steps
 from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import ConfigChangeError, WorkdirError
-from icml26zoo.train.resume import HISTORY_FILE, SAFE_ON_RESUME, config_changes, read_history
+from icml26zoo.train.resume import SAFE_ON_RESUME, config_changes, read_history
 
 # XLA's cheap pipeline: nothing here compares numbers with separately compiled code.
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -139,6 +139,14 @@ def test_checkpointing_off_on_a_workdir_with_a_run_is_refused(root, partial, tmp
     assert listing(workdir) == before
 
 
+def test_a_run_shorter_than_its_checkpoints_is_refused(root, finished, tmp_path, nothing_built):
+    workdir = copy(finished, tmp_path)
+    before = listing(workdir)
+    with pytest.raises(WorkdirError, match=r"trained to step 4, past this config.s last step 2 \(num_steps=2\)"):
+        run(tiny(root, "num_steps=2"), workdir)
+    assert listing(workdir) == before
+
+
 def test_a_finished_run_started_again_is_a_no_op(root, finished, tmp_path, nothing_built):
     workdir = copy(finished, tmp_path)
     before = listing(workdir)
@@ -189,4 +197,3 @@ def test_safe_fields_are_config_fields_and_changes_are_dotted_paths(root):
     assert SAFE_ON_RESUME <= names
     assert config_changes(tiny(root), tiny(root, "num_steps=8", "optim.b1=0.8")) == {
         "num_steps": (4, 8), "optim.b1": (0.9, 0.8)}
-    assert HISTORY_FILE == "config_history.jsonl"
