@@ -233,7 +233,9 @@ def _figures(experiment, models, budget, lengths, losses, sinks, bins) -> dict[s
     extrapolation = line_figure(by_length, xlabel="evaluation length (tokens)", logx=True,
                                 ylabel="eval bits per byte (same bytes, mean over seeds)",
                                 title=f"Trained at T = {train_len}: loss at T, 2T, 4T")
+    # Only the evaluated lengths are labelled: the log axis's minor labels (e.g. 3x10^2) overlapped them.
     extrapolation.axes[0].set_xticks(lengths, [str(n) for n in lengths])
+    extrapolation.axes[0].minorticks_off()
     by_position = {}
     for m in models:
         bits = np.nanmean([losses[m, s][longest].position_bits for s in seeds], axis=0)
