@@ -29,6 +29,7 @@ from icml26zoo.geometric.platonic_layers import (
     FREQ_INITS,
     PlatonicBlock,
     PlatonicLinear,
+    gelu,
     group_elements,
     lift,
     readout_scalars,
@@ -100,14 +101,14 @@ def frame_sizes(cfg: ModelConfig, group: str) -> tuple[int, int]:
 
 
 class _ReadoutMLP(nnx.Module):
-    """PlatonicLinear(C -> C), GELU, PlatonicLinear(C -> outputs): [..., G, C] -> [..., G, outputs]."""
+    """PlatonicLinear(C -> C), exact (erf) GELU, PlatonicLinear(C -> outputs): [..., G, C] -> [..., G, outputs]."""
 
     def __init__(self, group: str, channels: int, outputs: int, *, rngs: nnx.Rngs) -> None:
         self.hidden = PlatonicLinear(group, channels, channels, rngs=rngs)
         self.out = PlatonicLinear(group, channels, outputs, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.out(jax.nn.gelu(self.hidden(x)))
+        return self.out(gelu(self.hidden(x)))
 
 
 @register_model("platonic")

@@ -158,9 +158,16 @@ class PlatonicInteraction(nnx.Module):
         return self.out_proj(out.reshape(x.shape))
 
 
+def gelu(x: jax.Array) -> jax.Array:
+    """The exact GELU x·Φ(x) = x·(1 + erf(x/√2))/2, elementwise (any shape). The official code uses torch's
+    F.gelu, whose default is this erf form; jax.nn.gelu defaults to the tanh approximation instead."""
+    return jax.nn.gelu(x, approximate=False)
+
+
 class PlatonicBlock(nnx.Module):
-    """Pre-norm block: x + interaction(LN(x)), then x + FFN(LN(x)) with FFN = PlatonicLinear(C -> m·C), GELU,
-    PlatonicLinear(m·C -> C). LayerNorms act on the channel axis C with scale and bias [C] shared by frames."""
+    """Pre-norm block: x + interaction(LN(x)), then x + FFN(LN(x)) with FFN = PlatonicLinear(C -> m·C), exact
+    (erf) GELU, PlatonicLinear(m·C -> C). LayerNorms act on the channel axis C with scale and bias [C] shared
+    by frames."""
 
     def __init__(self, group: str, channels: int, heads: int, *, ffn_multiplier: int, rngs: nnx.Rngs,
                  **interaction: object) -> None:
@@ -173,7 +180,7 @@ class PlatonicBlock(nnx.Module):
     def __call__(self, x: jax.Array, points: jax.Array, mask: jax.Array) -> jax.Array:
         """x [B, N, G, C], points [B, N, 3], mask [B, N] bool -> [B, N, G, C]."""
         x = x + self.interaction(self.norm1(x), points, mask)
-        return x + self.ffn_out(jax.nn.gelu(self.ffn_in(self.norm2(x))))
+        return x + self.ffn_out(gelu(self.ffn_in(self.norm2(x))))
 
 
 def lift(scalars: jax.Array, vectors: jax.Array | None, elements: jax.Array) -> jax.Array:

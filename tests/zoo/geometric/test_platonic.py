@@ -213,9 +213,21 @@ def test_linear_mode_is_the_double_sum():
     np.testing.assert_allclose(got, want, atol=1e-12, rtol=0)
 
 
-def vanilla_block(block: PlatonicBlock, x: jax.Array, points: jax.Array, mask: jax.Array) -> jax.Array:
+def erf_gelu(t: jax.Array) -> jax.Array:
+    """The exact GELU written out: t·(1 + erf(t/√2))/2."""
+    return 0.5 * t * (1.0 + jax.scipy.special.erf(t / np.sqrt(2.0)))
+
+
+def tanh_gelu(t: jax.Array) -> jax.Array:
+    """The tanh approximation written out: t·(1 + tanh(√(2/π)·(t + 0.044715·t³)))/2."""
+    return 0.5 * t * (1.0 + jnp.tanh(np.sqrt(2.0 / np.pi) * (t + 0.044715 * t**3)))
+
+
+def vanilla_block(block: PlatonicBlock, x: jax.Array, points: jax.Array, mask: jax.Array,
+                  activation=erf_gelu) -> jax.Array:
     """A plain pre-norm transformer block with 3-D RoPE (interleaved pairs), written with dense matrices and
-    jax.nn.dot_product_attention from the trivial-group block's parameters. x [B, N, C] -> [B, N, C]."""
+    jax.nn.dot_product_attention from the trivial-group block's parameters, FFN activation `activation`
+    (the exact erf GELU of the official code by default). x [B, N, C] -> [B, N, C]."""
     dense = lambda layer: (layer.kernel[...][0].T, layer.bias[...])
     linear = lambda layer, t: t @ dense(layer)[0] + dense(layer)[1]
     norm = lambda layer, t: ((t - t.mean(-1, keepdims=True)) / jnp.sqrt(t.var(-1, keepdims=True) + 1e-5)
@@ -235,7 +247,7 @@ def vanilla_block(block: PlatonicBlock, x: jax.Array, points: jax.Array, mask: j
                for layer in (attn.q_proj, attn.k_proj, attn.v_proj))
     out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
     x = x + linear(attn.out_proj, rope(out, -1.0).reshape(x.shape))
-    return x + linear(block.ffn_out, jax.nn.gelu(linear(block.ffn_in, norm(block.norm2, x))))
+    return x + linear(block.ffn_out, activation(linear(block.ffn_in, norm(block.norm2, x))))
 
 
 def test_trivial_group_is_a_vanilla_transformer_block():
@@ -248,11 +260,25 @@ def test_trivial_group_is_a_vanilla_transformer_block():
         block = PlatonicBlock("trivial", 8, 2, ffn_multiplier=2, rngs=nnx.Rngs(4), attention="softmax",
                               use_key=True, rope_on_values=True, rope_sigma=1.0, freq_init="random",
                               learned_freqs=True)
-        return block(x, points, mask)[:, :, 0], vanilla_block(block, x[:, :, 0], points, mask)
+        return (block(x, points, mask)[:, :, 0], vanilla_block(block, x[:, :, 0], points, mask),
+                vanilla_block(block, x[:, :, 0], points, mask, activation=tanh_gelu))
 
-    got, want = jax.jit(both)()
+    got, want, tanh_form = jax.jit(both)()
     assert float(jnp.max(jnp.abs(want))) > 0.1
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+    # The FFN uses the exact erf GELU: the tanh approximation gives a block output the test tells apart.
+    assert float(jnp.max(jnp.abs(got - tanh_form))) > 1e-4
+
+
+def test_readout_mlp_uses_the_exact_gelu():
+    """The read-out MLP is PlatonicLinear, exact erf GELU, PlatonicLinear (the tanh form is told apart)."""
+    readout = platonic._ReadoutMLP("tetrahedral", 4, 3, rngs=nnx.Rngs(5))
+    x = jnp.asarray(3.0 * normal(50, (2, 12, 4)))
+    got = readout(x)
+    want = readout.out(erf_gelu(readout.hidden(x)))
+    tanh_form = readout.out(tanh_gelu(readout.hidden(x)))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+    assert float(jnp.max(jnp.abs(got - tanh_form))) > 1e-4
 
 
 def test_bad_input(octahedral):
