@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import pathlib
-import re
 
 import chex
 import jax
@@ -29,7 +27,6 @@ CFG = ModelConfig(
 BATCH, LENGTH = 2, 8
 # One mixer per family: softmax attention, a linear recurrence (delta rule), an SSM, a long convolution.
 REPRESENTATIVE_MIXERS = ("attention", "gated_deltanet", "mamba2", "hyena")
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _module(config: ModelConfig | MixerConfig, key: jax.Array) -> nnx.Module:
@@ -170,11 +167,3 @@ def test_bad_config_and_params_raise_value_error():
         cache = functional.init_cache(CFG, BATCH, LENGTH)
         functional.apply(CFG, functional.init(CFG, key), _inputs(CFG), positions=jnp.zeros((2, 8), jnp.int32),
                          cache=cache)
-
-
-def test_readme_example_runs():
-    section = README.read_text().split("## Using the zoo from your own code", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
-    namespace: dict = {}
-    exec(compile(code, "README example", "exec"), namespace)
-    assert np.isfinite(float(namespace["loss"]))
