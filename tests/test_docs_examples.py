@@ -14,9 +14,9 @@ The extras table (`test_install_extras_table_matches_pyproject`): docs/install.m
 core and one row per extra of pyproject.toml's [project.optional-dependencies], exactly, and the [test] row
 names every other extra.
 
-Dates (`test_result_tables_state_their_date`): a result table is a markdown table with a digit in its body,
-in README.md's "Results (measured)", "Paper reproductions" and "Leaderboard" sections or anywhere in
-docs/papers/*.md. Its section (from the nearest heading above it down to the table), or the lines right
+Dates (`test_result_tables_state_their_date`): a result table is every markdown table of README.md's
+"Results (measured)", "Paper reproductions" and "Leaderboard" sections, and every table of docs/papers/*.md
+with a body cell that is a number ("0.93", "**3.13**", "4.2e-07", "18%"). Its section (from the nearest heading above it down to the table), or the lines right
 after it up to the next table or heading, must hold a date written YYYY-MM-DD: the date it was measured,
 next to the machine it ran on.
 """
@@ -149,6 +149,8 @@ def test_install_extras_table_matches_pyproject():
 
 README_RESULT_SECTIONS = ("## Results (measured)", "## Paper reproductions", "## Leaderboard")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+# A measured value: a number, maybe bold, signed, approximate, a percentage or a ratio ("0.93", "**3.13**", "4.2e-07").
+NUMBER = re.compile(r"\**[~≈<>≤≥±+\-−]?\s*\d[\d,.]*(?:e[-+−]?\d+)?\s*[%×x]?\**")
 
 
 def _result_tables() -> list[tuple[str, list[str], int, int]]:
@@ -160,9 +162,9 @@ def _result_tables() -> list[tuple[str, list[str], int, int]]:
         found += [("README.md", readme, start + first, start + last) for first, last in _tables(readme[start:end])]
     for page in sorted((DOCS / "papers").glob("*.md")):
         lines = page.read_text().splitlines()
-        found += [(f"docs/papers/{page.name}", lines, first, last) for first, last in _tables(lines)]
-    return [(name, lines, first, last) for name, lines, first, last in found
-            if re.search(r"\d", "\n".join(lines[first + 2:last]))]
+        found += [(f"docs/papers/{page.name}", lines, first, last) for first, last in _tables(lines)
+                  if any(NUMBER.fullmatch(cell.strip()) for line in lines[first + 2:last] for cell in line.split("|"))]
+    return found
 
 
 def test_result_tables_state_their_date():
