@@ -84,7 +84,7 @@ BLOCKS = [block for path in DOC_FILES for block in python_blocks(path)]
 def test_the_blocks_are_found():
     # A fence the parser misses would silently drop an example: every "```python" line is one block.
     fences = sum(path.read_text().count("```python\n") for path in DOC_FILES)
-    assert len(BLOCKS) == fences >= 10, [block.name for block in BLOCKS]
+    assert len(BLOCKS) == fences >= 9, [block.name for block in BLOCKS]
 
 
 @pytest.fixture(scope="module")
