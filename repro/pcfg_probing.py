@@ -9,9 +9,9 @@ under the budget, keeping `checkpoints` evenly spaced checkpoints. Then:
              eval/loss and eval/accuracy), next to the grammar's mean next-token entropy
   probes     every layer's hidden states of the trained model and of its untrained initialization (the
              random-feature baseline) on `probe_sentences` validation sentences, probed (zoo/probing.py:
-             ridge and MLP, 25% of the tokens held out) for the parse-tree facts stored with the rows
-             (depth of the word, constituent boundary: accuracy) and the exact quantities of zoo/pcfg
-             (next-token distribution, open-constituent state, expected completed constituents: R²)
+             ridge and MLP, 25% of the sentences held out with all their tokens) for the parse-tree facts
+             stored with the rows (depth of the word, constituent boundary: accuracy) and the exact quantities
+             of zoo/pcfg (next-token distribution, open-constituent state, expected completed constituents: R²)
 
 The table has one row per (model, target, probe) and one column per layer.
 
@@ -125,15 +125,22 @@ def probe_data(config: TrainConfig, sentences: int) -> tuple[dict[str, np.ndarra
     return inputs, {name: np.concatenate(values) for name, values in targets.items()}
 
 
+def token_sentences(mask: np.ndarray) -> np.ndarray:
+    """int [N]: the sentence (row of mask [S, T]) of every probed token, in mask order (row-major)."""
+    return np.nonzero(np.asarray(mask, bool))[0]
+
+
 def probe_rows(model: nnx.Module, label: str, inputs: dict[str, np.ndarray], targets: dict[str, np.ndarray],
                seed: int) -> list[dict]:
-    """One table row per (target, probe) with the held-out score of every layer of `model`."""
+    """One table row per (target, probe) with the held-out score of every layer of `model`; whole sentences
+    are held out (no sentence has tokens on both sides of the split)."""
     features = probing.layer_features(model, jnp.asarray(inputs["tokens"]),
                                       segment_ids=jnp.asarray(inputs["segment_ids"]), mask=inputs["mask"])
+    sentences = token_sentences(inputs["mask"])
     rows = []
     for name, values in targets.items():
         task = "classification" if name in CLASSIFICATION_TARGETS else "regression"
-        scores = probing.probe_layers(features, values, task=task, seed=seed)
+        scores = probing.probe_layers(features, values, task=task, seed=seed, groups=sentences)
         for probe in ("linear", "mlp"):
             row = {"model": label, "target": name, "metric": scores[0].metric, "probe": probe}
             row.update({f"layer {s.layer}": round(getattr(s, probe), 4) for s in scores})
@@ -172,8 +179,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
     notes = ["Mean KL(grammar ‖ model) per predicted token on the validation split: "
              + ", ".join(f"step {s}: {kl:.4f}" for s, kl, _ in curve)
              + f" (grammar entropy {curve[-1][2]:.4f} nats; final eval/loss {summary.get('eval/loss', math.nan):.4f}).",
-             f"Probes: {probe_sentences} validation sentences, 25% of their tokens held out; accuracy for depth "
-             "(classes 0..8) and boundary, R² for the exact quantities; layer 0 = embeddings."]
+             f"Probes: {probe_sentences} validation sentences, 25% of them held out with all their tokens; "
+             "accuracy for depth (classes 0..8) and boundary, R² for the exact quantities; layer 0 = embeddings."]
     extra = {"kl_curve": [{"step": s, "kl": kl, "entropy": h} for s, kl, h in curve]}
     return experiment.write(rows, columns=("model", "target", "metric", "probe", *layers),
                             title="PCFG next-token KL and layer-wise parse probes (pcfg_tiny)", notes=notes,
@@ -185,7 +192,8 @@ def _analysis(experiment: Experiment, config: TrainConfig, probe_sentences: int,
     """The trained cell's KL curve [(step, KL, entropy)] and probe rows, stored in the cell (analysis.json, per
     probe setting) and read back on a rerun: the cell's checkpoints, and so both results, are fixed once trained."""
     path = experiment.cell_dir(CELL) / "analysis.json"
-    key = f"sentences{probe_sentences}_" + ",".join(targets)
+    # "split-sentence": probes hold out whole sentences (rows stored before, with a token split, are not reused).
+    key = f"sentences{probe_sentences}_split-sentence_" + ",".join(targets)
     stored = json.loads(path.read_text()) if path.is_file() else {}
     if key in stored:
         return [tuple(point) for point in stored[key]["curve"]], stored[key]["rows"]

@@ -17,7 +17,9 @@ norm. Probes train on frozen features, standardized with the training tokens' me
            softmax cross-entropy (classification)
 
 Tokens are split once into training and held-out sets (`holdout` fraction, from `seed`), the same for
-every layer. R² of a multi-column target pools the columns: 1 - Σ SSE / Σ SST.
+every layer; with `groups` (e.g. the sentence of each token) whole groups are held out, so that no group has
+tokens on both sides (tokens of one sentence share context, and a token-level split leaks it). R² of a
+multi-column target pools the columns: 1 - Σ SSE / Σ SST.
 """
 
 from __future__ import annotations
@@ -74,6 +76,22 @@ def split_indices(count: int, holdout: float, seed: int) -> tuple[np.ndarray, np
     order = np.random.default_rng(seed).permutation(count)
     held = min(max(int(round(holdout * count)), 1), count - 1)
     return order[held:], order[:held]
+
+
+def split_groups(groups: np.ndarray, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training indices, held-out indices) of samples labelled by groups [N]: a `holdout` fraction of the
+    distinct groups (>= 1 each side, from `seed`) is held out with all of its samples."""
+    if not 0 < holdout < 1:
+        raise ValueError(f"holdout must lie in (0, 1), got {holdout!r}")
+    groups = np.asarray(groups)
+    if groups.ndim != 1:
+        raise ValueError(f"groups must be one label per sample [N], got shape {groups.shape}")
+    names = np.unique(groups)
+    if names.size < 2:
+        raise ValueError(f"groups must hold at least 2 distinct labels to split, got {names.size}")
+    _, held_names = split_indices(names.size, holdout, seed)
+    held = np.isin(groups, names[held_names])
+    return np.flatnonzero(~held), np.flatnonzero(held)
 
 
 def r2_score(truth: np.ndarray, predicted: np.ndarray) -> float:
@@ -178,14 +196,21 @@ def _check_targets(features: np.ndarray, targets: np.ndarray, task: str) -> np.n
 
 
 def probe_layers(features: np.ndarray, targets: np.ndarray, *, task: Task, holdout: float = 0.25, seed: int = 0,
-                 settings: ProbeSettings = ProbeSettings()) -> list[ProbeScore]:
+                 settings: ProbeSettings = ProbeSettings(), groups: np.ndarray | None = None) -> list[ProbeScore]:
     """Linear and MLP probe scores per layer of features [L+1, N, D] for targets [N] (labels) or [N] / [N, K].
 
-    Returns one ProbeScore per layer: held-out accuracy (classification) or R² (regression).
+    groups [N] (optional): a label per token (e.g. its sentence); whole groups are held out (`split_groups`),
+    otherwise tokens are (`split_indices`). Returns one ProbeScore per layer: held-out accuracy
+    (classification) or R² (regression).
     """
     targets = _check_targets(features, targets, task)
     classification = task == "classification"
-    train, held = split_indices(features.shape[1], holdout, seed)
+    if groups is None:
+        train, held = split_indices(features.shape[1], holdout, seed)
+    elif np.shape(groups) != (features.shape[1],):
+        raise ValueError(f"groups must have one label per token ({features.shape[1]}), got shape {np.shape(groups)}")
+    else:
+        train, held = split_groups(groups, holdout, seed)
     if classification:
         classes = int(targets.max()) + 1
         fit_to = _one_hot(targets, classes)

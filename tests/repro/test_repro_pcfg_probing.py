@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from icml26zoo import probing
 from icml26zoo.repro import pcfg_probing
 from icml26zoo.repro.common import Budget, Experiment
+from icml26zoo.train.runs import build_train_model
 
 TINY = Budget(steps=4, batch_size=2, seq_len=25)
 
@@ -37,3 +39,28 @@ def test_probe_targets_align_with_the_probed_tokens(tmp_path):
     # Position 0 of each sentence is <bos>: depth 0, no boundary, no completed constituent.
     assert not targets["depth"][starts].any() and not targets["constituents_ending"][starts].any()
     np.testing.assert_allclose(targets["next_token"].sum(axis=1), 1.0, rtol=1e-10)
+
+
+def test_probes_hold_out_whole_sentences(tmp_path, monkeypatch):
+    """No probed sentence has tokens on both sides of the probes' split: probe_rows passes each token's sentence
+    (its row of the mask) to probe_layers, which holds out whole sentences."""
+    config = pcfg_probing.cell_config(Experiment(tmp_path, budget=TINY), checkpoints=1)
+    inputs, targets = pcfg_probing.probe_data(config, 12)
+    sentences = pcfg_probing.token_sentences(inputs["mask"])
+    assert sentences.shape == (int(inputs["mask"].sum()),)
+    np.testing.assert_array_equal(np.bincount(sentences), inputs["mask"].sum(axis=1))
+    seen = []
+    split_groups = probing.split_groups
+
+    def recording(groups, holdout, seed):
+        train, held = split_groups(groups, holdout, seed)
+        seen.append((groups[train], groups[held]))
+        return train, held
+
+    monkeypatch.setattr(probing, "split_groups", recording)
+    model = build_train_model(config)
+    pcfg_probing.probe_rows(model, "untrained", inputs, {"depth": targets["depth"]}, seed=0)
+    assert seen
+    for train, held in seen:
+        assert set(train) | set(held) == set(range(12)) and not set(train) & set(held)
+        assert len(set(held)) == 3  # 25% of 12 sentences

@@ -59,6 +59,20 @@ def test_r2_and_ridge_closed_forms():
     np.testing.assert_allclose(weights, [1.0, -2.0, 0.5, 3.0], atol=1e-10)
 
 
+def test_group_split_holds_out_whole_groups(features):
+    groups = np.repeat(np.arange(8), 32)  # the 8 rows of 32 tokens
+    train, held = probing.split_groups(groups, 0.25, seed=3)
+    assert sorted(np.concatenate([train, held]).tolist()) == list(range(256))
+    assert not set(groups[train]) & set(groups[held]) and len(set(groups[held])) == 2
+    # probe_layers with groups uses that split: a target that is the group's label cannot be learnt across it.
+    scores = probing.probe_layers(features, groups.astype(np.int64), task="classification", groups=groups)
+    assert max(s.linear for s in scores) == 0.0
+    with pytest.raises(ValueError, match="groups must have one label per token \\(256\\)"):
+        probing.probe_layers(features, np.zeros(256), task="regression", groups=groups[:10])
+    with pytest.raises(ValueError, match="groups must hold at least 2 distinct labels"):
+        probing.split_groups(np.zeros(5), 0.25, 0)
+
+
 def test_bad_input_names_the_argument(features):
     with pytest.raises(ValueError, match="targets must have one row per token \\(256\\)"):
         probing.probe_layers(features, np.zeros(10, np.int64), task="classification")
