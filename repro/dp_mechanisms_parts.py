@@ -5,7 +5,7 @@ DP-SGD run. Each returns plain rows (dicts) for the tables."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +24,13 @@ def mog_row(eps: float, delta: float, decay_factors: Sequence[float], spacings: 
     """Analytic Gaussian vs the best MoG (of the searched family) in E|Z| and in E Z², at (ε, δ), Δ = 1.
 
     Every candidate is calibrated (`mog.mog_sigma` on 16 shifts); the two winners are re-checked on 256
-    shifts (`delta_check_*`: their δ there, which should not exceed δ)."""
+    shifts (`delta_check_*`: their δ there, which should not exceed δ). Printed σ values are rounded up to a
+    precision at which they still meet δ (`printed_sigma`): the settings' σ on the 16 calibration shifts, and
+    `gauss_sigma` (the analytic Gaussian's σ at 4 significant digits, the losses from the unrounded σ)."""
     sigma_g = gaussian.analytic_gaussian_sigma(eps, delta)
     l1_g, l2_g = gaussian.gaussian_expected_l1(sigma_g), gaussian.gaussian_expected_l2(sigma_g)
+    # The table prints 4 significant digits: store σ rounded up there, which still meets δ (δ falls with σ).
+    shown_g = float(printed_sigma(sigma_g, lambda s: gaussian.analytic_gaussian_delta(eps, s) <= delta, digits=4))
     candidates = []
     for factor in decay_factors:
         weights = mog.geometric_weights(eps * factor, MOG_RADIUS)
@@ -36,16 +40,42 @@ def mog_row(eps: float, delta: float, decay_factors: Sequence[float], spacings: 
             candidates.append({"factor": factor, "spacing": spacing, "sigma": sigma, "weights": weights,
                                "l1": mog.mog_expected_l1(sigma, weights, spacing),
                                "l2": mog.mog_expected_l2(sigma, weights, spacing)})
-    row = {"eps": eps, "delta": delta, "gauss_sigma": sigma_g, "gauss_l1": l1_g, "gauss_l2": l2_g}
+    row = {"eps": eps, "delta": delta, "gauss_sigma": shown_g, "gauss_l1": l1_g, "gauss_l2": l2_g}
     for loss in ("l1", "l2"):
         best = min(candidates, key=lambda c: c[loss])
         check = mog.mog_delta(eps, best["sigma"], best["weights"], best["spacing"],
                               s_grid=mog.default_shift_grid(1.0, VERIFY_SHIFTS))
+        meets = _mog_meets(eps, delta, best["weights"], best["spacing"])
         row |= {f"mog_{loss}": best[loss], f"{loss}_ratio": best[loss] / (l1_g if loss == "l1" else l2_g),
                 f"mog_{loss}_setting": f"lambda={eps * best['factor']:g}, m={best['spacing']:g}, "
-                                       f"sigma={best['sigma']:.3g}",
+                                       f"sigma={printed_sigma(best['sigma'], meets)}",
                 f"delta_check_{loss}": check}
     return row
+
+
+def _mog_meets(eps: float, delta: float, weights: np.ndarray, spacing: float) -> Callable[[float], bool]:
+    """σ -> whether the MoG (weights [2R + 1], spacing) with that σ meets (ε, δ) on the calibration shifts."""
+    grid = mog.default_shift_grid(1.0, CALIBRATION_SHIFTS)
+    return lambda sigma: mog.mog_delta(eps, sigma, weights, spacing, s_grid=grid) <= delta
+
+
+def ceil_significant(value: float, digits: int) -> float:
+    """`value` > 0 rounded up (towards +inf) at `digits` significant decimal digits, e.g. (0.25333, 3) -> 0.254."""
+    exponent = math.floor(math.log10(value)) - digits + 1
+    scaled = round(value / 10.0**exponent, 9)  # drops float noise below the last kept digit before the ceiling
+    return float(f"{math.ceil(scaled)}e{exponent}")
+
+
+def printed_sigma(sigma: float, meets: Callable[[float], bool], *, digits: int = 3) -> str:
+    """The shortest decimal text of σ rounded up at >= `digits` significant digits whose value still meets the
+    privacy target (`meets(σ')` True), so that a reader who takes the printed σ gets (ε, δ). δ need not fall
+    monotonically with σ for a mixture, hence the check at each precision; the full repr of `sigma` (which
+    the calibration made meet the target) if no shorter text does."""
+    for precision in range(digits, 16):
+        shown = ceil_significant(sigma, precision)
+        if meets(shown):
+            return f"{shown:.{precision}g}"
+    return repr(sigma)
 
 
 def sgg_member(eps: float, delta: float, dim: int, p: float, a_ratio: float, grid: tuple[int, int]) -> dict:

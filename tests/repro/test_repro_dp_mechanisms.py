@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from icml26zoo.privacy import accounting, gaussian
-from icml26zoo.repro import dp_mechanisms
+from icml26zoo.privacy import accounting, gaussian, mog
+from icml26zoo.repro import common, dp_mechanisms
 from icml26zoo.repro import dp_mechanisms_parts as parts
 
 
@@ -49,3 +49,31 @@ def test_dpsgd_run_learns_the_blobs_task():
     accuracy = parts.train_dpsgd("gaussian", {"scale": 1.0}, steps=20, batch_size=50, seed=0, clip_norm=1.0,
                                  learning_rate=0.5, train_size=500)
     assert accuracy > 0.6  # chance is 0.25
+
+
+def test_printed_sigmas_meet_delta_when_parsed_back():
+    """At (ε, δ) = (4, 1e-5) the calibrated MoG σ is 0.25333, and 0.253 (3 digits, rounded to nearest) gives
+    δ ≈ 1.17e-5: the printed σ of each setting and the printed Gaussian σ, parsed back, meet δ on the zoo's
+    accountants (the MoG's on the calibration shifts and on the 256 verification shifts)."""
+    eps, delta = 4.0, 1e-5
+    row = parts.mog_row(eps, delta, (1.0,), (1.0,))
+    weights = mog.geometric_weights(eps, parts.MOG_RADIUS)
+    for loss in ("l1", "l2"):
+        setting = dict(item.split("=") for item in row[f"mog_{loss}_setting"].split(", "))
+        assert (setting["lambda"], setting["m"]) == ("4", "1")
+        sigma = float(setting["sigma"])
+        for shifts in (parts.CALIBRATION_SHIFTS, parts.VERIFY_SHIFTS):
+            assert mog.mog_delta(eps, sigma, weights, 1.0, s_grid=mog.default_shift_grid(1.0, shifts)) <= delta
+    assert mog.mog_delta(eps, 0.253, weights, 1.0) > delta  # the old 3-digit print did not meet δ
+    shown = float(common.markdown_table([row], ("gauss_sigma",))[2].strip("| "))
+    assert gaussian.analytic_gaussian_delta(eps, shown) <= delta
+    assert shown == pytest.approx(gaussian.analytic_gaussian_sigma(eps, delta), rel=1e-3)
+
+
+def test_printed_sigma_rounds_up_until_the_target_is_met():
+    assert parts.ceil_significant(0.25332544606983964, 3) == 0.254
+    assert parts.ceil_significant(0.254, 3) == 0.254
+    assert parts.printed_sigma(0.25332544606983964, lambda s: True) == "0.254"
+    # A target met only from 0.2534 on: 3 digits (0.254) fail, so 4 digits are printed.
+    assert parts.printed_sigma(0.25332544606983964, lambda s: abs(s - 0.2534) < 1e-12) == "0.2534"
+    assert parts.printed_sigma(0.25332544606983964, lambda s: False) == "0.25332544606983964"
