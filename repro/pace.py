@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from icml26zoo.geometric.pace import pacenet_options
+from icml26zoo.models import ModelConfig
 from icml26zoo.repro import geometric
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names
 from icml26zoo.repro.registry import register_experiment
@@ -28,6 +30,20 @@ QUICK_ARGS = {"tiny": True}
 # One cell (the model; the baseline runs the same code) of 2 steps at the tiny size.
 SMOKE = Budget(steps=2, batch_size=4, seq_len=16, seeds=(0,))
 SMOKE_ARGS = {"roles": ("model",), "tiny": True}
+# Tokens per digit (2x2 patches of the 8x8 image): PACE sketches the covariance only when they exceed its rank.
+NUM_PATCHES = 16
+
+
+def check_sketch_exercised(model: ModelConfig, num_tokens: int = NUM_PATCHES) -> int:
+    """The sketch rank r of a pacenet ModelConfig whose PACE expansion is sketched on `num_tokens` tokens;
+    ValueError when it is not (another mixer or expansion, or r >= N, where the model uses the exact
+    covariance: the randomized sketch the paper's method rests on would then never run)."""
+    options = pacenet_options(model)
+    if options.attention != "pace" or options.expand != "sketch" or options.sketch_rank >= num_tokens:
+        raise ValueError(f"the pace experiment must exercise the sketched expansion: attention 'pace', expand "
+                         f"'sketch' and sketch_rank < N = {num_tokens} tokens, got attention={options.attention!r}, "
+                         f"expand={options.expand!r}, sketch_rank={options.sketch_rank}")
+    return options.sketch_rank
 
 
 @register_experiment("pace", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
@@ -46,9 +62,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
     roles = check_names("roles", roles, geometric.ROLES)
     geometric.check_common(budget, FAMILY, tiny=tiny)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
+    rank = check_sketch_exercised(geometric.cell_base(FAMILY, "model", experiment, tiny=tiny).model)
     trained = geometric.train_family(FAMILY, experiment, roles=roles, tiny=tiny)
     rows, columns = geometric.family_rows(FAMILY, trained)
     figure = geometric.training_figure(experiment, FAMILY, trained, rows, "accuracy", ylabel="test accuracy")
-    return experiment.write(rows, columns=columns, notes=geometric.common_notes(FAMILY, budget, trained, tiny=tiny),
+    notes = geometric.common_notes(FAMILY, budget, trained, tiny=tiny)
+    notes.append(f"PACE's expansion uses a Gaussian sketch of rank {rank} < N = {NUM_PATCHES} tokens, drawn "
+                 "afresh every training step (evaluation: the objective's fixed key).")
+    return experiment.write(rows, columns=columns, notes=notes,
                             figures={"training": figure},
                             title="PACENet vs set_transformer on zoo_digit_patches (360 held-out digits)")

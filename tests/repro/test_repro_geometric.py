@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from icml26zoo.configs import load_preset
+from icml26zoo.models import build_model
 from icml26zoo.repro import apt, geometric, pace, platonic, sola, spikenet
 from icml26zoo.repro.common import Budget, Experiment, parameter_count
 from icml26zoo.train.config import DataConfig
@@ -98,3 +101,21 @@ def test_bad_options_raise_before_anything_is_written(name, kwargs, message, tmp
     with pytest.raises(ValueError, match=message):
         MODULES[name].run(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()
+
+
+def test_pace_cells_exercise_the_sketch(tmp_path):
+    """The pace experiment's model has sketch rank r < N = 16 tokens at FULL and tiny sizes, so the forward
+    with the objective's key draws a sketch in every block (PaceNet.layer_keys); at r >= N it would use the
+    exact covariance, which check_sketch_exercised rejects."""
+    family = geometric.FAMILIES["pace"]
+    for budget, tiny in ((pace.FULL, False), (pace.SMOKE, True)):
+        model_config = geometric.cell_base(family, "model", Experiment(tmp_path / str(tiny), budget=budget),
+                                           tiny=tiny).model
+        assert pace.check_sketch_exercised(model_config) < pace.NUM_PATCHES == budget.seq_len
+        model = build_model(model_config, rngs=nnx.Rngs(0))
+        keys = model.layer_keys(pace.NUM_PATCHES, jax.random.key(1))
+        assert len(keys) == model_config.num_layers and all(key is not None for key in keys)
+    exact = dataclasses.replace(model_config, model_options=(*model_config.model_options, ("sketch_rank", 16)))
+    with pytest.raises(ValueError, match="sketch_rank < N = 16 tokens, got attention='pace', expand='sketch', "
+                                         "sketch_rank=16"):
+        pace.check_sketch_exercised(exact)
