@@ -86,14 +86,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_fits(config: TrainConfig) -> None:
-    """The model against the dataset and the mesh and batch size against this machine's devices (RunError)."""
+    """The model against the dataset, the data directory, the mesh and batch size against this machine's devices,
+    and the model against its options and this machine's memory (RunError): every check that would otherwise
+    fail inside `train()` or after it."""
     import jax
 
-    from icml26zoo.train.config_checks import check_fits_data
+    from icml26zoo.train.config_checks import check_data_dir, check_fits_data
+    from icml26zoo.train.fits import check_fits_model
     from icml26zoo.train.sharding import check_fits_devices
 
     check_fits_data(config)
+    check_data_dir(config)
     check_fits_devices(config.mesh_data, config.mesh_fsdp, config.batch_size, jax.device_count())
+    check_fits_model(config)
 
 
 if __name__ == "__main__":

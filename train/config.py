@@ -38,6 +38,7 @@ from icml26zoo.validation import (
 )
 
 __all__ = [
+    "MAX_SEED",
     "DataConfig",
     "OptimConfig",
     "TrainConfig",
@@ -50,6 +51,10 @@ __all__ = [
     "objective_options",
     "parse_value",
 ]
+
+
+# The largest `seed`: 2**32 - 1 (a uint32).
+MAX_SEED = 2**32 - 1
 
 
 def check_finite_floats(prefix: str, config: Any) -> None:
@@ -383,8 +388,11 @@ class TrainConfig:
         objective_options(self.objective, self.objective_options)
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
             check_int(name, getattr(self, name))
-        for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "seed", "spike_monitor_every"):
+        for name in ("eval_every", "eval_batches", "checkpoint_every", "sample_length", "spike_monitor_every"):
             check_int(name, getattr(self, name), minimum=0)
+        # The seed keys parameters, sampling (jax.random.key) and the data order (grain, numpy): a uint32
+        # fits them all, a larger int overflows one of them deep inside the run.
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_int("sample_top_k", self.sample_top_k, minimum=0)
         check_non_negative("sample_temperature", self.sample_temperature)
         if self.mesh_data != -1:
@@ -535,5 +543,8 @@ def parse_value(raw: str, hint: Any, key: str) -> Any:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             raise ValueError(f"config field {key!r} expects a Python tuple literal, got {raw!r}") from None
+        if not isinstance(value, tuple | list):
+            raise ValueError(f"config field {key!r} expects a Python tuple literal such as (('name', 1),), "
+                             f"got {raw!r}")
         return tuple(tuple(v) if isinstance(v, list) else v for v in value)
     raise ValueError(f"config field {key!r} has a type ({hint}) that cannot be set from the command line")

@@ -31,7 +31,7 @@ from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.config_checks import check_fits_data, configured_objective
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.flops import mesh_peak_flops, train_flops_per_token
-from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, read_metrics
+from icml26zoo.train.metrics import MetricWriter, create_writer, drop_records_after, json_safe, read_metrics
 from icml26zoo.train.monitor import flagged_steps
 from icml26zoo.train.plotting import plot_loss_curves
 from icml26zoo.train.progress import Progress
@@ -62,6 +62,20 @@ class NonFiniteError(RunError, FloatingPointError):
             f"{what} became non-finite at step {step}; stopping without checkpointing this state ({saved}); "
             "lower optim.learning_rate, enable optim.grad_clip_norm, or check the data for bad values"
         )
+
+
+class CheckpointWriteError(RunError):
+    """A checkpoint could not be written (a full disk, a quota, a read-only or vanished directory).
+
+    A `RunError` (the CLI prints its one-line message): it names the directory, the step that was not written,
+    the operating system's reason and the last checkpoint that was; those already on disk are left as they are.
+    """
+
+    def __init__(self, directory: str, step: int, last_saved: int | None, error: OSError) -> None:
+        self.step, self.last_saved = step, last_saved
+        last = f"last good checkpoint: step {last_saved}" if last_saved is not None else "no checkpoint was saved"
+        super().__init__(f"cannot write checkpoint step {step} to {directory}: {error.strerror or error}; stopping "
+                         f"({last}); free space there and run again to resume from it")
 
 
 def evaluate(run: Run, params: dict, batches: Iterable | None = None) -> dict[str, float]:
@@ -249,6 +263,8 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
             is_last = done == last_step
             if done % config.log_every == 0 or is_last or _checkpoint_due(config, done, is_last):
                 _raise_if_non_finite(pending, last_saved, checkpointer)
+                # The loss is taken before the update: the update itself can overflow the parameters.
+                _raise_if_non_finite_params(state, done, last_saved, checkpointer)
                 values = {k: float(v) for k, v in jax.device_get(metrics).items() if k.startswith("train/")}
                 values["train/loss"] = float(np.mean([float(loss) for _, loss in pending]))
                 values.update(_window_means(jax.device_get(pending_diagnostics)))
@@ -260,19 +276,21 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
                 pending, pending_diagnostics, window_start, window_steps = [], [], time.perf_counter(), 0
             if config.eval_every and done % config.eval_every == 0 and not is_last:
                 eval_metrics = run_eval(state.params)
+                _raise_if_non_finite_eval(eval_metrics, done, last_saved, checkpointer)
                 if eval_metrics:
                     writer.write(done, eval_metrics)
             if checkpointer is not None and _checkpoint_due(config, done, is_last):
                 _save(checkpointer, done, state, iterator.get_state(), last_saved)
                 last_saved = done
         if last_step == total_steps:
-            summary = finish(run, state, workdir, writer, run_eval(state.params), builtin_data=data is None)
+            eval_metrics = run_eval(state.params)
+            _raise_if_non_finite_eval(eval_metrics, last_step, last_saved, checkpointer)
+            summary = finish(run, state, workdir, writer, eval_metrics, builtin_data=data is None)
     finally:
         progress.close()
         writer.close()
         if checkpointer is not None:
-            checkpointer.wait()
-            checkpointer.close()
+            _finish_saves(checkpointer, last_saved)
     summary["state"] = state
     return summary
 
@@ -306,6 +324,23 @@ def _save(checkpointer: Checkpointer, step: int, state: TrainState, data_state: 
         checkpointer.save(step, state, data_state)
     except NonFiniteStateError as error:
         raise NonFiniteError(step, "training state", last_saved, checkpointer.directory) from error
+    except OSError as error:
+        # A full disk is a user error: one line naming what was and was not written, not Orbax's traceback flood.
+        raise CheckpointWriteError(checkpointer.directory, step, last_saved, error) from error
+
+
+def _finish_saves(checkpointer: Checkpointer, last_saved: int | None) -> None:
+    """Waits for the asynchronous saves and closes the checkpointer; a write that fails in the background (a
+    full disk) is a `CheckpointWriteError` naming the step being written, `last_saved`, and the newest before it."""
+    try:
+        checkpointer.wait()
+    except OSError as error:
+        if last_saved is None:  # Nothing was being written: not a failed save.
+            raise
+        earlier = [step for step in checkpointer.all_steps() if step < last_saved]
+        raise CheckpointWriteError(checkpointer.directory, last_saved, max(earlier, default=None), error) from error
+    finally:
+        checkpointer.close()
 
 
 def _raise_if_non_finite(pending: list[tuple[int, jax.Array]], last_saved: int | None,
@@ -314,6 +349,24 @@ def _raise_if_non_finite(pending: list[tuple[int, jax.Array]], last_saved: int |
     if bad is not None:
         directory = None if checkpointer is None else checkpointer.directory
         raise NonFiniteError(bad, "training loss", last_saved, directory)
+
+
+def _raise_if_non_finite_params(state: TrainState, step: int, last_saved: int | None,
+                                checkpointer: Checkpointer | None) -> None:
+    """NonFiniteError when a floating parameter holds NaN or inf (checked whether or not the run checkpoints)."""
+    leaves = [leaf for leaf in jax.tree.leaves(state.params) if jnp.issubdtype(leaf.dtype, jnp.floating)]
+    if leaves and not bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))):
+        directory = None if checkpointer is None else checkpointer.directory
+        raise NonFiniteError(step, "the parameters", last_saved, directory)
+
+
+def _raise_if_non_finite_eval(metrics: dict[str, float], step: int, last_saved: int | None,
+                              checkpointer: Checkpointer | None) -> None:
+    """NonFiniteError when an eval metric (e.g. eval/loss) is NaN or inf."""
+    bad = sorted(name for name, value in metrics.items() if not math.isfinite(value))
+    if bad:
+        directory = None if checkpointer is None else checkpointer.directory
+        raise NonFiniteError(step, ", ".join(bad), last_saved, directory)
 
 
 def _abstract(state: TrainState, shardings: TrainState) -> TrainState:
@@ -344,7 +397,8 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWri
             summary["spike/flagged_steps"] = markers
         if builtin_data and config.sample_length and data_lib.bytes_per_token(config.data):
             summary["sample"] = sample_text(run, state.params, config)
-        (workdir / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()}, indent=2))
+        # json_safe: strict JSON (a non-finite number as the string metrics.jsonl uses, not a bare NaN).
+        (workdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     return summary
 
 

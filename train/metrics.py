@@ -19,7 +19,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import jax
@@ -35,6 +35,7 @@ __all__ = [
     "TensorBoardWriter",
     "create_writer",
     "drop_records_after",
+    "json_safe",
     "read_metrics",
 ]
 
@@ -95,6 +96,28 @@ def _json_value(value: float | int) -> float | int | str:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
+
+
+def json_safe(value: object) -> object:
+    """`value` (nested dicts, lists and tuples of plain values) with each non-finite float as the string
+    metrics.jsonl uses (``"NaN"``, ``"Infinity"``, ``"-Infinity"``), so `json.dumps(..., allow_nan=False)` writes
+    strict JSON; e.g. a run's summary.json."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return _json_value(value) if isinstance(value, float) else value
+
+
+def _lines(path: str | os.PathLike) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of each line of `path`; text None for a line that is not UTF-8 (a corrupted or
+    foreign line), which the readers skip rather than end a resume on."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield lineno, None
 
 
 class JsonlWriter:
@@ -212,23 +235,25 @@ def create_writer(workdir: str | os.PathLike, *, tensorboard: bool,
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """Reads a metrics.jsonl file back, in file order, with ``"NaN"``/``"Infinity"`` strings as floats.
 
-    A line that does not parse (the torn last line of a killed run) is skipped with a warning.
+    A line that does not parse (the torn last line of a killed run) or is not UTF-8 is skipped with a warning.
     """
     records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                warnings.warn(f"{os.fspath(path)}:{lineno}: skipping unparsable line ({err})", stacklevel=2)
-                continue
-            if not isinstance(record, dict) or "step" not in record:
-                warnings.warn(f"{os.fspath(path)}:{lineno}: skipping a record without 'step'", stacklevel=2)
-                continue
-            records.append({k: _NON_FINITE.get(v, v) if isinstance(v, str) else v
-                            for k, v in record.items()})
+    for lineno, line in _lines(path):
+        if line is None:
+            warnings.warn(f"{os.fspath(path)}:{lineno}: skipping a line that is not UTF-8", stacklevel=2)
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            warnings.warn(f"{os.fspath(path)}:{lineno}: skipping unparsable line ({err})", stacklevel=2)
+            continue
+        if not isinstance(record, dict) or "step" not in record:
+            warnings.warn(f"{os.fspath(path)}:{lineno}: skipping a record without 'step'", stacklevel=2)
+            continue
+        records.append({k: _NON_FINITE.get(v, v) if isinstance(v, str) else v
+                        for k, v in record.items()})
     return records
 
 
@@ -243,19 +268,20 @@ def drop_records_after(path: str | os.PathLike, step: int) -> int:
     if not os.path.exists(path):
         return 0
     kept, removed = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                removed += 1
-                continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
-                removed += 1
-                continue
-            kept.append(line if line.endswith("\n") else line + "\n")
+    for _, line in _lines(path):
+        if line is not None and not line.strip():
+            continue
+        try:
+            record = json.loads(line) if line is not None else None
+        except json.JSONDecodeError:
+            record = None
+        if record is None:  # Not UTF-8 or not JSON (a torn last line): dropped.
+            removed += 1
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
+            removed += 1
+            continue
+        kept.append(line if line.endswith("\n") else line + "\n")
     if removed:
         temporary = f"{path}.tmp"
         with open(temporary, "w", encoding="utf-8") as f:

@@ -17,6 +17,8 @@ from icml26zoo.train.data.sources import mqar_config, nucleotide_config
 class PystdlibDataset(Dataset):
     """The running interpreter's standard library sources, one document per file."""
 
+    labelled = False
+
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
         return pystdlib.make_builder(directory)
 
@@ -24,6 +26,8 @@ class PystdlibDataset(Dataset):
 @register_dataset("nucleotide")
 class NucleotideDataset(Dataset):
     """Synthetic DNA, one ASCII byte per base, one document per sequence."""
+
+    labelled = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
         return nucleotide.ZooNucleotide.for_config(directory, nucleotide_config(data))
@@ -35,6 +39,7 @@ class MqarDataset(Dataset):
     per row (an answer without its key-value pairs is unlearnable)."""
 
     byte_level = False
+    labelled = False
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
         return mqar.ZooMqar.for_config(directory, mqar_config(data))
@@ -77,6 +82,7 @@ class TfdsDataset(Dataset):
     """Any TFDS dataset the user has prepared under data_dir, read as bytes from data.text_feature."""
 
     buildable = False
+    labelled = False  # text read as bytes from data.text_feature, no label
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
         return prepared_tfds_builder(data, directory, "tfds:")

@@ -38,6 +38,10 @@ class Dataset:
     byte_level: bool = True
     # Whether the zoo builds it (its own TFDS builder); other datasets must already be prepared.
     buildable: bool = True
+    # Whether its batches carry `labels` (one per row, for objectives such as "classification"): True, False,
+    # or None when only the prepared data tells (checked when a batch is read). The CLI refuses a labelled
+    # objective on a dataset that says False before anything is built (`train.config_checks`).
+    labelled: bool | None = None
 
     def builder(self, data: DataConfig, directory: str) -> tfds.core.DatasetBuilder:
         """The TFDS builder of `data` under `directory` (prepared or not)."""

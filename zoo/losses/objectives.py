@@ -90,3 +90,7 @@ def classification_objective(
     require_batch_fields("classification", batch, LABELLED_FIELDS, dataset="topics")
     pooled, row_weight = pooled_logits(_logits(model, batch), batch["segment_ids"])
     return _result(weighted_cross_entropy(pooled, batch["labels"], row_weight))
+
+
+# Read by the train CLI's pre-flight checks: a dataset whose rows carry no labels is refused before training.
+classification_objective.needs_labels = True

@@ -192,6 +192,8 @@ def muon_finetune(
         check_concrete(check_non_negative, "consistent_rms", consistent_rms)
     if ns_dtype not in NS_DTYPES:
         raise ValueError(f"ns_dtype must be one of {list(NS_DTYPES)}, got {ns_dtype!r}")
+    # Checked for every ns_coeffs: with the standard triple, 0 or fewer steps would skip orthogonalisation.
+    check_int("ns_steps", ns_steps)
     coeffs = ns_coefficients(ns_coeffs, ns_steps)
     routing = routing or muon_dimension_numbers
     muon = optax.contrib.muon(

@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from icml26zoo.optim.hparams import optimizer_options
 from icml26zoo.privacy.mechanisms import noise_sampler
 from icml26zoo.registry import register_optimizer
-from icml26zoo.validation import check_positive
+from icml26zoo.validation import check_int, check_positive, check_unit_interval
 
 __all__ = ["DpSgdOptions", "clip_per_example", "dp_sgd", "dp_update", "noise_key_state", "per_example_grads",
            "private_aggregate", "privatize"]
@@ -176,4 +176,6 @@ def _dp_sgd_factory(learning_rate: optax.ScalarOrSchedule, cfg: Any) -> optax.Gr
     options = optimizer_options(cfg, "dp_sgd", DpSgdOptions)
     check_positive("clip_norm", options.clip_norm, finite=True)
     noise_sampler(options.noise, **options.noise_params())
+    check_unit_interval("momentum", options.momentum)  # optax.sgd takes any float; >= 1 diverges
+    check_int("seed", options.seed, minimum=0, maximum=2**32 - 1)  # jax.random.key overflows beyond
     return optax.chain(noise_key_state(options.seed), optax.sgd(learning_rate, options.momentum or None))
