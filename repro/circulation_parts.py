@@ -73,7 +73,7 @@ def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig, tokens: np.
                 values[name].append(float(measures[name]))
 
     record(fresh.params)
-    with Checkpointer(cell_dir / "checkpoints", keep=config.keep_checkpoints, async_save=False) as checkpointer:
+    with Checkpointer(cell_dir / "checkpoints", read_only=True) as checkpointer:
         saved = sorted(checkpointer.all_steps())
         for step in saved:
             record(checkpointer.restore(step, abstract)[0].params)

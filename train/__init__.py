@@ -1,6 +1,6 @@
 """The shared training loop: config, data, step, checkpoints, metrics, eval, CLI.
 
-`load_run(workdir, step=None) -> (config, model, state)` reopens a finished run (see `train.runs`).
+`load_run(workdir, step=None) -> (config, model, state)` reopens a run, finished or still training (see `train.runs`).
 """
 
 import sys as _sys

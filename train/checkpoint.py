@@ -17,7 +17,12 @@ Three project rules are enforced here rather than left to each caller:
   caller's check, warning once (one line) about every step it skips;
 * exactly `keep` steps remain: the manager is never re-listed while its own saves or deletions are in
   flight (a re-list mid-save made Orbax lose count and keep one step too many, or fail on a step its
-  background thread was deleting).
+  background thread was deleting);
+* readers never disturb the writer: ``Checkpointer(..., read_only=True)`` (what `load_run` opens) creates,
+  cleans up and deletes nothing. It opens no `CheckpointManager` (whose start-up deletes every
+  ``<step>.orbax-checkpoint-tmp*`` folder -- a live run's save in flight, which then died mid-commit) and
+  reads committed step folders with a plain Orbax checkpointer; a step the live run prunes while it is
+  being read sends the reader on to the run's newer steps instead of reporting it damaged.
 
 All methods are collective in a multi-process run: call them from every process with the same arguments;
 Orbax coordinates which process writes what.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -41,7 +47,7 @@ from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, v
 from icml26zoo.train.errors import CheckpointError
 from icml26zoo.validation import check_bool, check_int
 
-__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError", "saved_steps"]
+__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError", "saved_steps", "steps_in_flight"]
 
 _STATE_ITEM = "state"
 _DATA_ITEM = "data"
@@ -49,6 +55,13 @@ _CHECKSUM_ITEM = "checksums"
 _DATA_KEY = "data_state"
 # Error texts from TensorStore can run to kilobytes; warnings and exceptions keep the first line, cut here.
 _MAX_ERROR_CHARS = 300
+# Orbax writes step N into `N.orbax-checkpoint-tmp*` and renames it to `N` on commit.
+_IN_FLIGHT = re.compile(r"(\d+)\.orbax-checkpoint-tmp")
+# How often a reader moves on to a live run's newer steps after the one it read was pruned under it; past
+# this the run prunes faster than the reader reads (keep_checkpoints too small) and the failures are reported.
+_MAX_CHASES = 8
+# How often a listing is retried when a step vanishes between the directory read and its check.
+_LISTING_TRIES = 5
 
 
 class NonFiniteStateError(ValueError):
@@ -70,15 +83,27 @@ class Checkpointer:
       keep: how many of the newest checkpoints to keep; older ones are deleted after each save.
       async_save: write to disk in a background thread; `save` returns once arrays are copied off the
         devices. Call `wait` (or `close`) before reading the files or exiting.
+      read_only: open for reading only (`keep` and `async_save` are ignored): nothing is created, cleaned
+        up or deleted, so a live run may keep writing here; `save` and `prune` raise CheckpointError.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = True,
+                 read_only: bool = False):
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path, got {directory!r}")
         check_int("keep", keep)
         check_bool("async_save", async_save)
+        self.read_only = check_bool("read_only", read_only)
         # Orbax wants an absolute path; resolving here also makes messages unambiguous.
         self.directory = os.path.abspath(os.fspath(directory))
+        # Steps that failed to restore in `restore_latest`; a later save past them deletes them (see
+        # `_drop_superseded`), because they would otherwise block saves at their step numbers.
+        self._unreadable: set[int] = set()
+        self._manager: ocp.CheckpointManager | None = None
+        if read_only:
+            # A plain checkpointer reads one committed step folder and touches nothing else.
+            self._reader = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+            return
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             enable_async_checkpointing=async_save,
@@ -87,9 +112,6 @@ class Checkpointer:
             create=True,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
-        # Steps that failed to restore in `restore_latest`; a later save past them deletes them (see
-        # `_drop_superseded`), because they would otherwise block saves at their step numbers.
-        self._unreadable: set[int] = set()
 
     def save(self, step: int, state: Any, data_state: Mapping[str, Any] | None = None, *,
              force: bool = False) -> bool:
@@ -104,6 +126,7 @@ class Checkpointer:
           ValueError: bad `step`, an unsupported leaf in `state`, or `data_state` not JSON-serializable.
         """
         step = check_int("step", step, minimum=0)
+        manager = self._writer("save")
         _check_state_leaves(state, "state")
         bad_path = _first_non_finite_leaf(state)
         if bad_path is not None:
@@ -119,7 +142,13 @@ class Checkpointer:
             _DATA_ITEM: ocp.args.JsonSave(payload),
             _CHECKSUM_ITEM: ocp.args.JsonSave(checksums),
         })
-        return bool(self._manager.save(step, args=args, force=force))
+        return bool(manager.save(step, args=args, force=force))
+
+    def _writer(self, action: str) -> ocp.CheckpointManager:
+        """The manager that writes and deletes; CheckpointError for a read-only Checkpointer."""
+        if self._manager is None:
+            raise CheckpointError(f"cannot {action} in {self.directory}: it was opened read-only")
+        return self._manager
 
     def _drop_superseded(self, step: int) -> None:
         """Deletes unreadable checkpoints at or after `step`: the run has moved past them.
@@ -160,19 +189,26 @@ class Checkpointer:
         """
         abstract = _to_abstract(abstract_state)
         # A restore racing our own pending save could see a step that is still being written.
-        self._manager.wait_until_finished()
+        self.wait()
         steps = sorted(self._reloaded_steps(), reverse=True)
         if not steps:
             return None
         # Installed before the first attempt: a failing restore's stray callbacks can fire while it unwinds.
         quiet_closed_event_loop()
         failures: list[tuple[int, str]] = []
-        for step in steps:
+        chases = 0
+        while steps:
+            step = steps.pop(0)
             try:
                 state, data_state = self._restore_step(step, abstract)
                 if check_data_state is not None:
                     check_data_state(step, data_state)
             except Exception as err:  # Any failure to read a step makes it unusable; report and go on.
+                newer = self._moved_on(step, {s for s, _ in failures}) if chases < _MAX_CHASES else None
+                if newer is not None:
+                    chases += 1
+                    steps = newer
+                    continue
                 failures.append((step, _describe(err)))
                 warnings.warn(
                     f"checkpoint step {step} in {self.directory} is unreadable, skipping it: "
@@ -186,6 +222,21 @@ class Checkpointer:
         listing = "; ".join(f"step {s}: {e}" for s, e in failures)
         raise CheckpointRestoreError(f"no readable checkpoint in {self.directory} (tried {listing})")
 
+    def _moved_on(self, step: int, failed: set[int]) -> list[int] | None:
+        """For a reader: the steps to try instead of `step` (newest first) when a live run pruned `step` while
+        it was read, or committed a newer one since; None when `step` is simply unreadable.
+
+        A run deletes a step only after committing a newer one, so a failed read with a newer step on disk
+        is no evidence of damage; warning about it would cry wolf on every pruned read.
+        """
+        if not self.read_only:
+            return None
+        fresh = self._reloaded_steps()
+        if step in fresh and max(fresh) <= step:
+            return None
+        newer = sorted((s for s in fresh if s not in failed and s != step), reverse=True)
+        return newer or None
+
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict | None]:
         """Restores checkpoint `step` exactly (no fallback) as ``(state, data_state)``, checksums verified.
 
@@ -198,6 +249,9 @@ class Checkpointer:
         try:
             return self._restore_step(step, _to_abstract(abstract_state))
         except Exception as error:  # Orbax and TensorStore raise many types for damaged files.
+            if step not in self._reloaded_steps():
+                raise CheckpointRestoreError(f"checkpoint step {step} in {self.directory} was deleted while it was "
+                                             "read (the run writing there keeps only its newest steps)") from None
             raise CheckpointRestoreError(f"checkpoint step {step} in {self.directory} cannot be read "
                                          f"({_describe(error)})") from None
 
@@ -211,7 +265,10 @@ class Checkpointer:
             _DATA_ITEM: ocp.args.JsonRestore(),
             _CHECKSUM_ITEM: ocp.args.JsonRestore(),
         })
-        restored = self._manager.restore(step, args=args)
+        if self._manager is None:
+            restored = self._reader.restore(os.path.join(self.directory, str(step)), args=args)
+        else:
+            restored = self._manager.restore(step, args=args)
         payload = restored[_DATA_ITEM]
         if not isinstance(payload, dict) or _DATA_KEY not in payload:
             raise ValueError(f"data item is {payload!r}, expected a dict with key {_DATA_KEY!r}")
@@ -246,17 +303,22 @@ class Checkpointer:
         `protect` keeps a step that a fallback past corrupt newer steps restored.
         """
         check_int("keep", keep)
+        manager = self._writer("prune")
         steps = sorted(self._reloaded_steps(), reverse=True)
         doomed = sorted(step for step in steps[keep:] if step != protect)
         for step in doomed:
-            self._manager.delete(step)
+            manager.delete(step)
         return doomed
 
     def latest_step(self) -> int | None:
         """Newest step on disk, or None. It may be unreadable; `restore_latest` falls back past it."""
+        if self._manager is None:
+            return max(saved_steps(self.directory), default=None)
         return self._manager.latest_step()
 
     def _reloaded_steps(self) -> list[int]:
+        if self._manager is None:
+            return saved_steps(self.directory)
         # Re-list the directory: another process or a crash may have changed it since the manager cached it.
         # Never while our own save or deletion is in flight: Orbax's background thread would race the re-list.
         self._manager.wait_until_finished()
@@ -269,10 +331,14 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Blocks until every pending asynchronous save is on disk."""
-        self._manager.wait_until_finished()
+        if self._manager is not None:
+            self._manager.wait_until_finished()
 
     def close(self) -> None:
         """Waits for pending saves and releases Orbax's threads."""
+        if self._manager is None:
+            self._reader.close()
+            return
         self._manager.wait_until_finished()
         self._manager.close()
 
@@ -287,11 +353,30 @@ def saved_steps(directory: str | os.PathLike) -> list[int]:
     """The finalized checkpoint steps under `directory`, ascending; [] when it does not exist.
 
     Read from the directory listing without opening a manager, so nothing is created or cleaned up: for
-    deciding whether a workdir holds a run before anything is built.
+    deciding whether a workdir holds a run before anything is built, and for readers of a live run's
+    checkpoints (a step folder appears only once its save is committed).
     """
-    if not os.path.isdir(directory):
-        return []
+    for _ in range(_LISTING_TRIES):
+        if not os.path.isdir(directory):
+            return []
+        try:
+            return sorted(ocp.utils.checkpoint_steps(directory))
+        except FileNotFoundError:
+            continue  # a live run deleted or committed a step between the listing and its check: list again
     return sorted(ocp.utils.checkpoint_steps(directory))
+
+
+def steps_in_flight(directory: str | os.PathLike) -> list[int]:
+    """Steps whose save has started and not been committed under `directory`, ascending ([] when none).
+
+    Their temporary folders are a live run's saves in flight, or leftovers of a save that a crash cut
+    short (the next start of the run removes those).
+    """
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted({int(match.group(1)) for name in names if (match := _IN_FLIGHT.match(name))})
 
 
 def _check_state_leaves(state: Any, name: str) -> None:

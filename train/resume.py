@@ -182,7 +182,10 @@ def record_start(prior: PriorRun, config: TrainConfig, changes: dict[str, tuple[
         if prior.exists:
             log.warning("workdir %s holds a run but no %s; recording this start's config as its config",
                         prior.workdir, CONFIG_FILE)
-        path.write_text(config.to_json())
+        # Written whole, then renamed into place: a reader of the live run (load_run) never sees half of it.
+        partial = path.with_name(f"{CONFIG_FILE}.partial")
+        partial.write_text(config.to_json())
+        partial.replace(path)
     record = {
         "step": step,
         "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

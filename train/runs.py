@@ -6,14 +6,16 @@ loading a run builds its abstract state.
 
 A run writes `config.json` (`TrainConfig.to_json`) and checkpoints under `<workdir>/checkpoints/`;
 `load_run` reads both back, so a notebook or script can evaluate, sample from or fine-tune a trained model
-without repeating the run's command line. Load from a run that has finished or stopped: opening the
-checkpoints clears the temporary folders of interrupted saves, which a live run may still be writing.
+without repeating the run's command line. Loading never disturbs a run that is still training there: the
+checkpoints are opened read-only (nothing in the workdir is created, cleaned up or deleted), the newest
+*committed* step is loaded, and one log line says when a newer step is still being written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import pathlib
 from typing import Any
 
@@ -23,7 +25,7 @@ from flax import nnx
 
 from icml26zoo.lora import add_lora
 from icml26zoo.models import build_model
-from icml26zoo.train.checkpoint import Checkpointer, CheckpointRestoreError
+from icml26zoo.train.checkpoint import Checkpointer, CheckpointRestoreError, steps_in_flight
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.config_checks import configured_objective
 from icml26zoo.train.errors import CheckpointError, RunError
@@ -38,6 +40,9 @@ from icml26zoo.train.optim import (
 )
 from icml26zoo.train.sharding import make_mesh, tree_shardings
 from icml26zoo.train.step import TrainState, make_eval_step, make_train_step
+from icml26zoo.train.workdir import live_holder
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -130,6 +135,10 @@ def load_run(
     holds the parameters, optimizer state, step counter and RNG key data, laid out on the run's mesh
     rebuilt over `devices` (default: all devices).
 
+    A run may still be training in `workdir`: nothing there is created, cleaned up or deleted, the newest
+    committed checkpoint is loaded (a step the run prunes while it is read is replaced by its newer one),
+    and a newer step still being written is logged in one warning line.
+
     Example::
 
         from icml26zoo.train import load_run
@@ -139,18 +148,24 @@ def load_run(
         _, old_model, _ = load_run("runs/tiny", step=25)
 
     Raises:
-      CheckpointError: the workdir has no config.json, no checkpoint, no checkpoint at `step`, or none
-        that can be read; the message names the workdir and what is missing.
+      CheckpointError: the workdir does not exist, has no config.json, no checkpoint (or none committed
+        yet by the run training there), no checkpoint at `step`, or none that can be read; the message
+        names the workdir and what is missing.
       RunError: config.json does not describe a valid config (names the file and the field).
     """
     workdir = pathlib.Path(workdir)
-    config = read_config(workdir)
+    # Read first: a run that starts or ends during the load only makes the messages below less specific.
+    writer = live_holder(workdir)
+    config = read_config(workdir, writer)
     directory = workdir / "checkpoints"
     if not directory.is_dir():
+        if writer is not None:
+            raise CheckpointError(f"workdir {str(workdir)!r} has no committed checkpoint yet (the run training "
+                                  f"there, {writer}, has not saved one)")
         raise CheckpointError(f"workdir {str(workdir)!r} has no checkpoints/ folder (the run saved none: "
                               f"checkpoint_every={config.checkpoint_every})")
-    with Checkpointer(directory, keep=config.keep_checkpoints, async_save=False) as checkpointer:
-        check_step(checkpointer, step, workdir)
+    with Checkpointer(directory, read_only=True) as checkpointer:
+        check_step(checkpointer, step, workdir, writer)
         # A fine-tune's checkpoint holds every parameter: its init_from run is not needed to reopen it.
         run, fresh = build_run(dataclasses.replace(config, init_from=None), devices)
         abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fresh,
@@ -158,14 +173,24 @@ def load_run(
         # Freed now: the restored state takes its place on the devices.
         del fresh
         state = restore(checkpointer, abstract, step, workdir)
+    report_in_flight(workdir, int(state.step), writer)
     model = nnx.merge(run.graphdef, state.params)
     return config, model, state
 
 
-def read_config(workdir: pathlib.Path) -> TrainConfig:
-    """The TrainConfig in `<workdir>/config.json`; CheckpointError when missing, RunError when invalid."""
+def read_config(workdir: pathlib.Path, writer: str | None = None) -> TrainConfig:
+    """The TrainConfig in `<workdir>/config.json`; CheckpointError when missing, RunError when invalid.
+
+    `writer` names the run holding the workdir's lock (`live_holder`), for the message when a starting run
+    has not written config.json yet.
+    """
+    if not workdir.is_dir():
+        raise CheckpointError(f"workdir {str(workdir)!r} does not exist or is not a directory")
     path = workdir / "config.json"
     if not path.is_file():
+        if writer is not None:
+            raise CheckpointError(f"workdir {str(workdir)!r} has no config.json yet (the run training there, "
+                                  f"{writer}, is starting)")
         raise CheckpointError(f"workdir {str(workdir)!r} has no config.json (not the workdir of a training run)")
     try:
         return TrainConfig.from_json(path.read_text())
@@ -173,9 +198,12 @@ def read_config(workdir: pathlib.Path) -> TrainConfig:
         raise RunError(f"{path}: {error}") from None
 
 
-def check_step(checkpointer: Checkpointer, step: int | None, workdir: pathlib.Path) -> None:
+def check_step(checkpointer: Checkpointer, step: int | None, workdir: pathlib.Path, writer: str | None = None) -> None:
     """CheckpointError unless the checkpoints hold `step` (None: any step), before anything is built."""
     steps = checkpointer.all_steps()
+    if not steps and writer is not None:
+        raise CheckpointError(f"workdir {str(workdir)!r} has no committed checkpoint yet (the run training there, "
+                              f"{writer}, has not finished its first save)")
     if not steps:
         raise CheckpointError(f"workdir {str(workdir)!r} has no checkpoint in {checkpointer.directory}")
     if step is not None and step not in steps:
@@ -197,6 +225,19 @@ def restore(checkpointer: Checkpointer, abstract: TrainState, step: int | None, 
     except CheckpointRestoreError as error:
         raise CheckpointError(f"workdir {str(workdir)!r}: {error}") from None
     return state
+
+
+def report_in_flight(workdir: pathlib.Path, loaded: int, writer: str | None) -> None:
+    """Logs one warning line when a step newer than `loaded` is still being written (or was cut short)."""
+    newer = [s for s in steps_in_flight(workdir / "checkpoints") if s > loaded]
+    if not newer:
+        return
+    if writer is not None:
+        log.warning("workdir %s: loaded step %d, the newest committed one; step %d is still being written by the "
+                    "run training there (%s)", workdir, loaded, newer[-1], writer)
+    else:
+        log.warning("workdir %s: loaded step %d; the save of step %d was cut short (no run holds the workdir; "
+                    "its next start removes the leftover)", workdir, loaded, newer[-1])
 
 
 def initial_params(init_from: str | pathlib.Path, abstract_params: dict) -> dict:

@@ -24,7 +24,7 @@ import socket
 
 from icml26zoo.train.errors import WorkdirError
 
-__all__ = ["WorkdirLock", "check_workdir", "claim_workdir", "lock_file_name"]
+__all__ = ["WorkdirLock", "check_workdir", "claim_workdir", "live_holder", "lock_file_name"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,41 @@ def claim_workdir(workdir: str | os.PathLike, process_index: int = 0) -> tuple[p
     path = check_workdir(workdir)
     lock = WorkdirLock(path, lock_file_name(process_index))
     return path, lock.acquire()
+
+
+def live_holder(workdir: str | os.PathLike) -> str | None:
+    """Who holds `workdir`'s lock now ('pid P on host H, started T'), None when no run does; changes nothing.
+
+    For readers, which must not disturb the run: the lock file is read, never created, and its flock is
+    never taken, not even shared for an instant (a run starting in that instant would be refused as if
+    another run held the workdir). A record naming a pid that is gone on this host is a stale lock (its run
+    was killed); a record from another host is taken as live, which a reader only reports.
+    """
+    try:
+        fd = os.open(pathlib.Path(workdir) / lock_file_name(0), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        record = _read_holder(fd)
+    finally:
+        os.close(fd)
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    if record.get("host") == socket.gethostname() and not _pid_alive(pid):
+        return None
+    return _describe_holder(record)
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def _read_holder(fd: int) -> dict:

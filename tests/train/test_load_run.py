@@ -1,7 +1,14 @@
 """`load_run` reopens a CLI run: config.json read back exactly, parameters bit-identical to the run's final
-state, a model whose logits match, a named step, and one-line errors for workdirs without a run."""
+state, a model whose logits match, a named step, one-line errors for workdirs without a run, and a workdir
+that a run holds read without a change (test_live_readers.py reads a live run)."""
 
 from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +19,10 @@ from flax import nnx
 from icml26zoo.configs import load_preset
 from icml26zoo.train import load_run, loop
 from icml26zoo.train.__main__ import main
+from icml26zoo.train.checkpoint import Checkpointer
 from icml26zoo.train.config import apply_overrides
 from icml26zoo.train.errors import CheckpointError
+from icml26zoo.train.workdir import WorkdirLock
 
 # XLA's cheap pipeline: the restored model is compared with the run's own state and logits, both computed here.
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -78,8 +87,54 @@ def test_load_run_at_a_named_step_onto_one_device(finished_run):
 
 
 def test_load_run_names_what_the_workdir_lacks(finished_run, tmp_path):
+    with pytest.raises(CheckpointError, match=r"workdir '.*missing' does not exist"):
+        load_run(tmp_path / "missing")
     with pytest.raises(CheckpointError, match="has no config.json"):
         load_run(tmp_path)
     (tmp_path / "config.json").write_text((finished_run[0] / "config.json").read_text())
     with pytest.raises(CheckpointError, match="has no checkpoints/ folder"):
         load_run(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match="has no checkpoint in"):
+        load_run(tmp_path)
+    with WorkdirLock(tmp_path), pytest.raises(CheckpointError, match=rf"no committed checkpoint yet \(the run "
+                                                                  rf"training there, pid {os.getpid()} on host"):
+        load_run(tmp_path)
+
+
+def listing(root: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its (size, mtime in ns): any change a reader makes shows."""
+    return {str(path.relative_to(root)): (path.stat().st_size, path.stat().st_mtime_ns) for path in root.rglob("*")}
+
+
+def test_load_run_reads_a_held_workdir_without_changing_it(finished_run, tmp_path, caplog):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished_run[0], workdir)
+    # Step 6's save in flight: Orbax writes a step into `<step>.orbax-checkpoint-tmp*` and renames it on commit.
+    in_flight = workdir / "checkpoints" / "6.orbax-checkpoint-tmp"
+    shutil.copytree(workdir / "checkpoints" / "4", in_flight)
+    with WorkdirLock(workdir):  # this process stands in for the run that holds the workdir
+        holder = json.loads((workdir / ".lock").read_text())
+        before = listing(workdir)
+        with caplog.at_level(logging.WARNING, logger="icml26zoo.train.runs"):
+            _, _, state = load_run(workdir, devices=jax.devices()[:1])
+        assert listing(workdir) == before
+    del before[".lock"]  # emptied when the lock is released
+    assert int(state.step) == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        f"workdir {workdir}: loaded step 4, the newest committed one; step 6 is still being written by the run "
+        f"training there (pid {os.getpid()} on host {holder['host']}, started {holder['started']})"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="icml26zoo.train.runs"):
+        load_run(workdir, devices=jax.devices()[:1])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"workdir {workdir}: loaded step 4; the save of step 6 was cut short (no run holds the workdir; its next "
+        "start removes the leftover)"]
+    assert in_flight.is_dir()
+    with Checkpointer(workdir / "checkpoints", read_only=True) as checkpointer:
+        for action in (lambda: checkpointer.prune(1), lambda: checkpointer.save(5, {"x": np.zeros(2)})):
+            with pytest.raises(CheckpointError, match="opened read-only"):
+                action()
+    after = listing(workdir)
+    assert after.pop(".lock")[0] == 0
+    assert after == before
