@@ -28,6 +28,7 @@ TINY = Budget(steps=1, batch_size=1, seq_len=32)
     (pbs_attn, {"block": 16, "segment": 32, "densities": ()}, r"densities must hold at least one value"),
     (fp8_rank_aware, {"headroom": 1.5}, r"headroom must be a number in \(0, 1\], got 1.5"),
     (fp8_rank_aware, {"eval_rows": 0}, r"eval_rows must be an integer >= 1, got 0"),
+    (fp8_rank_aware, {"sweep_trials": 0}, r"sweep_trials must be an integer >= 1, got 0"),
 ])
 def test_bad_options_raise_before_anything_is_written(module, kwargs, message, tmp_path):
     with pytest.raises(ValueError, match=message):
@@ -52,3 +53,15 @@ def test_the_needle_task_reads_the_byte_corpus():
     task = needle_task(512, seed=3)
     assert task.q.shape == (1, 512, 2, 64) and list(task.questions) == list(range(504, 512))
     np.testing.assert_array_equal(needle_task(512, seed=3).answers, task.answers)
+
+
+def test_fp8_rank_sweep_reports_tightness_and_overflow_rates_across_ranks():
+    """The rank sweep's rank-aware bound is tighter than the rank-agnostic one below full rank (equal at r = d),
+    no draw exceeds it or overflows at its scale (δ = 1e-6), nor at the spectral scale, which is always safe."""
+    rows = fp8_rank_aware.rank_sweep(trials=30, dims=(64,), ranks=(1, 16, 64))
+    assert [r["rank"] for r in rows] == [1, 16, 64] and all(r["draws"] == 30 for r in rows)
+    ratios = [r["rank_aware_over_agnostic"] for r in rows]
+    assert ratios[0] < ratios[1] < ratios[2] == pytest.approx(1.0)
+    for row in rows:
+        assert row["max_over_rank_aware_max"] < 1.0 and row["overflow_rate_rank_aware"] == 0.0
+        assert row["overflow_rate_spectral"] == 0.0 and 0.0 < row["max_over_rank_aware_median"]

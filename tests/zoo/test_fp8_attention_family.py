@@ -1,6 +1,6 @@
 """The FP8-logit option on every softmax-family mixer (attention, goat, fox, fix, circulation; issue 18 item 3).
 
-For each mixer, ONE compiled program runs the fp32 mixer, the "rank_aware" FP8 mixer and a "static" FP8 mixer
+For each mixer, ONE compiled program runs the fp32 mixer, the "spectral" FP8 mixer and a "static" FP8 mixer
 with a naive amax scale calibrated on x (same parameters) on one batch of packed rows: B rows of x and B rows of
 the planted large-logit transient 4x (q·k logits 16x), plus the shared overflow counter
 `fp8_scaling.logit_stats` on the same q, k, per half.
@@ -93,11 +93,11 @@ def _naive_scale(name, exact, x):
     return float(jax.jit(amax)(x))
 
 
-def _fix_cores(exact, rank_aware, x, positions, segments):
+def _fix_cores(exact, spectral, x, positions, segments):
     """FiX's u before the output norm: the FP8 path's and the fp32 op's (reference implementation)."""
     q, k, v = exact._project_qkv(x, positions)
     gates = exact.log_value_gate(x), exact.log_scalar_gate(x)
-    fp8 = rank_aware._attend_fp8(x, q, k, v, *gates, segments)
+    fp8 = spectral._attend_fp8(x, q, k, v, *gates, segments)
     fp32 = value_forget_attention(q, k, v, gates[0], log_fgate=gates[1], segment_ids=segments,
                                   implementation="reference")
     return fp8, fp32
@@ -106,11 +106,11 @@ def _fix_cores(exact, rank_aware, x, positions, segments):
 @pytest.fixture(scope="module", params=list(MIXERS))
 def run(request):
     """Builds one mixer's three variants and runs them in one compiled program on a batch of 2B packed rows:
-    the first B rows hold x, the last B the transient 4x (so the rank-aware scale sees the transient's ρ)."""
+    the first B rows hold x, the last B the transient 4x (so the spectral scale sees the transient's ρ)."""
     name = request.param
     x = jax.random.normal(jax.random.key(3), (B, T, D))
     exact = _build(name)
-    rank_aware = _variant(name, exact, (("fp8_logits", "rank_aware"),))
+    spectral = _variant(name, exact, (("fp8_logits", "spectral"),))
     static = _variant(name, exact, (("fp8_logits", "static"), ("fp8_scale", _naive_scale(name, exact, x))))
     adapter, segments = MIXERS[name][2], jnp.concatenate([SEGMENTS, SEGMENTS])
     positions, mask = jnp.concatenate([POSITIONS, POSITIONS]), attention_mask(T, segments)
@@ -119,9 +119,9 @@ def run(request):
     def compute(x):
         both = jnp.concatenate([x, BIG * x])
         out = {name: mixer(both, segment_ids=segments, positions=positions)[0]
-               for name, mixer in (("exact", exact), ("rank_aware", rank_aware), ("static", static))}
+               for name, mixer in (("exact", exact), ("spectral", spectral), ("static", static))}
         q, k, v, logit_scale = adapter(exact, both, positions)
-        for mode, mixer in (("rank_aware", rank_aware), ("static", static)):
+        for mode, mixer in (("spectral", spectral), ("static", static)):
             scales = mixer.fp8_scales(both, positions) if name == "goat" else mixer.fp8_scales(both)
             out[f"scales_{mode}"] = scales
             for tag, rows in (("x", slice(0, B)), ("big", slice(B, 2 * B))):
@@ -129,20 +129,20 @@ def run(request):
                                                              logit_scale=logit_scale)
         out["max_v"] = jnp.max(jnp.abs(v[:B]))
         if name == "fix":
-            out["u_fp8"], out["u_fp32"] = _fix_cores(exact, rank_aware, both, positions, segments)
+            out["u_fp8"], out["u_fp32"] = _fix_cores(exact, spectral, both, positions, segments)
         return out
 
     return name, exact, jax.tree.map(np.asarray, compute(x))
 
 
-def test_fp8_logits_match_fp32_within_the_e4m3_bound_at_the_rank_aware_scale(run):
+def test_fp8_logits_match_fp32_within_the_e4m3_bound_at_the_spectral_scale(run):
     name, exact, out = run
-    stats, scales = out["stats_rank_aware_x"], out["scales_rank_aware"]
+    stats, scales = out["stats_spectral_x"], out["scales_spectral"]
     eps = 2.0**-4 * float(stats["max_abs_logit"]) + 2.0**-10 / float(scales.min())
     assert int(stats["overflows"]) == 0
     assert 0 < float(stats["max_abs_error"]) <= eps * (1 + 1e-5)  # the cast rounds, within half a step
     spread = math.expm1(2 * eps) * float(out["max_v"])
-    got, want = out["rank_aware"][:B], out["exact"][:B]
+    got, want = out["spectral"][:B], out["exact"][:B]
     if name == "fix":
         assert float(np.max(np.abs(out["u_fp8"][:B] - out["u_fp32"][:B]))) <= spread + 1e-5
         assert np.max(np.abs(got - want)) <= 0.1 * np.max(np.abs(want))
@@ -152,7 +152,7 @@ def test_fp8_logits_match_fp32_within_the_e4m3_bound_at_the_rank_aware_scale(run
     assert np.any(got != want)  # the FP8 path really ran
 
 
-def test_a_naive_scale_overflows_on_the_transient_where_the_rank_aware_scale_does_not(run):
+def test_a_naive_scale_overflows_on_the_transient_where_the_spectral_scale_does_not(run):
     _, _, out = run
     # The amax scale fits the logits it was calibrated on: no overflow, finite outputs on those rows ...
     assert int(out["stats_static_x"]["overflows"]) == 0
@@ -160,11 +160,11 @@ def test_a_naive_scale_overflows_on_the_transient_where_the_rank_aware_scale_doe
     # ... but the 16x logits of the transient overflow it, and the E4M3 cast makes the mixer's output NaN.
     assert int(out["stats_static_big"]["overflows"]) > 0
     assert np.any(np.isnan(out["static"][B:]))
-    # The rank-aware scale comes from the weights and this call's token norms: no overflow, finite output,
+    # The spectral scale comes from the weights and this call's token norms: no overflow, finite output,
     # and the transient's logits use a fair part of the range (headroom u = 0.8 at most).
-    safe = out["stats_rank_aware_big"]
+    safe = out["stats_spectral_big"]
     assert int(safe["overflows"]) == 0
-    assert np.all(np.isfinite(out["rank_aware"]))
+    assert np.all(np.isfinite(out["spectral"]))
     assert 0.05 < float(safe["utilization"]) <= 0.8 * (1 + 1e-5)
 
 

@@ -19,8 +19,9 @@ iteration on Gram matrices and the GQA forms below are reconstructions (the pape
 
 The FP8-logit option of the softmax-family mixers (attention, goat, fox, fix) is this one shared piece:
 `FP8LogitOptions` (the three option fields every mixer's options inherit), `FP8Logits` (validation naming the
-field; the per-head scale s_h, "static" or "rank_aware" from a bound B̂_h the mixer composes with
-`weight_bound` / `gain_bound`), `quantize_logits` / `fp8_attention_weights` / `fp8_attention` (the logits
+field; the per-head scale s_h, "static", or from a bound B̂_h the mixer composes with `weight_bound` /
+`gain_bound`: "rank_aware", the probabilistic rank-aware bound, or "spectral", the deterministic ρ_max² σ_max
+bound, which never uses the rank), `quantize_logits` / `fp8_attention_weights` / `fp8_attention` (the logits
 s_h·S cast to E4M3 and divided by s_h, softmax in float32) and `logit_stats` (the overflow counter and the
 FP8 error of one call's logits).
 """
@@ -40,12 +41,16 @@ from icml26zoo.validation import check_choice, check_interval, check_positive
 __all__ = ["E4M3_MAX", "FP8_LOGIT_MODES", "FP8LogitOptions", "FP8Logits", "amax_scale", "cast_e4m3",
            "deterministic_bound", "fp8_attention", "fp8_attention_weights", "gain_bound", "group_sigmas",
            "head_norm_products", "head_sigmas", "logit_stats", "overflow_count", "power_iteration_top_eigenvalue",
-           "probabilistic_bound", "qk_logits", "quantize_logits", "scale_from_bound", "split_heads",
+           "probabilistic_bound", "qk_logits", "quantize_logits", "scale_from_bound", "split_heads", "tail_factor",
            "weight_bound"]
 
 E4M3_MAX = 448.0
 HIGHEST = jax.lax.Precision.HIGHEST
-FP8_LOGIT_MODES = ("off", "rank_aware", "static")
+FP8_LOGIT_MODES = ("off", "rank_aware", "spectral", "static")
+# The bound modes (scales from the weights): the rank-aware tail bound and the deterministic spectral bound.
+BOUND_MODES = ("rank_aware", "spectral")
+# δ of the "rank_aware" mode: the bound holds for all T² logits of a call with probability >= 1 − δ (isotropic model).
+RANK_AWARE_DELTA = 1e-6
 # Power-iteration steps of the rank-aware scale in each forward (a cold start: no vector is kept between calls).
 FP8_POWER_ITERATIONS = 20
 
@@ -134,14 +139,24 @@ def deterministic_bound(sigma: jax.Array, rho_q: jax.Array | float, rho_k: jax.A
     return jnp.asarray(rho_q, jnp.float32) * jnp.asarray(rho_k, jnp.float32) * sigma / math.sqrt(head_dim)
 
 
-def probabilistic_bound(sigma: jax.Array, rho: float, head_dim: int, rank: int, length: int,
-                        delta: float = 1e-6) -> jax.Array:
-    """The rank-aware tail bound (ρ² σ / √d_h)(√r √(2 log(2T²/δ)) + 2 log(2T²/δ)) on max|S| over T² pairs of
-    isotropic sub-Gaussian tokens (covariance ρ² I); holds with probability ≥ 1 − δ under that model only."""
+def tail_factor(rank: int, length: int, delta: float = RANK_AWARE_DELTA) -> float:
+    """√r √(2 log(2T²/δ)) + 2 log(2T²/δ): the Hanson-Wright factor of the rank-aware bound (‖M‖_F ≤ √r σ_max)
+    with a union bound over the T² logits; rank r >= 1, length T >= 1, δ in (0, 1)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    for name, value in (("rank", rank), ("length", length)):
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     log_term = math.log(2 * length**2 / delta)
-    return rho**2 * sigma / math.sqrt(head_dim) * (math.sqrt(rank) * math.sqrt(2 * log_term) + 2 * log_term)
+    return math.sqrt(rank) * math.sqrt(2 * log_term) + 2 * log_term
+
+
+def probabilistic_bound(sigma: jax.Array, rho: float, head_dim: int, rank: int, length: int,
+                        delta: float = RANK_AWARE_DELTA) -> jax.Array:
+    """The rank-aware tail bound (ρ² σ / √d_h)(√r √(2 log(2T²/δ)) + 2 log(2T²/δ)) on max|S| over T² pairs of
+    isotropic sub-Gaussian tokens (covariance ρ² I, ρ the per-coordinate scale); holds with probability ≥ 1 − δ
+    under that model only. With rank = d (the model width) it is the rank-agnostic bound."""
+    return rho**2 * sigma / math.sqrt(head_dim) * tail_factor(rank, length, delta)
 
 
 def scale_from_bound(bound: jax.Array, headroom: float = 0.8) -> jax.Array:
@@ -161,8 +176,8 @@ def amax_scale(logits: jax.Array, headroom: float = 0.8) -> jax.Array:
 class FP8LogitOptions:
     """The FP8-logit fields of a softmax-family mixer's `cfg.mixer_options`; its options dataclass inherits them.
 
-    fp8_logits: "off" | "rank_aware" | "static"; fp8_scale: the "static" scale (finite, > 0); fp8_headroom: u in
-    (0, 1] of the "rank_aware" scale. `FP8Logits.from_options` validates them.
+    fp8_logits: "off" | "rank_aware" | "spectral" | "static"; fp8_scale: the "static" scale (finite, > 0);
+    fp8_headroom: u in (0, 1] of the "rank_aware" and "spectral" scales. `FP8Logits.from_options` validates them.
     """
 
     fp8_logits: str = "off"
@@ -197,27 +212,40 @@ class FP8Logits:
         return self.mode != "off"
 
     def scales(self, num_heads: int, bound: Callable[[], jax.Array]) -> jax.Array:
-        """The per-head scales s [H] float32, gradient-free: fp8_scale ("static") or u·448/B̂_h ("rank_aware",
-        B̂ = bound(), [H] or a scalar; only called in that mode)."""
+        """The per-head scales s [H] float32, gradient-free: fp8_scale ("static") or u·448/B̂_h ("rank_aware" or
+        "spectral", B̂ = bound(), [H] or a scalar, computed by the mixer for `self.mode`; only called then)."""
         if self.mode == "static":
             return jnp.full((num_heads,), self.static_scale, jnp.float32)
-        if self.mode != "rank_aware":
-            raise ValueError(f"FP8 scales need fp8_logits 'rank_aware' or 'static', got {self.mode!r}")
+        if self.mode not in BOUND_MODES:
+            raise ValueError(f"FP8 scales need fp8_logits 'rank_aware', 'spectral' or 'static', got {self.mode!r}")
         bounds = jnp.broadcast_to(jnp.asarray(bound(), jnp.float32), (num_heads,))
         return jax.lax.stop_gradient(scale_from_bound(bounds, self.headroom))
 
 
 def weight_bound(q_kernel: jax.Array, k_kernel: jax.Array, num_heads: int, num_kv_heads: int, x: jax.Array, *,
-                 rotary: bool, logit_scale: float, iterations: int = FP8_POWER_ITERATIONS) -> jax.Array:
-    """B̂_h = ρ² c_h · logit_scale [H] with ρ the largest row norm of the mixer input x [B, T, D].
+                 rotary: bool, logit_scale: float, iterations: int = FP8_POWER_ITERATIONS,
+                 mode: str = "spectral") -> jax.Array:
+    """B̂_h [H] on logit_scale·|q_i·k_j| for q = x_i W_Q,h and k = x̃_j W_K,g(h), from the mixer input x [B, T, D].
 
-    It bounds logit_scale·|q_i·k_j| for q = x_i W_Q,h and k = x̃_j W_K,g(h), x̃_j any convex combination of
-    rows of x (so also after a token shift): c_h = σ_max(W_Q,h W_K,gᵀ), or ‖W_Q,h‖₂‖W_K,g‖₂ when a rotation
-    (RoPE) sits between q and k. Kernels [D, H·d_h] and [D, Hkv·d_h], bias-free projections."""
+    c_h = σ_max(W_Q,h W_K,gᵀ), or ‖W_Q,h‖₂‖W_K,g‖₂ when a rotation (RoPE) sits between q and k (it bounds the
+    rotated product's σ_max, whose rank stays <= d_h). Kernels [D, H·d_h] and [D, Hkv·d_h], bias-free.
+
+    mode "spectral": B̂_h = ρ_max² c_h · logit_scale, ρ_max the largest row norm of x; deterministic, for x̃_j
+    any convex combination of rows of x (so also after a token shift).
+    mode "rank_aware": B̂_h = ρ² c_h · logit_scale · tail_factor(d_h, T, RANK_AWARE_DELTA), ρ² = the mean of
+    ‖x_t‖²/D over the tokens (the per-coordinate variance of isotropic tokens) and r = d_h >= rank(W_Q,h W_K,gᵀ):
+    the rank-aware bound (Emadi, ICML 2026; reconstruction), which holds with probability >= 1 − δ over the T²
+    logits when the tokens are isotropic sub-Gaussian, and not otherwise (massive activations break it)."""
+    if mode not in BOUND_MODES:
+        raise ValueError(f"mode must be one of {list(BOUND_MODES)}, got {mode!r}")
     spectral = head_norm_products if rotary else head_sigmas
     factor = spectral(q_kernel, k_kernel, num_heads, num_kv_heads, iterations)
-    rho = jnp.max(jnp.linalg.norm(x.astype(jnp.float32), axis=-1))
-    return rho * rho * factor * logit_scale
+    squares = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1)
+    if mode == "spectral":
+        return jnp.max(squares) * factor * logit_scale
+    head_dim = q_kernel.shape[1] // num_heads
+    variance = jnp.mean(squares) / x.shape[-1]
+    return variance * factor * logit_scale * tail_factor(head_dim, x.shape[1])
 
 
 def gain_bound(q_gain: jax.Array, k_gain: jax.Array, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -300,14 +328,15 @@ def logit_stats(q: jax.Array, k: jax.Array, mask: jax.Array, scale: jax.Array, *
 def projection_scales(fp8: FP8Logits, x: jax.Array, *, q_proj: Any, k_proj: Any, q_norm: Any, k_norm: Any,
                       heads: int, kv_heads: int, head_dim: int, rotary: bool) -> jax.Array:
     """Per-head scales s [H] float32 for a mixer whose q, k are linear projections of x [B, T, D] with logits
-    q·k/√d: the QK-norm gain bound when q_norm is set, else the W_Q W_Kᵀ weight bound."""
+    q·k/√d: the QK-norm gain bound when q_norm is set (both bound modes: normalized q, k are not isotropic
+    tokens, and the gain bound is already attained), else the W_Q W_Kᵀ weight bound of the mode."""
     logit_scale = head_dim**-0.5
 
     def bound() -> jax.Array:
         if q_norm is not None:
             return gain_bound(q_norm.scale[...], k_norm.scale[...], heads, kv_heads, head_dim, logit_scale)
         return weight_bound(q_proj.kernel[...], k_proj.kernel[...], heads, kv_heads, x, rotary=rotary,
-                            logit_scale=logit_scale)
+                            logit_scale=logit_scale, mode=fp8.mode)
 
     return fp8.scales(heads, bound)
 

@@ -129,15 +129,18 @@ class Attention(nnx.Module):
       fp8_logits (str, default "off"): hold the logits S = q·k/√Dh in FP8 E4M3 in the training / scoring
         forward (an option shared with goat, fox, fix and circulation; `zoo.layers.fp8_scaling.fp8_attention`:
         cast s_h·S to float8_e4m3fn, divide by s_h, softmax in float32; an overflow past ±448 gives NaN, as
-        JAX's cast does). "rank_aware": s_h = u·448/B̂_h from the weights (Emadi, ICML 2026; reconstruction):
-        B̂_h = ρ² c_h/√Dh with ρ the largest token norm of the mixer input in this call and
-        c_h = σ_max(W_Q,h W_K,hᵀ) (power iteration), or ‖W_Q,h‖₂‖W_K,h‖₂ with RoPE (the rotation between q
-        and k voids the product's bound); with qk_norm, B̂ = √Dh max|γ_q| max|γ_k| from the norm gains alone.
-        No overflow is possible with it. "static": s_h = fp8_scale for every head (e.g. an amax-calibrated
+        JAX's cast does). "spectral" and "rank_aware": s_h = u·448/B̂_h from the weights (Emadi, ICML 2026;
+        reconstruction), with c_h = σ_max(W_Q,h W_K,hᵀ) (power iteration), or ‖W_Q,h‖₂‖W_K,h‖₂ with RoPE (the
+        rotation between q and k voids the product's bound). "spectral": B̂_h = ρ_max² c_h/√Dh with ρ_max the
+        largest token norm of the mixer input in this call; deterministic, no overflow is possible with it.
+        "rank_aware": the rank-aware tail bound B̂_h = ρ² c_h/√Dh · (√Dh·√(2ℓ) + 2ℓ), ℓ = log(2T²/δ),
+        δ = 1e-6, ρ² the mean squared token norm / D (`fp8_scaling.weight_bound`): it holds with probability
+        ≥ 1 − δ for isotropic tokens only. With qk_norm both use B̂ = √Dh max|γ_q| max|γ_k| from the norm
+        gains alone. "static": s_h = fp8_scale for every head (e.g. an amax-calibrated
         scale). Cached decoding keeps float32 logits (the cache does not keep the inputs' norms), so it
         matches the forward only up to the FP8 rounding.
       fp8_scale (float, default 1.0): the "static" scale (> 0).
-      fp8_headroom (float, default 0.8): u ∈ (0, 1] of the "rank_aware" scale.
+      fp8_headroom (float, default 0.8): u ∈ (0, 1] of the "rank_aware" and "spectral" scales.
       prefill (str, default "dense"): "pbs" runs PBS-Attn (`zoo.longctx.pbs`, permuted block-sparse
         attention) on a multi-token chunk written into an empty cache; decode steps and the training
         forward stay dense. With pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None).

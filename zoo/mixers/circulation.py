@@ -36,9 +36,10 @@ Options (`cfg.mixer_options`):
   adaptive_beta (bool, False): also β_eff = β(1 − η_M); needs adaptive.
   causal (bool, True): causal attention (the zoo's LM setting); False is the paper's non-causal
     (bidirectional) attention within each segment.
-  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+  fp8_logits ("off" | "rank_aware" | "spectral" | "static", "off"),
+    fp8_scale (1.0), fp8_headroom (0.8): as the attention
     mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training / scoring forward casts
-    s_h·ℓ_α/√d_h (and the base logits of H_org) to E4M3 and divides by s_h. "rank_aware": q_i·k_j and k_i·q_j
+    s_h·ℓ_α/√d_h (and the base logits of H_org) to E4M3 and divides by s_h. "spectral": q_i·k_j and k_i·q_j
     are both bounded by ρ²σ_max(W_Q,h W_K,gᵀ), so B̂_h = max(1, max|c₁| + |c₂|)·ρ²σ_h/√d_h (ρ the call's
     largest token norm; per-token c₁, c₂ when adaptive). Cached decoding keeps float32 logits.
   prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
@@ -243,7 +244,8 @@ class CirculationAttention(nnx.Module):
             alpha, _ = self.blend_coefficients(stats)
             coefficient = jnp.max(jnp.abs((1.0 + jnp.asarray(alpha)) / 2.0) + jnp.abs((1.0 - jnp.asarray(alpha)) / 2.0))
             spectral = fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads,
-                                                self.num_kv_heads, x, rotary=False, logit_scale=self.head_dim**-0.5)
+                                                self.num_kv_heads, x, rotary=False, logit_scale=self.head_dim**-0.5,
+                                                mode=self.fp8.mode)
             return jnp.maximum(coefficient, 1.0) * spectral
 
         return self.fp8.scales(self.num_heads, bound)

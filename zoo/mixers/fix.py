@@ -30,11 +30,12 @@ Options (`cfg.mixer_options`):
   cache ("decayed" | "pruned", "decayed"): the decode cache, see below.
   prune_eps (float, 1e-6), cache_capacity (None | int, None = max_len): the pruned cache's threshold and
       slots; giving either with another cache raises.
-  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+  fp8_logits ("off" | "rank_aware" | "spectral" | "static", "off"),
+      fp8_scale (1.0), fp8_headroom (0.8): as the attention
       mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
       forward leaves the op for its materialized XLA form (O(T²·Dv) memory, whatever `implementation` says):
       P from s_h·q·k/√d cast to E4M3 and divided by s_h, the scalar gate sums added in float32, then the
-      per-channel decays of kernels/value_forget_attention/reference.py. "rank_aware": B̂_h =
+      per-channel decays of kernels/value_forget_attention/reference.py. "spectral": B̂_h =
       ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE), ρ the call's largest token norm. Cached
       decoding keeps float32 logits.
 
@@ -165,7 +166,7 @@ class FineGrainedForgettingAttention(nnx.Module):
         def bound() -> jax.Array:
             return fp8_scaling.weight_bound(self.q_proj.kernel[...], self.k_proj.kernel[...], self.num_heads,
                                             self.num_kv_heads, x, rotary=self.options.rope,
-                                            logit_scale=self.head_dim**-0.5)
+                                            logit_scale=self.head_dim**-0.5, mode=self.fp8.mode)
 
         return self.fp8.scales(self.num_heads, bound)
 

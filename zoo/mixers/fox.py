@@ -28,11 +28,12 @@ computed by `kernels.forgetting_attention`. Options (`cfg.mixer_options`):
     k̃_t = α_t·k_{t−1} + (1 − α_t)·k_t with α_t = σ(W_α x_t) one scalar per kv head (own W_α for v),
     never across a segment start; output_norm: per-head RMSNorm of the attention output; output_gate:
     o ← o ⊙ σ(W_g x) before o_proj.
-  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (1.0), fp8_headroom (0.8): as the attention
+  fp8_logits ("off" | "rank_aware" | "spectral" | "static", "off"),
+    fp8_scale (1.0), fp8_headroom (0.8): as the attention
     mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): when on, the training / scoring
     forward leaves the fused op for a materialized XLA path (`fp8_scaling.fp8_attention`, O(T²) memory,
     whatever `implementation` says) that casts s_h·q·k/√d to E4M3, divides by s_h and adds the gate sums in
-    float32. "rank_aware": B̂_h = ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE; the token shift mixes
+    float32. "spectral": B̂_h = ρ²σ_max(W_Q,h W_K,hᵀ)/√d (‖W_Q,h‖₂‖W_K,h‖₂ with RoPE; the token shift mixes
     inputs convexly, so ρ, the call's largest token norm, still bounds it), or with qk_norm
     √d max|γ_q,h| max|γ_k,h|. Cached decoding keeps float32 logits.
 

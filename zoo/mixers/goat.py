@@ -32,11 +32,12 @@ Options (`cfg.mixer_options`):
   training_seq_len (int, cfg.max_seq_len): T_train in φ(j). Fixed (never the current length) so cached
       decoding sees the same features as the full forward and the features extrapolate.
   prior_scale (float, 1.0): s, the sink-term scale.
-  fp8_logits ("off" | "rank_aware" | "static", "off"), fp8_scale (float, 1.0), fp8_headroom (float, 0.8): as
+  fp8_logits ("off" | "rank_aware" | "spectral" | "static", "off"),
+      fp8_scale (float, 1.0), fp8_headroom (float, 0.8): as
       the attention mixer's (zoo/layers/fp8_scaling.py, docs/papers/fp8_rank_aware.md): the training /
       scoring forward casts s_h·(q_total·k_total) to E4M3, divides by s_h and adds the recency bias in
       float32, through the materialized XLA path (`fp8_scaling.fp8_attention`, not jax.nn's kernel).
-      "rank_aware" bounds the logit by ρ²σ_max(W_Q,c W_K,cᵀ)/√D_c (content channels, ρ the largest token
+      "spectral" bounds the logit by ρ²σ_max(W_Q,c W_K,cᵀ)/√D_c (content channels, ρ the largest token
       norm of the call) plus Σ_r √(A_r² + B_r²) (the Fourier lanes) plus max|u_bounded(j)| over the call's
       positions, so it cannot overflow. Cached decoding keeps float32 logits.
   prefill ("dense" | "pbs", "dense"), pbs_tau (0.9), pbs_block (128), pbs_segment (256), pbs_max_blocks (None):
@@ -193,7 +194,8 @@ class GOATAttention(nnx.Module):
         def bound() -> jax.Array:
             wq = self.q_proj.kernel[...].reshape(d, heads, self.head_dim)[..., :dc].reshape(d, heads * dc)
             wk = self.k_proj.kernel[...].reshape(d, kv_heads, self.head_dim)[..., :dc].reshape(d, kv_heads * dc)
-            content = fp8_scaling.weight_bound(wq, wk, heads, kv_heads, x, rotary=False, logit_scale=dc**-0.5)
+            content = fp8_scaling.weight_bound(wq, wk, heads, kv_heads, x, rotary=False, logit_scale=dc**-0.5,
+                                               mode=self.fp8.mode)
             prior = jnp.zeros((kv_heads,), jnp.float32)
             if self.lambda_sym is not None:
                 prior = prior + jnp.sum(jnp.hypot(self.lambda_sym[...], self.lambda_asym[...]), axis=-1)
