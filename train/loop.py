@@ -391,8 +391,11 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWri
     if jax.process_index() == 0:
         metrics_path = workdir / "metrics.jsonl"
         markers = flagged_steps(read_metrics(metrics_path))
+        unigram = summary.get("eval/unigram_bits_per_byte")
+        baselines = {} if unigram is None else {"unigram (byte frequencies)": unigram}
         summary["plot"] = plot_loss_curves(metrics_path, workdir / "loss_curve.png", markers=markers,
-                                           diagnostics=plotted_metrics(configured_objective(config)))
+                                           diagnostics=plotted_metrics(configured_objective(config)),
+                                           baselines=baselines)
         if config.spike_monitor_every:
             summary["spike/flagged_steps"] = markers
         if builtin_data and config.sample_length and data_lib.bytes_per_token(config.data):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from icml26zoo.train.metrics import read_metrics
 from icml26zoo.validation import is_integer, is_number
 
-__all__ = ["BPB_KEYS", "LOSS_KEYS", "plot_loss_curves"]
+__all__ = ["BPB_KEYS", "LOSS_KEYS", "loss_figure", "plot_loss_curves"]
 
 LOSS_KEYS = ("train/loss", "eval/loss")
 BPB_KEYS = ("eval/bits_per_byte",)
@@ -54,25 +54,33 @@ def _draw(ax: Axes, records: list[dict], keys: Sequence[str], ylabel: str) -> bo
     return drew
 
 
-def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLike, *,
-                     title: str | None = None, markers: Sequence[int] = (), diagnostics: Sequence[str] = ()) -> str:
-    """Plots loss (and bits-per-byte, if logged) against step from `metrics_path` into `png_path`.
+def _checked_baselines(baselines: Mapping[str, float] | None) -> dict[str, float]:
+    if baselines is None:
+        return {}
+    if not isinstance(baselines, Mapping) or not all(isinstance(k, str) and is_number(v) for k, v in baselines.items()):
+        raise ValueError(f"baselines must map names to numbers, got {baselines!r}")
+    return {name: float(value) for name, value in baselines.items() if math.isfinite(value)}
+
+
+def loss_figure(metrics_path: str | os.PathLike, *, title: str | None = None, markers: Sequence[int] = (),
+                diagnostics: Sequence[str] = (), baselines: Mapping[str, float] | None = None) -> Figure:
+    """The loss figure of `metrics_path`: loss against step, bits per byte on a second panel (if logged), the
+    named train diagnostics on a last one.
 
     Args:
       metrics_path: a metrics.jsonl written by `train.metrics.JsonlWriter`.
-      png_path: output image; its directory is created if missing.
       title: figure title.
       markers: steps to flag with dashed vertical lines (e.g. predicted loss spikes).
       diagnostics: metric names drawn on a last panel ("train diagnostics") when any record has them.
-
-    Returns:
-      `png_path` as a string.
+      baselines: label -> bits per byte, drawn as dotted horizontal lines on the bits-per-byte panel (e.g. the
+        eval split's unigram entropy, the score of a model that learned only byte frequencies).
     """
     if not os.path.isfile(metrics_path):
         raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} is not a file")
     markers = list(markers)
     if not all(is_integer(m) for m in markers):
         raise ValueError(f"markers must be integer steps, got {markers!r}")
+    lines = _checked_baselines(baselines)
     records = read_metrics(metrics_path)
     if not any(_series(records, key)[0] for key in LOSS_KEYS):
         raise ValueError(f"metrics_path {os.fspath(metrics_path)!r} has no finite {' or '.join(LOSS_KEYS)}")
@@ -89,6 +97,9 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, (keys, label) in zip(axes[:, 0], panels, strict=True):
         _draw(ax, records, keys, label)
+        if keys == BPB_KEYS:
+            for name, value in lines.items():
+                ax.axhline(value, color="gray", linestyle=":", linewidth=1.0, label=name)
         for i, step in enumerate(markers):
             # One legend entry for all markers, not one per line.
             ax.axvline(step, color="red", linestyle="--", linewidth=0.8, alpha=0.7,
@@ -98,7 +109,23 @@ def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLik
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return fig
 
+
+def plot_loss_curves(metrics_path: str | os.PathLike, png_path: str | os.PathLike, *,
+                     title: str | None = None, markers: Sequence[int] = (), diagnostics: Sequence[str] = (),
+                     baselines: Mapping[str, float] | None = None) -> str:
+    """Plots loss (and bits-per-byte, if logged) against step from `metrics_path` into `png_path`.
+
+    Args:
+      metrics_path: a metrics.jsonl written by `train.metrics.JsonlWriter`.
+      png_path: output image; its directory is created if missing.
+      title, markers, diagnostics, baselines: as for `loss_figure`.
+
+    Returns:
+      `png_path` as a string.
+    """
+    fig = loss_figure(metrics_path, title=title, markers=markers, diagnostics=diagnostics, baselines=baselines)
     png_path = os.fspath(png_path)
     os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
     fig.savefig(png_path, dpi=120)

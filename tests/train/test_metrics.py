@@ -16,7 +16,7 @@ from icml26zoo.train.metrics import (
     create_writer,
     read_metrics,
 )
-from icml26zoo.train.plotting import plot_loss_curves
+from icml26zoo.train.plotting import loss_figure, plot_loss_curves
 
 
 def test_jsonl_lines_parse_and_scalars_convert(tmp_path):
@@ -118,6 +118,18 @@ def test_plot_writes_png(tmp_path, with_eval):
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(out) > 5000
+
+
+def test_the_bits_per_byte_panel_draws_the_baselines(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    _write_run(metrics, with_eval=True)
+    figure = loss_figure(metrics, baselines={"unigram": 4.5})
+    bpb_lines = {line.get_label(): line for line in figure.axes[1].get_lines()}
+    assert set(bpb_lines) == {"eval/bits_per_byte", "unigram"}
+    assert list(bpb_lines["unigram"].get_ydata()) == [4.5, 4.5]
+    assert "unigram" not in {line.get_label() for line in figure.axes[0].get_lines()}
+    with pytest.raises(ValueError, match="baselines must map names to numbers"):
+        loss_figure(metrics, baselines={"unigram": "4.5"})
 
 
 def test_plot_train_loss_only(tmp_path):
