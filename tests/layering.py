@@ -48,24 +48,33 @@ def module_names(folders: Mapping[pathlib.Path, str]) -> dict[str, pathlib.Path]
 
 @functools.cache
 def _tree(path: pathlib.Path) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
+def _file_imports(name: str, path: pathlib.Path) -> tuple[Import, ...]:
+    """The imports written in one file (parsed and walked once per session, whatever `scan` is asked)."""
+    is_package = path.name == "__init__.py"
+    imports = []
+    for node in ast.walk(_tree(path)):
+        where = f"{path}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            imports += [Import(name, alias.name, (), where) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = tuple(alias.name for alias in node.names)
+            imports.append(Import(name, _absolute(node, name, is_package), names, where))
+    return tuple(imports)
 
 
 def scan(modules: Mapping[str, pathlib.Path]) -> list[Import]:
-    """Every import of every module in `modules` (module name -> file); each file is parsed once per session."""
+    """Every import of every module in `modules` (module name -> file)."""
     imports = []
     for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(_tree(path)):
-            where = f"{path}:{getattr(node, 'lineno', 0)}"
-            if isinstance(node, ast.Import):
-                imports += [Import(name, alias.name, (), where) for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                target = _absolute(node, name, is_package)
-                names = tuple(alias.name for alias in node.names)
-                imports.append(Import(name, target, names, where))
-                # `from package import submodule` imports the submodule itself.
-                imports += [Import(name, f"{target}.{n}", (), where) for n in names if f"{target}.{n}" in modules]
+        for found in _file_imports(name, path):
+            imports.append(found)
+            # `from package import submodule` imports the submodule itself.
+            imports += [Import(name, f"{found.target}.{n}", (), found.where) for n in found.names
+                        if f"{found.target}.{n}" in modules]
     return imports
 
 
