@@ -16,6 +16,7 @@ import pathlib
 
 import pytest
 from notebook_runner import RUN_BUDGET, run_notebook
+from smoke_checks import SMOKE_CHECKS
 
 from icml26zoo.repro import cli, registry
 
@@ -120,6 +121,8 @@ def test_experiment_contract(name, tmp_path, capsys, monkeypatch):
     record = json.loads((out / "results.json").read_text())
     assert record["experiment"] == name and record["rows"], record
     assert (out / "results.md").read_text().startswith("# ")
+    if name in SMOKE_CHECKS:
+        SMOKE_CHECKS[name](out, record)
 
     capsys.readouterr()
     assert cli.main([name, "--smoke", "--out", str(out), "--resume"]) == 0, capsys.readouterr().err

@@ -1,0 +1,24 @@
+"""Experiment-specific checks of the SMOKE run that the contract test (test_experiments.py) makes anyway, so an
+experiment's own properties of that run cost no second run: name -> check(out, record), with `out` the run
+directory and `record` its parsed results.json."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+
+from icml26zoo.repro import leaderboard
+
+
+def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
+    """The micro leaderboard: a row per SMOKE mixer with every column filled, its table header and plot."""
+    assert leaderboard.SMOKE_ARGS["mixers"] == ("attention", "circulation")
+    rows = record["rows"]
+    assert sorted(row["mixer"] for row in rows) == ["attention", "circulation"]
+    for row in rows:
+        assert 0 <= row["MQAR accuracy"] <= 1 and row["tokens/s"] > 0 and row["peak MiB"] > 0
+    assert "| mixer | d_model | params | MQAR accuracy | tokens/s | peak MiB |" in (out / "results.md").read_text()
+    assert (out / "leaderboard.png").stat().st_size > 0
+
+
+SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows}
