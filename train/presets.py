@@ -27,10 +27,11 @@ def tiny_model(mixer: str, mixer_options: Options = (), *, vocab_size: int, max_
     )
 
 
-def stdlib_lm(model: ModelConfig, *, warmup_steps: int, **run: Any) -> TrainConfig:
-    """`model` as a byte LM on the stdlib corpus at learning rate 3e-3; `run` holds the other TrainConfig fields."""
+def stdlib_lm(model: ModelConfig, *, warmup_steps: int, learning_rate: float = 3e-3, **run: Any) -> TrainConfig:
+    """`model` as a byte LM on the stdlib corpus (AdamW at `learning_rate`, warmup then cosine); `run` holds the
+    other TrainConfig fields."""
     return TrainConfig(model=model, data=DataConfig(name="pystdlib"),
-                       optim=OptimConfig(learning_rate=3e-3, warmup_steps=warmup_steps), **run)
+                       optim=OptimConfig(learning_rate=learning_rate, warmup_steps=warmup_steps), **run)
 
 
 def tiny_byte_lm(mixer: str, mixer_options: Options = ()) -> TrainConfig:
