@@ -33,6 +33,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from icml26zoo.extras import require_extras
 from icml26zoo.repro.common import MARKER, Budget, Results, running_experiment
 from icml26zoo.validation import did_you_mean
 
@@ -213,6 +214,9 @@ def run(name: str, run_dir: Any, *, budget: str | Budget = "quick", resume: bool
         results = repro.run("fox_fix", "runs/fox_fix", budget="quick")
     """
     spec = get(name)
+    # Before anything is built or written: a notebook or script without the experiment's extra gets the one-line
+    # MissingExtraError with the pip command (the command line checks the same before it calls this).
+    require_extras("train", *spec.extras, what=f"experiment {name!r}")
     arguments: dict[str, Any] = {}
     if isinstance(budget, str):
         arguments = dict(spec.arguments.get(budget, {}))

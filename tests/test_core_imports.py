@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from icml26zoo.extras import REPOSITORY
+
 TRAIN_ONLY = ("orbax", "grain", "tensorflow_datasets", "tensorflow", "array_record", "tensorboardX", "tqdm",
               "matplotlib", "pyarrow")
 # The field libraries of the other extras ([rl], [flows], [privacy], [sklearn]): modules under zoo/ import them
@@ -85,7 +87,7 @@ def test_importing_train_without_the_extra_names_the_extra(tmp_path):
     # MissingExtraError is an ImportError: code that catches ImportError to fall back still does.
     assert last_line.startswith("icml26zoo.extras.MissingExtraError: icml26zoo.train needs the [train] extra"), (
         result.stderr)
-    assert 'pip install "icml26-zoo[train]"' in last_line
+    assert 'pip install "icml26-zoo[train] @ git+https://github.com/' in last_line
 
 
 def run_command_refusing(refused: tuple[str, ...], argv: list[str], cwd) -> subprocess.CompletedProcess:
@@ -102,13 +104,15 @@ def run_command_refusing(refused: tuple[str, ...], argv: list[str], cwd) -> subp
 @pytest.mark.parametrize(("refused", "argv", "message"), [
     (TRAIN_ONLY, ["icml26zoo.train", "--config", "llama_tiny", "--workdir", "run"],
      'error: icml26zoo.train needs the [train] extra (missing: array_record, grain, matplotlib, orbax, '
-     'tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train]"'),
+     'tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train] @ git+'
+     f'{REPOSITORY}"'),
     (TRAIN_ONLY, ["icml26zoo.repro", "--list"],
      "error: python -m icml26zoo.repro needs the [train] extra (missing: array_record, grain, matplotlib, "
-     'orbax, tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train]"'),
+     'orbax, tensorboardX, tensorflow_datasets, tqdm); install it with: pip install "icml26-zoo[train] @ git+'
+     f'{REPOSITORY}"'),
     (("sklearn",), ["icml26zoo.train", "--config", "nc_digits", "--workdir", "run"],
      'error: --config nc_digits needs the [sklearn] extra (missing: sklearn); install it with: '
-     'pip install "icml26-zoo[sklearn]"'),
+     'pip install "icml26-zoo[sklearn] @ git+' f'{REPOSITORY}"'),
 ], ids=["train-cli", "repro-cli", "preset-extra"])
 def test_a_command_missing_an_extra_prints_one_line_and_builds_nothing(tmp_path, refused, argv, message):
     result = run_command_refusing(refused, argv, tmp_path)

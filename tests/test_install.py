@@ -163,3 +163,16 @@ def test_the_experiments_run_from_the_wheel_beside_user_files(fresh_venv, user_f
     assert any(p.suffix == ".png" for p in out.iterdir())
     unknown = run_in(fresh_venv, ["-m", "icml26zoo.repro", "tlada"], user_folder)
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown experiment 'tlada' (did you mean")
+
+
+def test_the_extras_map_and_repository_follow_pyproject():
+    """zoo.extras (what the one-line missing-extra errors name) agrees with pyproject.toml: every field extra and
+    [train] is there, and the pip command names the Repository URL (the zoo is on no package index)."""
+    import tomllib
+
+    from icml26zoo.extras import EXTRAS, REPOSITORY, install_command
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert set(EXTRAS) == set(project["optional-dependencies"]) - {"test"}
+    assert REPOSITORY == project["urls"]["Repository"]
+    assert install_command(["rl"]) == f'pip install "icml26-zoo[rl] @ git+{REPOSITORY}"'

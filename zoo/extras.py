@@ -13,6 +13,9 @@ from collections.abc import Iterable
 __all__ = ["EXTRAS", "MissingExtraError", "install_command", "missing_extras", "require_extras"]
 
 DISTRIBUTION = "icml26-zoo"
+# Not on any package index yet: the install commands name the repository (pyproject.toml's Repository URL;
+# tests/test_install.py checks the two agree).
+REPOSITORY = "https://github.com/icml26-zoo/icml26-zoo"
 # extra -> the top-level packages it installs that the zoo imports (pyproject.toml's optional dependencies;
 # tests/test_install.py checks that the two agree).
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -50,8 +53,8 @@ def missing_extras(extras: Iterable[str]) -> dict[str, list[str]]:
 
 
 def install_command(extras: Iterable[str]) -> str:
-    """`pip install "icml26-zoo[a,b]"` for `extras`."""
-    return f'pip install "{DISTRIBUTION}[{",".join(extras)}]"'
+    """`pip install "icml26-zoo[a,b] @ git+<repository>"` for `extras`."""
+    return f'pip install "{DISTRIBUTION}[{",".join(extras)}] @ git+{REPOSITORY}"'
 
 
 def require_extras(*extras: str, what: str) -> None:

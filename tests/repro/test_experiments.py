@@ -18,6 +18,7 @@ import pytest
 from notebook_runner import RUN_BUDGET, run_notebook
 from smoke_checks import SMOKE_CHECKS
 
+from icml26zoo import extras
 from icml26zoo.repro import cli, registry
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -134,3 +135,14 @@ def test_experiment_contract(name, tmp_path, capsys, monkeypatch):
     assert cli.main([other, "--smoke", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: run_dir '{out}' holds a run of experiment '{name}', not '{other}'"), err
+
+
+def test_the_python_api_checks_an_experiments_extras_before_writing(tmp_path, monkeypatch):
+    # As if gymnax (the [rl] extra) were not installed: find_spec is what zoo.extras asks.
+    real_find_spec = extras.importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gymnax" else real_find_spec(name, *a))
+    with pytest.raises(extras.MissingExtraError, match=r"^experiment 'target_update' needs the \[rl\] extra "
+                                                      r"\(missing: gymnax\); install it with: pip install "):
+        registry.run("target_update", tmp_path / "run", budget="smoke")
+    assert not (tmp_path / "run").exists()
