@@ -23,6 +23,7 @@ from icml26zoo.validation import (
     check_probability,
     check_shape,
     check_unit_interval,
+    did_you_mean,
     is_integer,
     is_number,
 )
@@ -132,6 +133,13 @@ def test_check_probability_and_unit_interval():
     assert check_unit_interval("m", 1, closed_right=True) == 1.0
     with pytest.raises(ValueError, match=r"m must be a number in \[0, 1\], got 2"):
         check_unit_interval("m", 2, closed_right=True)
+
+
+def test_did_you_mean():
+    assert did_you_mean("lama_tiny", ["llama_tiny", "fox_tiny"]) == " (did you mean 'llama_tiny'?)"
+    assert did_you_mean("zzz", ["llama_tiny"]) == ""
+    assert did_you_mean(3, ["3"]) == ""  # only strings are compared
+    assert did_you_mean("fox", [1, "fix"]) == " (did you mean 'fix'?)"
 
 
 def test_check_choice():
