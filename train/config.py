@@ -35,6 +35,7 @@ from icml26zoo.validation import (
     check_pairs,
     check_positive,
     check_unit_interval,
+    did_you_mean,
 )
 
 __all__ = [
@@ -108,7 +109,8 @@ def check_names(config: TrainConfig) -> None:
              ("optim.name", config.optim.name, OPTIMIZERS), ("objective", config.objective, OBJECTIVES))
     for field, value, registry in named:
         if value not in registry:
-            raise RunError(f"{field} must be one of {registry.names()}, got {value!r}")
+            raise RunError(f"{field} must be one of {registry.names()}, got {value!r}"
+                           f"{did_you_mean(value, registry.names())}")
     check_dataset_name("data.name", config.data.name)
     mixer = MIXERS.get(config.model.mixer)
     try:
@@ -384,7 +386,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_finite_floats("", self)
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}")
+            raise ValueError(f"objective must be one of {OBJECTIVES.names()}, got {self.objective!r}"
+                             f"{did_you_mean(self.objective, OBJECTIVES.names())}")
         objective_options(self.objective, self.objective_options)
         for name in ("batch_size", "seq_len", "num_steps", "log_every", "keep_checkpoints"):
             check_int(name, getattr(self, name))

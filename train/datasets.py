@@ -13,6 +13,7 @@ from typing import Any
 
 from icml26zoo.registry import Registry
 from icml26zoo.train.errors import RunError
+from icml26zoo.validation import did_you_mean
 
 __all__ = ["BUILTIN_MODULES", "DATASETS", "check_dataset_name", "dataset_extras", "dataset_for", "register_dataset"]
 
@@ -37,7 +38,7 @@ def check_dataset_name(field: str, name: object) -> None:
     """Raises RunError (a ValueError) naming `field` and the registered datasets unless `name` is one of them."""
     if not (isinstance(name, str) and _key(name) in DATASETS and not name.endswith(":")):
         names = [n + "<name>" if n.endswith(":") else n for n in DATASETS.names()]
-        raise RunError(f"{field} must be one of {names}, got {name!r}")
+        raise RunError(f"{field} must be one of {names}, got {name!r}{did_you_mean(name, DATASETS.names())}")
 
 
 def dataset_for(data: Any) -> Any:

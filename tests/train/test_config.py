@@ -171,3 +171,12 @@ def test_vocab_and_row_length_are_checked_against_the_dataset(overrides, message
     with pytest.raises(ValueError) as info:
         check_fits_data(config)
     assert str(info.value).startswith(message), info.value
+
+
+@pytest.mark.parametrize(("override", "field", "close"), [
+    ("model.mixer=foxx", "model.mixer", "fox"), ("optim.name=adamww", "optim.name", "adamw"),
+    ("data.name=mqr", "data.name", "mqar"), ("objective=lmm", "objective", "lm"),
+])
+def test_a_misspelt_registered_name_gets_a_suggestion(override, field, close):
+    with pytest.raises(ValueError, match=rf"^{field} must be one of \[.*\], got '\w+' \(did you mean '{close}'\?\)$"):
+        apply_overrides(load_preset("llama_tiny"), [override])
