@@ -8,9 +8,11 @@ Claims tested at small scale:
   * ConfSMoE: weighting the selected experts by their task confidence (router "confidence") instead of the
     softmax gate keeps the expert load balanced without any load-balancing loss, where top-k softmax
     routing collapses onto few experts; the same holds for Gaussian and Laplacian gates' selection.
-  * MP-MoE: greedy Mahalanobis selection over the experts' co-occurrence (router "mahalanobis") picks
+  * MP-MoE: greedy Mahalanobis-pruned selection over the experts' co-occurrence (router "mahalanobis") picks
     more diverse expert sets than top-k: lower co-selection (mean |phi| between experts' selection
-    indicators, `zoo.moe.diagnostics`).
+    indicators, `zoo.moe.diagnostics`). Co-selection depends on the load, so each row also reports the floor
+    1/(E − 1) (uniformly random k-of-E routing, for every k) and a load-matched reference
+    (`coselection_reference`): only co-selection below the matched reference is diversity beyond the load.
 
 Every router trains the same ConfSMoE classifier (model "confsmoe", `zoo.moe.multimodal`: one fusion layer,
 E = 8 experts, k = 2, d = 64) on the same task (dataset `zoo_multimodal`, setting II: 3 modalities, 50% of
@@ -22,8 +24,9 @@ from each batch (the model carries only parameters). The budget's `steps` are Ad
 samples and `seq_len` is the tokens per modality. Each trained cell is reopened (`train.load_run`) and
 evaluated on the whole test split without routing noise, with and without stage-2 imputation: accuracy, macro
 F1, one-vs-rest macro AUC, and layer 0's expert load, collapse indicator 1 − H(load)/log E, max-load ratio
-E·max_e f_e and co-selection (mean over seeds). During training the trainer logs layer 0's collapse indicator
-on the training batches (the objective's train diagnostics, averaged over each logging window).
+E·max_e f_e, co-selection with its floor and load-matched reference (mean over seeds). During training the
+trainer logs layer 0's collapse indicator on the training batches (the objective's train diagnostics, averaged
+over each logging window).
 
 Example::
 
@@ -35,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -48,7 +52,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo.configs import confsmoe_multimodal
 from icml26zoo.moe import MoEConfig
-from icml26zoo.moe.diagnostics import routing_diagnostics
+from icml26zoo.moe.diagnostics import phi_correlation, routing_diagnostics
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
@@ -56,7 +60,8 @@ from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.features import open_rows
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "SMOKE", "SMOKE_ARGS", "run"]
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "SMOKE", "SMOKE_ARGS", "coselection_reference",
+           "matched_cooccurrence", "run"]
 
 QUICK = Budget(steps=30, batch_size=16, seq_len=4, seeds=(0,))
 FULL = Budget(steps=600, batch_size=32, seq_len=8, seeds=(0, 1))
@@ -76,9 +81,13 @@ ROUTERS = {
     "topk_softmax_lb": ("topk_softmax", 0.01),
 }
 COLUMNS = ("router", "balance_loss", "accuracy", "f1", "auc", "accuracy_no_impute", "auc_no_impute", "collapse",
-           "max_load_ratio", "coselection")
+           "max_load_ratio", "coselection", "coselection_matched", "coselection_floor")
 # Averaged over seeds into the row (evaluation with stage-2 imputation unless suffixed "_no_impute").
-AVERAGED = COLUMNS[2:]
+AVERAGED = COLUMNS[2:-2]
+# Experts chosen per token in every cell.
+TOP_K = 2
+# Multiplicative updates fitting the load-matched reference's subset weights to a load.
+FIT_ITERATIONS = 500
 # Where a cell's evaluation is kept (its directory).
 EVALUATION = "evaluation.json"
 # The training-time diagnostic drawn per router.
@@ -136,7 +145,10 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[
              "Test split, layer 0, no routing noise, mean over seeds; accuracy, f1 (macro), auc (one-vs-rest macro) "
              "with stage-2 imputation, *_no_impute without it.",
              "collapse = 1 - H(load)/log E (0 balanced, 1 one expert takes all); max_load_ratio = E max_e f_e; "
-             "coselection = mean |phi| of two experts' selection indicators (lower = more diverse)."]
+             "coselection = mean |phi| of two experts' selection indicators (lower = more predictable pairs "
+             "avoided); coselection_floor = 1/(E - 1), its value under uniformly random k-of-E routing; "
+             "coselection_matched = its value under load-blind routing at the router's own test load "
+             "(coselection_reference): coselection below coselection_matched is diversity beyond the load."]
     extra = {"sizes": sizes, "curves": curves, "loads": {row["router"]: row["load"] for row in rows},
              "per_seed": {router: [cell["metrics"] for cell in cells[router]] for router in routers}}
     return experiment.write(rows, columns=COLUMNS, title="MoE routing: load balance and expert diversity",
@@ -157,7 +169,7 @@ def cell_config(experiment: Experiment, router: str, seed: int, *, experts: int,
     data = dataclasses.replace(base.data, data_dir=str(experiment.run_dir / "tfds"),
                                task_options=tuple(options.items()))
     model_options = dict(base.model.model_options) | {"tokens": tokens}
-    moe = MoEConfig(num_experts=experts, top_k=2, router=name, load_balance_weight=balance, z_loss_weight=0.0)
+    moe = MoEConfig(num_experts=experts, top_k=TOP_K, router=name, load_balance_weight=balance, z_loss_weight=0.0)
     model = dataclasses.replace(base.model, d_model=dim, moe=moe, model_options=tuple(model_options.items()))
     config = dataclasses.replace(base, model=model, data=data, log_every=max(1, budget.steps // 10))
     config = experiment.cell_config(config, seed=seed, checkpoints=1)
@@ -230,10 +242,51 @@ def _mean_curve(series: list[tuple[list[int], list[float]]]) -> tuple[list[int],
     return steps, [_mean([values[i] for _, values in series]) for i in range(len(steps))]
 
 
+def matched_cooccurrence(load: Sequence[float], top_k: int = TOP_K) -> np.ndarray:
+    """Co-occurrence shares C [E, E] (diagonal = usage) of load-blind k-of-E routing at `load` [E].
+
+    Every token draws a k-subset S with probability P(S) ∝ Π_{i∈S} w_i (conditional Poisson sampling), the
+    weights w fitted by `FIT_ITERATIONS` multiplicative updates w_i ← w_i q_i / P(i ∈ S) so that expert i is
+    chosen with probability q_i = k · load_i (load: shares of assignments, summing to 1; q clipped to
+    [0, 1 − 1e-6]). Then C_ii = P(i ∈ S) and C_ij = P(i, j ∈ S). At balanced load w is uniform and every pair
+    equally likely. Enumerates the C(E, k) subsets (a few hundred at most for this experiment's E and k).
+    """
+    load = np.asarray(load, np.float64)
+    experts = load.shape[0]
+    target = np.clip(top_k * load / max(float(load.sum()), 1e-30), 0.0, 1.0 - 1e-6)
+    members = np.stack([np.isin(np.arange(experts), subset).astype(np.float64)
+                        for subset in itertools.combinations(range(experts), top_k)])  # [M, E]
+    weights = np.where(target > 0, 1.0, 0.0)
+    for _ in range(FIT_ITERATIONS):
+        marginal = _subset_probabilities(members, weights) @ members
+        weights = weights * np.where(target > 0, target / np.maximum(marginal, 1e-300), 0.0)
+        weights /= weights.max()
+    chances = _subset_probabilities(members, weights)
+    return np.einsum("m,me,mf->ef", chances, members, members)
+
+
+def _subset_probabilities(members: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """P(S) ∝ Π_{i∈S} w_i [M] of the subsets with indicators members [M, E]."""
+    products = np.prod(np.where(members > 0, weights[None, :], 1.0), axis=1)
+    return products / max(float(products.sum()), 1e-300)
+
+
+def coselection_reference(load: Sequence[float], top_k: int = TOP_K) -> float:
+    """The co-selection (mean |phi| over expert pairs, as `routing_diagnostics`) of load-blind k-of-E routing at
+    `load` [E] (`matched_cooccurrence`): what a router with this load but no preference among pairs would
+    show. Equals the floor 1/(E − 1) at balanced load (phi = −1/(E − 1) for every pair)."""
+    experts = len(load)
+    phi = np.asarray(phi_correlation(np.asarray(matched_cooccurrence(load, top_k), np.float32)), np.float64)
+    return float(np.sum(np.abs(phi) * (1.0 - np.eye(experts))) / max(experts * (experts - 1), 1))
+
+
 def _row(router: str, metrics: list[dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {"router": router, "balance_loss": ROUTERS[router][1]}
     for name in AVERAGED:
         row[name] = round(_mean([m[name] for m in metrics]), 4)
+    row["coselection_matched"] = round(_mean([coselection_reference(m["load"]) for m in metrics]), 4)
+    experts = len(metrics[0]["load"])
+    row["coselection_floor"] = round(1.0 / max(experts - 1, 1), 4)
     row["load"] = [round(float(v), 4) for v in np.mean([m["load"] for m in metrics], axis=0)]
     return row
 
@@ -259,8 +312,13 @@ def _diversity_figure(rows: list[dict[str, Any]]) -> Figure:
     names = [row["router"] for row in rows]
     collapse.bar(names, [row["collapse"] for row in rows])
     collapse.set_ylabel("collapse 1 - H(load)/log E")
-    coselection.bar(names, [row["coselection"] for row in rows])
+    coselection.bar(names, [row["coselection"] for row in rows], label="measured")
+    coselection.scatter(names, [row["coselection_matched"] for row in rows], color="black", marker="_", s=200,
+                        zorder=3, label="load-matched reference")
+    coselection.axhline(rows[0]["coselection_floor"], color="black", linestyle="--", linewidth=0.8,
+                        label="floor 1/(E-1)")
     coselection.set_ylabel("co-selection mean |phi|")
+    coselection.legend(fontsize="small")
     for axes in (collapse, coselection):
         axes.tick_params(axis="x", labelrotation=45)
     figure.tight_layout()

@@ -64,9 +64,33 @@ def test_rows_average_the_seeds():
         metrics.update(collapse=accuracy / 2, max_load_ratio=1.0 + accuracy, coselection=0.1, load=np.asarray(load))
         return metrics
 
-    row = moe_routing._row("mahalanobis", [cell(0.5, [0.5, 0.5]), cell(0.7, [0.25, 0.75])])
+    uneven = [0.1, 0.2, 0.3, 0.4]
+    row = moe_routing._row("mahalanobis", [cell(0.5, [0.25] * 4), cell(0.7, uneven)])
+    matched = round((1 / 3 + moe_routing.coselection_reference(uneven)) / 2, 4)
     assert row == {"router": "mahalanobis", "balance_loss": 0.0, "accuracy": 0.6, "f1": 0.6, "auc": 0.6,
                    "accuracy_no_impute": 0.6, "auc_no_impute": 0.6, "collapse": 0.3, "max_load_ratio": 1.6,
-                   "coselection": 0.1, "load": [0.375, 0.625]}
+                   "coselection": 0.1, "coselection_matched": matched, "coselection_floor": 0.3333,
+                   "load": [0.175, 0.225, 0.275, 0.325]}
     figure = moe_routing._load_figure([row, {**row, "router": "confidence"}])
-    assert len(figure.axes[0].patches) == 4
+    assert len(figure.axes[0].patches) == 8
+    assert len(moe_routing._diversity_figure([row, {**row, "router": "confidence"}]).axes[1].patches) == 2
+
+
+@pytest.mark.parametrize("experts", [3, 5, 8])
+def test_the_load_matched_reference_is_the_floor_at_balanced_load(experts):
+    """Uniformly random 2-of-E routing: phi = −1/(E − 1) for every pair of experts."""
+    assert moe_routing.coselection_reference([1 / experts] * experts) == pytest.approx(1 / (experts - 1), rel=1e-5)
+
+
+def test_the_load_matched_reference_matches_the_load_and_counts_pairs():
+    """Expert i is chosen by a share 2·load_i of tokens, always with exactly one other expert; the pair shares
+    are those of P({i, j}) ∝ w_i w_j; an uneven load alone brings co-selection below the floor 1/(E − 1)."""
+    load = np.random.default_rng(0).dirichlet(np.full(8, 3.0))
+    cooccurrence = moe_routing.matched_cooccurrence(load)
+    np.testing.assert_allclose(np.diag(cooccurrence), 2 * load, atol=1e-9)
+    np.testing.assert_allclose(cooccurrence.sum(axis=1), 2 * np.diag(cooccurrence), atol=1e-9)
+    np.testing.assert_allclose(cooccurrence, cooccurrence.T, atol=1e-12)
+    pair = cooccurrence - np.diag(np.diag(cooccurrence))
+    weights = pair[0, 1:] / pair[0, 1]  # w_j / w_1 for j ≥ 1, the same from every row
+    np.testing.assert_allclose(pair[2, 3:] / pair[2, 1], weights[2:] / weights[0], rtol=1e-6)
+    assert moe_routing.coselection_reference(load) < 1 / 7

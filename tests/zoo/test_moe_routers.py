@@ -116,14 +116,14 @@ def test_mahalanobis_router_reduces_to_top_k_with_uncorrelated_statistics():
     np.testing.assert_allclose(covariance(frequency, cooccurrence, "phi", 0.0), np.eye(EXPERTS), atol=1e-6)
 
 
-def _mahalanobis_value(p: np.ndarray, sigma: np.ndarray, subset: list[int]) -> float:
+def _logdet_value(p: np.ndarray, sigma: np.ndarray, subset: list[int]) -> float:
+    """det L_SS with L = diag(p) Σ diag(p) (1 for the empty set)."""
     if not subset:
-        return 0.0
-    block = sigma[np.ix_(subset, subset)]
-    return float(p[subset] @ np.linalg.solve(block, p[subset]))
+        return 1.0
+    return float(np.linalg.det(np.outer(p[subset], p[subset]) * sigma[np.ix_(subset, subset)]))
 
 
-def test_incremental_cholesky_gains_equal_direct_solves_in_float64():
+def test_incremental_cholesky_gains_equal_direct_determinants_in_float64():
     rng = np.random.default_rng(5)
     with jax.enable_x64(True):
         greedy = jax.jit(greedy_select, static_argnums=2)
@@ -135,9 +135,9 @@ def test_incremental_cholesky_gains_equal_direct_solves_in_float64():
             assert gains.dtype == jnp.float64 and len(set(np.asarray(indices).tolist())) == 4
             chosen: list[int] = []
             for index, gain in zip(np.asarray(indices), np.asarray(gains), strict=True):
-                direct = {j: _mahalanobis_value(p, sigma, chosen + [j]) - _mahalanobis_value(p, sigma, chosen)
+                direct = {j: _logdet_value(p, sigma, chosen + [j]) / _logdet_value(p, sigma, chosen)
                           for j in range(7) if j not in chosen}
-                np.testing.assert_allclose(gain, direct[index], rtol=1e-6, atol=1e-12)
+                np.testing.assert_allclose(gain, direct[index], rtol=1e-6, atol=1e-15)
                 assert direct[index] == pytest.approx(max(direct.values()), rel=1e-9)
                 chosen.append(int(index))
 
@@ -152,6 +152,47 @@ def test_greedy_avoids_co_selected_twins():
     indices, _ = greedy_batch(p[None], sigma, 2)
     assert sorted(np.asarray(indices[0]).tolist()) == [0, 2]
     assert sorted(np.asarray(jax.lax.top_k(p, 2)[1]).tolist()) == [0, 1]
+
+
+def _twin_covariance(num_experts: int, twins: tuple[int, int], rest: np.ndarray | None = None) -> np.ndarray:
+    """Unit-diagonal Σ + 1e-3 I [E, E]: experts `twins` perfectly correlated, uncorrelated with every other
+    expert; the others correlated among themselves by `rest` ([E−2, E−2] correlation) or not at all."""
+    sigma = np.eye(num_experts)
+    sigma[twins[0], twins[1]] = sigma[twins[1], twins[0]] = 1.0
+    if rest is not None:
+        others = [e for e in range(num_experts) if e not in twins]
+        sigma[np.ix_(others, others)] = rest
+    return sigma + 1e-3 * np.eye(num_experts)
+
+
+def test_greedy_prefers_an_uncorrelated_expert_to_a_low_probability_twin():
+    """The review's case (issue 31): perfect twins 0 and 1, expert 2 uncorrelated: top-2 is {0, 2}, not the
+    twin pair (which the earlier gain (p_j − Σ_jS Σ_SS⁻¹ p_S)² / schur_j chose, at 11.2 against 0.36)."""
+    p = jnp.asarray([0.30, 0.15, 0.25, 0.15, 0.15])
+    indices, gains = greedy_batch(p[None], jnp.asarray(_twin_covariance(5, (0, 1))), 2)
+    assert np.asarray(indices[0]).tolist() == [0, 2]
+    np.testing.assert_allclose(gains[0], [0.3**2 * 1.001, 0.25**2 * 1.001], rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_perfect_twin_of_a_chosen_expert_loses_to_a_comparable_uncorrelated_one(seed):
+    """Property over random twins, probabilities and correlations among the other experts: once the greedy has
+    chosen one twin, the other twin (probability p_t, anywhere below its partner's) is not chosen next while
+    some uncorrelated expert has probability ≥ 0.8 p_t."""
+    rng = np.random.default_rng(seed)
+    num_experts = 7
+    a, b, c = rng.choice(num_experts, 3, replace=False)
+    factor = rng.normal(size=(num_experts - 2, num_experts - 2))
+    rest = np.corrcoef(factor @ factor.T)
+    p = rng.dirichlet(np.ones(num_experts)) * 0.3
+    p[a] = 0.3 + 0.05 * rng.random()                  # the largest: chosen first
+    p[b] = p[a] * rng.uniform(0.3, 1.0)               # its twin, unequal probability
+    p[c] = p[b] * rng.uniform(0.8, 1.0)               # an uncorrelated expert of comparable probability
+    p /= p.sum()
+    indices, _ = greedy_batch(jnp.asarray(p, jnp.float32)[None],
+                              jnp.asarray(_twin_covariance(num_experts, (a, b), rest), jnp.float32), 3)
+    first, second, _ = np.asarray(indices[0]).tolist()
+    assert first == a and second != b
 
 
 def test_running_statistics_update_in_training_only_and_carry_no_gradient():

@@ -1,26 +1,36 @@
 """MP-MoE's router (ICML 2026, "Mahalanobis-Pruned Mixture-of-Experts"): a diversity-aware greedy choice
-of k experts per token under a Mahalanobis objective whose covariance comes from expert co-occurrence.
+of k experts per token whose similarity comes from expert co-occurrence.
 
 RECONSTRUCTION: no code was published. From the paper's abstract and public summaries we know the
 objective is Mahalanobis-distance based, the covariance is the expert co-occurrence matrix, and the greedy
-uses incremental Cholesky updates; the rest is ours and kept swappable:
+uses incremental Cholesky updates; the paper's exact selection gain is not recoverable. The rest is ours and
+kept swappable (`greedy_select(..., gain=...)`):
 
-  p = softmax(h W_r) [E];   value of a set S:  M(S) = p_Sᵀ Σ_SS⁻¹ p_S
-  greedy: add j* = argmax_j Δ_j,  Δ_j = (p_j − Σ_jS Σ_SS⁻¹ p_S)² / (Σ_jj − Σ_jS Σ_SS⁻¹ Σ_Sj) = M(S∪j) − M(S)
-  Σ from selection statistics f (usage, [E]) and C (co-occurrence, [E, E]): "phi" correlation
-  (C − f fᵀ) / sqrt(f(1−f) f(1−f)ᵀ) or "normalized" D^-½ C D^-½, plus a ridge λ I.
+  p = softmax(h W_r) [E];   Σ [E, E] the experts' correlation (below);   L = diag(p) Σ diag(p)
+  value of a set S: log det L_SS (greedy MAP of a DPP-like objective: quality p, similarity Σ)
+  greedy: add j* = argmax_j Δ_j,  Δ_j = p_j² (Σ_jj − Σ_jS Σ_SS⁻¹ Σ_Sj) = det L_{S∪j} / det L_S
 
-With Σ ∝ I the greedy returns exactly top-k by p. Gates are the softmax of the chosen logits, so the
-router is trained as a top-k router; the selection itself carries no gradient. Statistics are either
-"running" (non-trainable `CoOccurrence` state, exponential moving averages of the router's own selections,
-updated when `use_running_average` is False), or "batch" (estimated from the current batch's top-k picks,
-no state: what a parameters-only trainer can carry). At inference (`use_running_average` True) plain top-k
-is used unless `select_at_inference`.
+The Schur complement Σ_jj − Σ_jS Σ_SS⁻¹ Σ_Sj is the squared Mahalanobis (Σ-metric) distance of expert j from
+the span of the chosen experts, so a perfect twin of a chosen expert gains only p_j² · O(λ) while an
+uncorrelated expert gains p_j² (1 + λ). An earlier reconstruction used Δ_j = (p_j − Σ_jS Σ_SS⁻¹ p_S)² / schur_j
+(the increase of p_Sᵀ Σ_SS⁻¹ p_S); it rewarded a twin whose probability differs from what its correlation
+predicts (perfect twins, p = [.30, .15, .25, .15, .15]: it chose {0, 1}) and was replaced (issue 31).
+Σ comes from selection statistics f (usage, [E]) and C (co-occurrence, [E, E]): "phi" correlation
+(C − f fᵀ) / sqrt(f(1−f) f(1−f)ᵀ) or "normalized" D^-½ C D^-½, plus a ridge λ I. Similarity enters through
+Σ_ij², so strongly anti-correlated experts count as similar too (for phi this needs both to be used often).
+
+With Σ ∝ I (or any equicorrelated Σ) the greedy returns exactly top-k by p. Gates are the softmax of the
+chosen logits, so the router is trained as a top-k router; the selection itself carries no gradient.
+Statistics are either "running" (non-trainable `CoOccurrence` state, exponential moving averages of the
+router's own selections, updated when `use_running_average` is False), or "batch" (estimated from the current
+batch's top-k picks, no state: what a parameters-only trainer can carry). At inference (`use_running_average`
+True) plain top-k is used unless `select_at_inference`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -66,32 +76,39 @@ class MahalanobisOptions:
             raise ValueError(f"mahalanobis router option 'ridge' must be > 0, got {self.ridge!r}")
 
 
-def greedy_select(p: jax.Array, sigma: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
-    """Greedy Mahalanobis selection for one token: p [E], sigma [E, E] SPD -> (indices [k] int32, gains [k]).
+def logdet_gain(p: jax.Array, schur: jax.Array) -> jax.Array:
+    """Gain p_j² · schur_j [E] = det L_{S∪j} / det L_S of adding each expert (p [E], schur [E] ≥ 0)."""
+    return p * p * schur
 
-    Keeps V = L⁻¹ Σ_S,: ([k, E], rows filled one per step) and z = L⁻¹ p_S, where L is the Cholesky factor
-    of Σ_SS; adding expert j appends the row [V_:,j, sqrt(Σ_jj − ‖V_:,j‖²)] to L, so each step costs
-    O(k·E) (the incremental Cholesky update). Gains are M(S∪j) − M(S) ≥ 0 and M(S) = ‖z‖².
+
+# A selection gain: (p [E], Schur complements [E] of Σ given the chosen set) -> gains [E] ≥ 0.
+SelectionGain = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def greedy_select(p: jax.Array, sigma: jax.Array, top_k: int,
+                  gain: SelectionGain = logdet_gain) -> tuple[jax.Array, jax.Array]:
+    """Greedy selection for one token: p [E], sigma [E, E] SPD -> (indices [k] int32, gains [k]).
+
+    Keeps V = L⁻¹ Σ_S,: ([k, E], rows filled one per step), where L is the Cholesky factor of Σ_SS; adding
+    expert j appends the row [V_:,j, sqrt(Σ_jj − ‖V_:,j‖²)] to L, so each step costs O(k·E) (the incremental
+    Cholesky update) and gives every expert's Schur complement Σ_jj − ‖V_:,j‖². With the default `gain` the
+    returned gains are det L_{S∪j} / det L_S ≥ 0 (L = diag(p) Σ diag(p)).
     """
     num_experts = p.shape[0]
     basis = jnp.zeros((top_k, num_experts), p.dtype)
-    whitened = jnp.zeros((top_k,), p.dtype)
     chosen = jnp.zeros((num_experts,), jnp.bool_)
     diagonal = jnp.diagonal(sigma)
     indices, gains = [], []
     for step in range(top_k):
         # Elementwise sums rather than matmuls: exact float32 on every backend.
-        residual = p - jnp.sum(basis * whitened[:, None], axis=0)
         schur = jnp.maximum(diagonal - jnp.sum(basis * basis, axis=0), 1e-12)
-        gain = jnp.where(chosen, -jnp.inf, residual**2 / schur)
-        j = jnp.argmax(gain)
-        pivot = jnp.sqrt(schur[j])
-        new_row = (sigma[j] - jnp.sum(basis[:, j][:, None] * basis, axis=0)) / pivot
+        step_gain = jnp.where(chosen, -jnp.inf, gain(p, schur))
+        j = jnp.argmax(step_gain)
+        new_row = (sigma[j] - jnp.sum(basis[:, j][:, None] * basis, axis=0)) / jnp.sqrt(schur[j])
         basis = basis.at[step].set(new_row)
-        whitened = whitened.at[step].set(residual[j] / pivot)
         chosen = chosen.at[j].set(True)
         indices.append(j)
-        gains.append(gain[j])
+        gains.append(step_gain[j])
     return jnp.stack(indices).astype(jnp.int32), jnp.stack(gains)
 
 
@@ -124,7 +141,8 @@ def independent_statistics(num_experts: int, top_k: int) -> tuple[jax.Array, jax
 
 @register_router("mahalanobis")
 class MahalanobisRouter(Router):
-    """MP-MoE routing (reconstruction): greedy Mahalanobis selection over router probabilities."""
+    """MP-MoE routing (reconstruction): greedy log-det (Mahalanobis-pruned) selection over router
+    probabilities."""
 
     OPTIONS = MahalanobisOptions
 
