@@ -131,19 +131,16 @@ def test_a_longer_run_is_allowed_and_recorded(root, finished, tmp_path):
     assert metric_steps(workdir) == [*rows, 5]
 
 
-def test_checkpointing_off_on_a_workdir_with_a_run_is_refused(root, partial, tmp_path, nothing_built):
-    workdir = copy(partial, tmp_path)
+@pytest.mark.parametrize(("source", "override", "message"), [
+    ("partial", "checkpoint_every=0", r"already holds a run .* checkpoint_every=0 .* choose a new --workdir"),
+    ("finished", "num_steps=2", r"trained to step 4, past this config.s last step 2 \(num_steps=2\)"),
+], ids=["checkpointing-off-on-a-run", "shorter-than-its-checkpoints"])
+def test_a_start_that_would_rewrite_history_is_refused(root, request, tmp_path, nothing_built, source, override,
+                                                        message):
+    workdir = copy(request.getfixturevalue(source), tmp_path)
     before = listing(workdir)
-    with pytest.raises(WorkdirError, match=r"already holds a run .* checkpoint_every=0 .* choose a new --workdir"):
-        run(tiny(root, "checkpoint_every=0"), workdir)
-    assert listing(workdir) == before
-
-
-def test_a_run_shorter_than_its_checkpoints_is_refused(root, finished, tmp_path, nothing_built):
-    workdir = copy(finished, tmp_path)
-    before = listing(workdir)
-    with pytest.raises(WorkdirError, match=r"trained to step 4, past this config.s last step 2 \(num_steps=2\)"):
-        run(tiny(root, "num_steps=2"), workdir)
+    with pytest.raises(WorkdirError, match=message):
+        run(tiny(root, override), workdir)
     assert listing(workdir) == before
 
 
