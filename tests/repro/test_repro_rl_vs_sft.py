@@ -19,7 +19,9 @@ TINY = Budget(steps=1, batch_size=8, seq_len=4)
     ({"num_bits": 1}, "'num_bits' must be an integer in"),
     ({"sparsity": 17}, "'sparsity' must be an integer in"),
     ({"d_model": 0}, "d_model must be an integer >= 1"),
-    ({"learning_rate": 0.0}, "learning_rate must be a positive number"),
+    ({"learning_rates": (0.0,)}, "learning_rates must be a positive number"),
+    ({"learning_rates": ()}, "learning_rates must hold at least one rate"),
+    ({"learning_rates": (1e-3, 1e-3)}, "learning_rates must not repeat a rate"),
 ])
 def test_bad_arguments_raise_naming_them(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
