@@ -67,7 +67,8 @@ QUICK_ARGS = {"loops": ("log2",), "patterns": ("deltanet+attention",), "funccomp
 # third of its compile time) for 2 steps of 8 rows (a multiple of the devices), one Dyck length, 8 examples.
 SMOKE = Budget(steps=2, batch_size=8, seq_len=13, seeds=(0,))
 SMOKE_ARGS = QUICK_ARGS | {"patterns": ("attention",), "dyck_eval_lengths": (8,), "eval_examples": 8}
-COLUMNS = ("task", "model", "length", "row tokens", "loops", "accuracy", "chance")
+# accuracy: the mean over seeds; spread: max - min over seeds (0 with one seed).
+COLUMNS = ("task", "model", "length", "row tokens", "loops", "accuracy", "spread", "chance")
 
 
 @register_experiment("looped_hybrid", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
@@ -118,24 +119,25 @@ def _run(run_dir, budget, loops, dyck_padding, dyck_train_length, dyck_eval_leng
     for loop in loops:
         accuracy = _dyck_cells(experiment, (("loops", loop), ("prelude_layers", prelude_layers)), dyck_train_length,
                                dyck_padding, dyck_eval_lengths, eval_examples)
-        for length, value in accuracy.items():
+        for length, values in accuracy.items():
             row_tokens = length + dyck_padding + 1
             rows.append({"task": "dyck-2", "model": f"looped loops={loop}", "length": length,
-                         "row tokens": row_tokens, "loops": _loop_count(loop, row_tokens), "accuracy": value,
-                         "chance": 0.5})
-        dyck_series[f"loops={loop}"] = (list(accuracy), list(accuracy.values()))
+                         "row tokens": row_tokens, "loops": _loop_count(loop, row_tokens),
+                         "accuracy": statistics.mean(values), "spread": max(values) - min(values), "chance": 0.5})
+        dyck_series[f"loops={loop}"] = (list(accuracy), [statistics.mean(v) for v in accuracy.values()])
     for pattern in patterns:
         model = f"hybrid {pattern} x{hybrid_layers // _size(pattern)}"
         points = []
         for n in funccomp_values:
-            accuracy = statistics.mean(
-                experiment.train_cell(f"funccomp_{pattern.replace(',', '-')}_n{n}_seed{seed}",
-                                      _funccomp_config(experiment, pattern, n, num_functions, hybrid_layers,
-                                                       eval_examples, seed))["eval/accuracy"]
-                for seed in budget.seeds)
+            values = [experiment.train_cell(f"funccomp_{pattern.replace(',', '-')}_n{n}_seed{seed}",
+                                            _funccomp_config(experiment, pattern, n, num_functions, hybrid_layers,
+                                                             eval_examples, seed))["eval/accuracy"]
+                      for seed in budget.seeds]
+            accuracy = statistics.mean(values)
             row_tokens = num_functions * (n + 1) + 2
             rows.append({"task": f"funccomp L={num_functions}", "model": model, "length": n,
-                         "row tokens": row_tokens, "loops": None, "accuracy": accuracy, "chance": 1 / n})
+                         "row tokens": row_tokens, "loops": None, "accuracy": accuracy,
+                         "spread": max(values) - min(values), "chance": 1 / n})
             points.append((row_tokens, accuracy))
         funccomp_series[pattern] = ([p[0] for p in points], [p[1] for p in points])
     funccomp_series["chance (1/n)"] = (
@@ -151,15 +153,15 @@ def _run(run_dir, budget, loops, dyck_padding, dyck_train_length, dyck_eval_leng
     notes = [f"Dyck-2: trained on n = {dyck_train_length} brackets + {dyck_padding} pads + <cls>, evaluated on "
              f"{eval_examples} fresh strings per length (near-miss negatives, chance 0.5). Function composition: "
              f"one cell per pattern and table size n, answer accuracy on {eval_examples} validation examples. "
-             f"Accuracy is the mean over seeds {budget.seeds}."]
+             f"Accuracy is the mean over seeds {budget.seeds}, spread the max - min over them."]
     title = "Looped transformer on Dyck-2 and hybrid stacks on function composition"
     return experiment.write(rows, columns=COLUMNS, title=title, notes=notes, figures=figures)
 
 
 def _dyck_cells(experiment: Experiment, model_options: tuple, train_length: int, padding: int,
-                eval_lengths: Sequence[int], eval_examples: int) -> dict[int, float]:
-    """Trains the looped model with `model_options` once per seed; its accuracy per evaluation length (mean over
-    seeds). A cell's accuracies are kept in its directory (keyed by the evaluation), so a resumed run reuses them
+                eval_lengths: Sequence[int], eval_examples: int) -> dict[int, list[float]]:
+    """Trains the looped model with `model_options` once per seed; its accuracy per evaluation length (one value
+    per seed). A cell's accuracies are kept in its directory (keyed by the evaluation), so a resumed run reuses them
     after checking the cell's config."""
     loop = dict(model_options)["loops"]
     accuracy = {length: [] for length in eval_lengths}
@@ -174,7 +176,7 @@ def _dyck_cells(experiment: Experiment, model_options: tuple, train_length: int,
                             _trained_model(experiment, cell, config), eval_lengths, padding, eval_examples, seed))
         for length, value in zip(eval_lengths, values, strict=True):
             accuracy[length].append(value)
-    return {length: statistics.mean(values) for length, values in accuracy.items()}
+    return accuracy
 
 
 def _dyck_accuracies(model: nnx.Module, lengths: Sequence[int], padding: int, examples: int, seed: int) -> list:
