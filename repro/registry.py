@@ -79,6 +79,7 @@ INDEX: dict[str, str] = {
     "sola": "icml26zoo.repro.sola",
     "spikenet": "icml26zoo.repro.spikenet",
     "ssd": "icml26zoo.repro.ssd",
+    "surge": "icml26zoo.repro.surge",
     "talda": "icml26zoo.repro.talda",
     "target_update": "icml26zoo.repro.target_update",
     "yaqa": "icml26zoo.repro.yaqa",

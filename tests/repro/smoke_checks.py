@@ -21,4 +21,15 @@ def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
     assert (out / "leaderboard.png").stat().st_size > 0
 
 
-SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows}
+def surge_rows(out: pathlib.Path, record: dict) -> None:
+    """SURGE's smoke run: the two Kalman references and both methods at λ = 1; the exact reference scores 0."""
+    rows = {(row["method"], row["lambda"]): row for row in record["rows"]}
+    assert set(rows) == {("kalman_chain", "-"), ("kalman_system", "-"), ("surge", "1"), ("guidance", "1")}, rows
+    assert rows[("kalman_chain", "-")]["err_kalman"] == "0 ± 0"
+    ess_min = float(rows[("surge", "1")]["ess_min"].split(" ± ")[0])
+    assert 0 < ess_min <= 1 and rows[("guidance", "1")]["ess_min"] == "-"
+    assert (out / "errors.png").stat().st_size > 0
+
+
+SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows,
+                                                                 "surge": surge_rows}
