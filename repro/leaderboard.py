@@ -1,21 +1,33 @@
 """Leaderboard: every registered sequence mixer at one parameter budget and one token budget on three tasks.
 
-    python -m icml26zoo.repro leaderboard --quick --out runs/leaderboard_quick    # < 15 min on 2 CPU cores
-    python -m icml26zoo.repro leaderboard --out runs/leaderboard                   # the full budget
+    python -m icml26zoo.repro leaderboard --out runs/leaderboard_standard          # the standard (FULL) budget
+    python -m icml26zoo.repro leaderboard --quick --out runs/leaderboard_quick    # one MQAR cell, one rate
     python -m icml26zoo.repro leaderboard --smoke --out /tmp/lb_smoke              # two mixers, MQAR, 2 steps
-    python -m icml26zoo.repro leaderboard mixers=attention,mamba2 --steps 50 --out /tmp/lb
+    python -m icml26zoo.repro leaderboard mixers=attention,mamba2 mqar_pairs=4 --steps 50 --out /tmp/lb
+
+The standard budget is the FULL one (the default): MQAR at `mqar_pairs` key-value pairs (2, 4 and 8 of 32
+keys and 32 values, rows of 32 tokens; as in Zoology's MQAR, more pairs in the same state is harder recall),
+the byte corpus and Dyck-2, each cell trained once per learning rate in `learning_rates` and reported at the
+best one (the rate that won each cell is the "best lr" column). QUICK and SMOKE run one MQAR setting (8
+pairs) at one rate.
 
 Each mixer is the "llama" backbone (2 layers, 4 query heads sharing 2 key/value heads, vocabulary 256) with
 that mixer in every layer and its default options; its width d_model is the multiple of 16 whose parameter
-count is closest to the attention model's at `reference_width` (64 quick, 128 full), so every row has
-about the same number of parameters. Every cell trains the budget's steps x rows x tokens with the shared
-trainer on one device (AdamW, learning rate 3e-3, 10% warmup, untuned per mixer) on:
+count is closest to the attention model's at `reference_width` (64), so every row has about the same number
+of parameters. Every cell trains the budget's steps x rows x tokens with the shared trainer on one device
+(AdamW, 10% warmup, cosine decay, untuned per mixer beyond the shared rate sweep) on:
 
-  mqar    multi-query associative recall (32 keys, 32 values, 8 pairs): next-token accuracy of the answers
+  mqar    multi-query associative recall (32 keys, 32 values, P pairs): next-token accuracy of the answers
   bytes   the built-in byte corpus (pystdlib): bits per byte on its validation split (lower is better)
-  dyck    Dyck-2 recognition of strings of 16 brackets (objective "classification", chance 0.5): accuracy
+  dyck    Dyck-2 recognition of strings of 16 brackets (objective "classification"): accuracy
 
-tokens/s is the median of the three cells' training throughput (logging windows after the first, which
+The last row, "constant predictor", is what a model that ignores its input scores on the same eval batches:
+the most frequent MQAR answer's share, the add-one byte unigram of the train split (bits/byte on validation)
+and the majority Dyck-2 class's share. A mixer above it on a task has learned something there. The best rate
+is chosen on the eval batches it is reported on (as in Zoology's sweeps), so a cell's number is the best of
+`len(learning_rates)` tries, not a held-out estimate.
+
+tokens/s is the median of the mixer's cells' training throughput (logging windows after the first, which
 holds compilation); peak memory is XLA's plan for one forward-backward of the byte LM on one batch (parameters,
 gradients, activations and temporaries; the optimizer's two Adam moments add 8 bytes per parameter). Mixers
 registered later appear without editing this module: the rows are `zoo.registry.MIXERS`. Writes results.md,
@@ -24,14 +36,18 @@ results.json and leaderboard.png to --out; cells resume as in every reproduction
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
+import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
@@ -39,21 +55,28 @@ from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.registry import MIXERS
 from icml26zoo.repro.common import Budget, Experiment, Results, check_mixers, check_names, parameter_count
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.train import data as data_lib
 from icml26zoo.train.config import DataConfig, OptimConfig, TrainConfig
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
-__all__ = ["FULL", "FULL_WIDTH", "QUICK", "QUICK_ARGS", "QUICK_WIDTH", "SMOKE", "SMOKE_ARGS", "TASKS", "figure",
-           "matched_width", "model_config", "peak_step_bytes", "run"]
+__all__ = ["BASELINE", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "STANDARD", "TASKS", "WIDTH",
+           "best_rate", "constant_baseline", "figure", "matched_width", "model_config", "peak_step_bytes", "run",
+           "task_columns"]
 
+WIDTH = 64
+# The standard budget (FULL, what the README reports): sized so that the whole grid (13 mixers x 5 task cells x
+# 2 rates) runs in about an hour on the shared 2-core CPU machine; see the README's Leaderboard section.
+STANDARD = FULL = Budget(steps=600, batch_size=32, seq_len=32)
 QUICK = Budget(steps=100, batch_size=16, seq_len=64)
-FULL = Budget(steps=1000, batch_size=32, seq_len=128)
-QUICK_WIDTH, FULL_WIDTH = 64, 128
-QUICK_ARGS = {"reference_width": QUICK_WIDTH}
+QUICK_ARGS = {"mqar_pairs": (8,), "learning_rates": (3e-3,)}
 # Every code path at the smallest size: two mixers (the two whose training and memory plan compile fastest) on
 # MQAR (its 8 pairs fill 31 of the 32 tokens), 2 steps of 8 rows, parameters matched to attention at width 32.
 SMOKE = Budget(steps=2, batch_size=8, seq_len=32)
-SMOKE_ARGS = {"mixers": ("attention", "circulation"), "tasks": ("mqar",), "reference_width": 32}
+SMOKE_ARGS = {"mixers": ("attention", "circulation"), "tasks": ("mqar",), "reference_width": 32,
+              "mqar_pairs": (8,), "learning_rates": (3e-3,)}
 DYCK_LENGTH = 16
+MQAR_KEYS = 32
+BASELINE = "constant predictor"
 
 
 class Task(NamedTuple):
@@ -64,15 +87,66 @@ class Task(NamedTuple):
     metric: str
     column: str
 
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric.endswith("bits_per_byte")
+
 
 TASKS = {
-    "mqar": Task(DataConfig(name="mqar", mqar_num_keys=32, mqar_num_values=32, mqar_num_pairs=8,
-                            mqar_train_examples=8192, mqar_eval_examples=256), "lm", "eval/accuracy",
+    "mqar": Task(DataConfig(name="mqar", mqar_num_keys=MQAR_KEYS, mqar_num_values=32, mqar_num_pairs=8,
+                            mqar_train_examples=32768, mqar_eval_examples=256), "lm", "eval/accuracy",
                  "MQAR accuracy"),
     "bytes": Task(DataConfig(name="pystdlib"), "lm", "eval/bits_per_byte", "bytes bits/byte"),
     "dyck": Task(DataConfig(name="dyck", task_options=(("length", DYCK_LENGTH), ("num_types", 2))),
                  "classification", "eval/accuracy", "Dyck-2 accuracy"),
 }
+
+
+def task_columns(tasks: Sequence[str], mqar_pairs: Sequence[int]) -> dict[str, Task]:
+    """cell key -> Task, in column order: "mqar" becomes one column per pair count ("mqar_p4": "MQAR p4 acc")."""
+    columns = {}
+    for name in tasks:
+        task = TASKS[name]
+        if name != "mqar":
+            columns[name] = task
+            continue
+        for pairs in mqar_pairs:
+            columns[f"mqar_p{pairs}"] = task._replace(data=dataclasses.replace(task.data, mqar_num_pairs=pairs),
+                                                      column=f"MQAR p{pairs} acc")
+    return columns
+
+
+def best_rate(results: Mapping[float, float], *, lower_is_better: bool) -> tuple[float, float]:
+    """(learning rate, value) of the best finite result of a rate sweep; the first listed wins a tie. A sweep
+    whose every run diverged (no finite value) reports its first rate with NaN."""
+    if not results:
+        raise ValueError("results must hold at least one learning rate's value, got none")
+    finite = {rate: value for rate, value in results.items() if math.isfinite(value)}
+    if not finite:
+        return next(iter(results)), math.nan
+    pick = min if lower_is_better else max
+    best = pick(finite.values())
+    return next(rate for rate, value in finite.items() if value == best), best
+
+
+def constant_baseline(task: Task, *, batch_size: int, seq_len: int, eval_batches: int) -> float:
+    """What ignoring the input scores on `task`'s eval batches (the trainer's eval: `eval_batches` batches of
+    [batch_size, seq_len]): the byte unigram's bits/byte (add-one, fitted on the train split), else the share
+    of the most frequent target (MQAR answers) or label (classification) among the weighted ones."""
+    if task.lower_is_better:
+        return data_lib.unigram_bits_per_byte(task.data, task.data.eval_split)
+    counts: collections.Counter = collections.Counter()
+    for batch in data_lib.make_eval_iterator(task.data, batch_size=batch_size, seq_len=seq_len,
+                                             max_batches=eval_batches):
+        weights = np.asarray(batch["weights"])
+        if task.objective == "classification":
+            counts.update(np.asarray(batch["labels"])[weights.sum(axis=1) > 0].tolist())
+        else:
+            counts.update(np.asarray(batch["targets"])[weights > 0].tolist())
+    total = sum(counts.values())
+    if total == 0:
+        raise ValueError(f"data.name {task.data.name!r}: the eval batches hold no weighted target")
+    return max(counts.values()) / total
 
 
 def model_config(mixer: str, d_model: int, seq_len: int) -> ModelConfig:
@@ -131,11 +205,14 @@ def _stored_peak_bytes(experiment: Experiment, cell: str, model: ModelConfig) ->
     return value
 
 
-def cell_config(experiment: Experiment, model: ModelConfig, task: Task) -> TrainConfig:
+EVAL_BATCHES = 8
+
+
+def cell_config(experiment: Experiment, model: ModelConfig, task: Task, learning_rate: float) -> TrainConfig:
     steps = experiment.budget.steps
     config = TrainConfig(model=model, data=task.data, objective=task.objective,
-                         optim=OptimConfig(learning_rate=3e-3, warmup_steps=max(1, steps // 10)),
-                         log_every=max(1, steps // 10), eval_batches=8)
+                         optim=OptimConfig(learning_rate=learning_rate, warmup_steps=max(1, steps // 10)),
+                         log_every=max(1, steps // 10), eval_batches=EVAL_BATCHES)
     return experiment.cell_config(config, checkpoints=1)
 
 
@@ -145,26 +222,56 @@ def throughput(experiment: Experiment, cell: str) -> float:
     return statistics.median(values[1:] or values)
 
 
+def _check_options(budget: Budget, tasks: Sequence[str], mqar_pairs: Sequence[int],
+                   learning_rates: Sequence[float]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The pair counts and rates, checked against each other and the budget (ValueError naming the option)."""
+    rates = tuple(learning_rates)
+    if not rates:
+        raise ValueError("learning_rates must name at least one learning rate, got none")
+    for rate in rates:
+        check_positive("learning_rates[i]", rate, finite=True)
+    if len(set(rates)) != len(rates):
+        raise ValueError(f"learning_rates must not repeat a rate, got {list(rates)}")
+    pairs = tuple(mqar_pairs)
+    if "mqar" in tasks:
+        if not pairs:
+            raise ValueError("mqar_pairs must name at least one pair count, got none")
+        for count in pairs:
+            check_int("mqar_pairs[i]", count, maximum=MQAR_KEYS)
+            if 4 * count - 1 > budget.seq_len:
+                raise ValueError(f"mqar_pairs: {count} pairs need rows of 4 * {count} - 1 = {4 * count - 1} "
+                                 f"tokens, more than budget.seq_len {budget.seq_len}")
+        if len(set(pairs)) != len(pairs):
+            raise ValueError(f"mqar_pairs must not repeat a count, got {list(pairs)}")
+    return pairs, tuple(float(rate) for rate in rates)
+
+
 @register_experiment("leaderboard", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
                      quick_args=QUICK_ARGS, volatile=("tokens/s", "peak MiB"))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[str] | None = None,
-        tasks: Sequence[str] = tuple(TASKS), reference_width: int = FULL_WIDTH, resume: bool = False) -> Results:
-    """Trains every (mixer, task) cell and writes the leaderboard table and plot into `run_dir`.
+        tasks: Sequence[str] = tuple(TASKS), mqar_pairs: Sequence[int] = (2, 4, 8),
+        learning_rates: Sequence[float] = (3e-3, 1e-2), reference_width: int = WIDTH,
+        resume: bool = False) -> Results:
+    """Trains every (mixer, task column, learning rate) cell and writes the leaderboard table and plot into `run_dir`.
 
     Args:
-      run_dir: the run directory (cells, datasets, results.md/json, leaderboard.png).
+      run_dir: the run directory (cells, results.md/json, leaderboard.png).
       budget: steps, rows and tokens of every cell (each trained once, from TrainConfig's default seed;
         budget.seeds is not used).
       mixers: registered mixers, one row each; None (the default) means every registered mixer.
-      tasks: a subset of TASKS (all by default); the first one orders the rows.
+      tasks: a subset of TASKS (all by default); the first column orders the rows, ties broken by the next.
+      mqar_pairs: key-value pairs of the MQAR columns (each at most 32 keys, and 4 x pairs - 1 <= budget.seq_len).
+      learning_rates: the AdamW peak rates every cell is trained at; the best one is reported.
       reference_width: d_model of the attention model whose parameter count every row matches (a multiple of
-        16, >= 32; QUICK uses 64).
+        16, >= 32).
       resume: require run_dir to exist; finished cells are reused either way.
     """
     mixers = check_mixers("mixers", MIXERS.names() if mixers is None else mixers)
-    tasks = {name: TASKS[name] for name in check_names("tasks", tasks, TASKS)}
+    tasks = check_names("tasks", tasks, TASKS)
     if check_int("reference_width", reference_width, minimum=32) % 16:
         raise ValueError(f"reference_width must be a multiple of 16, got {reference_width!r}")
+    mqar_pairs, learning_rates = _check_options(budget, tasks, mqar_pairs, learning_rates)
+    columns = task_columns(tasks, mqar_pairs)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     target = parameter_count(model_config("attention", reference_width, budget.seq_len))
     rows = []
@@ -172,34 +279,57 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
         width, count = matched_width(mixer, target, reference_width, budget.seq_len)
         model = model_config(mixer, width, budget.seq_len)
         row = {"mixer": mixer, "d_model": width, "params": count}
-        speeds = []
-        for name, task in tasks.items():
-            # One device: rows compare mixers, not sharding, and tiny models gain nothing from a mesh.
-            summary = experiment.train_cell(f"{mixer}_{name}", cell_config(experiment, model, task),
-                                            devices=jax.local_devices()[:1])
-            row[task.column] = round(float(summary[task.metric]), 4)
-            speeds.append(throughput(experiment, f"{mixer}_{name}"))
+        speeds, winners, first_cell = [], [], None
+        for key, task in columns.items():
+            results = {}
+            for rate in learning_rates:
+                cell = f"{mixer}_{key}_lr{rate:g}"
+                first_cell = first_cell or cell
+                # One device: rows compare mixers, not sharding, and tiny models gain nothing from a mesh.
+                summary = experiment.train_cell(cell, cell_config(experiment, model, task, rate),
+                                                devices=jax.local_devices()[:1])
+                results[rate] = float(summary[task.metric])
+                speeds.append(throughput(experiment, cell))
+            rate, value = best_rate(results, lower_is_better=task.lower_is_better)
+            row[task.column] = round(value, 4)
+            winners.append(f"{rate:g}")
+        row["best lr"] = "/".join(winners)
         row["tokens/s"] = round(statistics.median(speeds))
-        row["peak MiB"] = round(_stored_peak_bytes(experiment, f"{mixer}_{next(iter(tasks))}", model) / 2**20, 1)
+        row["peak MiB"] = round(_stored_peak_bytes(experiment, first_cell, model) / 2**20, 1)
         rows.append(row)
-    first = next(iter(tasks.values()))
-    rows.sort(key=lambda row: row[first.column] * (1 if first.metric.endswith("bits_per_byte") else -1))
-    columns = ("mixer", "d_model", "params", *(task.column for task in tasks.values()), "tokens/s", "peak MiB")
+    order = list(columns.values())
+    rows.sort(key=lambda row: tuple(row[t.column] * (1 if t.lower_is_better else -1) for t in order))
+    baseline = {"mixer": BASELINE, "d_model": None, "params": None, "best lr": None, "tokens/s": None,
+                "peak MiB": None}
+    for task in order:
+        baseline[task.column] = round(constant_baseline(task, batch_size=budget.batch_size, seq_len=budget.seq_len,
+                                                        eval_batches=EVAL_BATCHES), 4)
+    table = ("mixer", "d_model", "params", *(task.column for task in order), "best lr", "tokens/s", "peak MiB")
+    rates = ", ".join(f"{rate:g}" for rate in learning_rates)
     notes = [f"Parameter budget: the attention model at d_model {reference_width} ({target:,} parameters); "
-             "each mixer at the multiple of 16 closest to it. One recipe for all (AdamW 3e-3), untuned.",
-             "MQAR and Dyck-2: accuracy (higher is better; Dyck chance 0.5); bytes: bits per byte (lower is "
-             "better); peak MiB: XLA's plan for one forward-backward of the byte LM (Adam moments excluded)."]
-    return experiment.write(rows, columns=columns, title="Zoo leaderboard", notes=notes,
-                            figures={"leaderboard": figure(rows, [task.column for task in tasks.values()])})
+             "each mixer at the multiple of 16 closest to it. One recipe for all (AdamW, 10% warmup, cosine), "
+             f"each cell trained at learning rates {rates} and reported at the best; best lr lists the winning "
+             f"rate per task column ({', '.join(t.column for t in order)}).",
+             "MQAR and Dyck-2: accuracy (higher is better); bytes: bits per byte (lower is better). "
+             f"The {BASELINE!r} row ignores the input: most frequent MQAR answer's share, byte unigram "
+             "bits/byte, majority Dyck-2 class share, on the same eval batches. peak MiB: XLA's plan for one "
+             "forward-backward of the first cell's model (Adam moments excluded)."]
+    return experiment.write([*rows, baseline], columns=table, title="Zoo leaderboard", notes=notes,
+                            figures={"leaderboard": figure(rows, [t.column for t in order], baseline)},
+                            extra={"learning_rates": list(learning_rates), "mqar_pairs": list(mqar_pairs)})
 
 
-def figure(rows: Sequence[dict], metrics: Sequence[str]) -> Figure:
-    """One horizontal bar panel per task metric column and one for throughput, mixers on the y axis."""
+def figure(rows: Sequence[dict], metrics: Sequence[str], baseline: Mapping[str, float] | None = None) -> Figure:
+    """One horizontal bar panel per task metric column (the constant predictor dashed, when given) and one for
+    throughput, mixers on the y axis."""
     panels = [*metrics, "tokens/s"]
-    fig = Figure(figsize=(4 * len(panels), 0.35 * len(rows) + 1.5), layout="constrained")
+    fig = Figure(figsize=(3.2 * len(panels), 0.35 * len(rows) + 1.5), layout="constrained")
     names = [row["mixer"] for row in rows]
     for axis, column in zip(fig.subplots(1, len(panels), sharey=True), panels, strict=True):
         axis.barh(names, [row[column] for row in rows], color="tab:blue")
+        if baseline is not None and baseline.get(column) is not None:
+            axis.axvline(baseline[column], color="tab:red", linestyle="--", linewidth=1, label=BASELINE)
+            axis.legend(fontsize=7, loc="lower right")
         axis.set_title(column)
         axis.invert_yaxis()
     return fig

@@ -11,13 +11,20 @@ from icml26zoo.repro import leaderboard
 
 
 def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
-    """The micro leaderboard: a row per SMOKE mixer with every column filled, its table header and plot."""
+    """The micro leaderboard: a row per SMOKE mixer with every column filled, then the constant-predictor row,
+    its table header and plot."""
     assert leaderboard.SMOKE_ARGS["mixers"] == ("attention", "circulation")
-    rows = record["rows"]
+    *rows, baseline = record["rows"]
     assert sorted(row["mixer"] for row in rows) == ["attention", "circulation"]
     for row in rows:
-        assert 0 <= row["MQAR accuracy"] <= 1 and row["tokens/s"] > 0 and row["peak MiB"] > 0
-    assert "| mixer | d_model | params | MQAR accuracy | tokens/s | peak MiB |" in (out / "results.md").read_text()
+        assert 0 <= row["MQAR p8 acc"] <= 1 and row["tokens/s"] > 0 and row["peak MiB"] > 0
+        assert row["best lr"] == "0.003"
+    # The constant predictor: the most frequent of 32 values among the eval answers, about 1/32.
+    assert baseline["mixer"] == leaderboard.BASELINE and 1 / 32 <= baseline["MQAR p8 acc"] < 0.1
+    assert baseline["tokens/s"] is None and baseline["params"] is None
+    text = (out / "results.md").read_text()
+    assert "| mixer | d_model | params | MQAR p8 acc | best lr | tokens/s | peak MiB |" in text
+    assert "| constant predictor | - | - |" in text
     assert (out / "leaderboard.png").stat().st_size > 0
 
 

@@ -5,11 +5,15 @@ command line and resume; the --quick leaderboard itself is run by hand."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from icml26zoo.registry import MIXERS
 from icml26zoo.repro import leaderboard
 from icml26zoo.repro.common import Budget, parameter_count
+from icml26zoo.train.config import DataConfig
 
 TINY = Budget(steps=2, batch_size=8, seq_len=32)
 
@@ -47,3 +51,57 @@ def test_bad_options_raise_before_anything_is_written(tmp_path, kwargs, match):
         leaderboard.run(tmp_path / "board", budget=TINY, **kwargs)
     assert not (tmp_path / "board").exists()
 
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"learning_rates": ()}, "learning_rates must name at least one"),
+    ({"learning_rates": (3e-3, 0.0)}, r"learning_rates\[i\] must be a finite positive number, got 0.0"),
+    ({"learning_rates": (1e-3, 1e-3)}, "learning_rates must not repeat a rate"),
+    ({"mqar_pairs": (4, 16)}, r"mqar_pairs: 16 pairs need rows of 4 \* 16 - 1 = 63 tokens, more than "
+                              "budget.seq_len 32"),
+    ({"mqar_pairs": (33,)}, r"mqar_pairs\[i\] must be an integer in \[1, 32\], got 33"),
+    ({"mqar_pairs": ()}, "mqar_pairs must name at least one"),
+])
+def test_bad_sweep_options_name_the_option(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        leaderboard.run(tmp_path / "board", budget=TINY, **kwargs)
+    assert not (tmp_path / "board").exists()
+
+
+def test_mqar_pairs_are_not_checked_without_mqar(tmp_path, monkeypatch):
+    # Dyck alone runs at any MQAR setting (the pair counts are not used); the run stops at the Experiment.
+    monkeypatch.setattr(leaderboard, "Experiment", lambda *a, **k: (_ for _ in ()).throw(ValueError("stop")))
+    with pytest.raises(ValueError, match="stop"):
+        leaderboard.run(tmp_path / "board", budget=TINY, tasks=("dyck",), mqar_pairs=(16,))
+
+
+def test_best_rate_picks_the_best_finite_value_first_on_ties():
+    assert leaderboard.best_rate({1e-3: 0.5, 3e-3: 0.9, 1e-2: 0.7}, lower_is_better=False) == (3e-3, 0.9)
+    assert leaderboard.best_rate({1e-3: 2.5, 3e-3: 2.1, 1e-2: math.nan}, lower_is_better=True) == (3e-3, 2.1)
+    assert leaderboard.best_rate({1e-3: 0.5, 3e-3: 0.5}, lower_is_better=False) == (1e-3, 0.5)
+    rate, value = leaderboard.best_rate({1e-3: math.nan, 3e-3: math.inf}, lower_is_better=True)
+    assert rate == 1e-3 and math.isnan(value)
+    with pytest.raises(ValueError, match="results must hold at least one"):
+        leaderboard.best_rate({}, lower_is_better=False)
+
+
+def test_task_columns_expand_mqar_per_pair_count():
+    columns = leaderboard.task_columns(("mqar", "dyck"), (4, 16))
+    assert list(columns) == ["mqar_p4", "mqar_p16", "dyck"]
+    assert [c.column for c in columns.values()] == ["MQAR p4 acc", "MQAR p16 acc", "Dyck-2 accuracy"]
+    assert [c.data.mqar_num_pairs for c in list(columns.values())[:2]] == [4, 16]
+
+
+def test_constant_baseline_is_the_most_frequent_answer_share(tmp_path):
+    from icml26zoo.train import data as data_lib
+    from icml26zoo.train.data import mqar
+
+    data = DataConfig(name="mqar", data_dir=str(tmp_path), mqar_num_keys=4, mqar_num_values=3, mqar_num_pairs=2,
+                      mqar_train_examples=8, mqar_eval_examples=12)
+    data_lib.prepare(data)
+    task = leaderboard.TASKS["mqar"]._replace(data=data)
+    # 12 eval examples of 2 answers each, whole examples of 7 tokens: 2 per 16-token row, 6 rows, 2 batches of 4.
+    value = leaderboard.constant_baseline(task, batch_size=4, seq_len=16, eval_batches=8)
+    split = mqar.generate(4, 3, 2, 12, mqar.split_seed(mqar.make_config(4, 3, 2, 8, 12), "validation"))
+    answers = split[:, mqar.answer_mask(2)].ravel()
+    assert value == pytest.approx(np.bincount(answers).max() / answers.size)
