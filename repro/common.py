@@ -124,6 +124,19 @@ def check_optimizers(field: str, names: Iterable[str], allowed: Iterable[str] | 
     return check_names(field, names, OPTIMIZERS.names() if allowed is None else allowed)
 
 
+def spread(values: Sequence[float]) -> float | None:
+    """max − min of per-seed values, the spread a page reports beside their mean; None with fewer than two."""
+    return float(max(values) - min(values)) if len(values) > 1 else None
+
+
+def mean_and_spread(values: Sequence[float], digits: int = 4) -> tuple[float, float | None]:
+    """(mean, `spread`) of per-seed values, each rounded to `digits` decimals (spread None with one value)."""
+    if not values:
+        raise ValueError("mean_and_spread needs at least one value, got none")
+    width = spread(values)
+    return round(math.fsum(values) / len(values), digits), None if width is None else round(width, digits)
+
+
 def parameter_count(model: ModelConfig) -> int:
     """Parameters of the model `model` describes, counted on abstract shapes (nothing is allocated)."""
     return count_params(nnx.eval_shape(lambda: build_model(model, rngs=nnx.Rngs(0))))

@@ -28,7 +28,7 @@ import jax
 import numpy as np
 from matplotlib.figure import Figure
 
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, spread
 from icml26zoo.repro.fox_fix_parts import (
     VARIANTS,
     length_losses,
@@ -152,9 +152,6 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values)
 
 
-def _spread(values: list[float]) -> float | None:
-    return max(values) - min(values) if len(values) > 1 else None
-
 
 def _row(variant: str, matched: tuple[int, int], finals: dict, extrapolated: dict, tasks: Sequence[str],
          lengths: Sequence[int]) -> dict:
@@ -163,10 +160,10 @@ def _row(variant: str, matched: tuple[int, int], finals: dict, extrapolated: dic
            "mlp_dim": matched[0], "params": matched[1]}
     if "pystdlib" in tasks:
         values = finals[("pystdlib", variant)]
-        row |= {"bits_per_byte": _mean(values), "bpb_spread": _spread(values)}
+        row |= {"bits_per_byte": _mean(values), "bpb_spread": spread(values)}
     if "mqar" in tasks:
         values = finals[("mqar", variant)]
-        row |= {"mqar_accuracy": _mean(values), "acc_spread": _spread(values)}
+        row |= {"mqar_accuracy": _mean(values), "acc_spread": spread(values)}
     for length in lengths if variant in extrapolated else ():
         row[f"bpb@{length // lengths[0]}T"] = _mean([r[length].bits for r in extrapolated[variant]])
     return row

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from icml26zoo.configs import load_preset
 from icml26zoo.geometric.spikenet_eval import accuracy
 from icml26zoo.models import ModelConfig
-from icml26zoo.repro.common import Budget, Experiment, check_names, parameter_count
+from icml26zoo.repro.common import Budget, Experiment, check_names, parameter_count, spread
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import DataConfig, TrainConfig
@@ -177,9 +177,6 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values)
 
 
-def _spread(values: Sequence[float]) -> float | None:
-    return max(values) - min(values) if len(values) > 1 else None
-
 
 def family_rows(family: Family, trained: Mapping[str, Mapping[str, Any]],
                 extra: Mapping[str, Mapping[str, list[float]]] | None = None) -> tuple[list[dict], list[str]]:
@@ -195,7 +192,7 @@ def family_rows(family: Family, trained: Mapping[str, Mapping[str, Any]],
                       [float(s[metric]) for s in result["summaries"]] for metric in metric_names(family)}
         per_metric |= dict((extra or {}).get(role, {}))
         for column, values in per_metric.items():
-            row |= {column: _mean(values), f"{column}_spread": _spread(values),
+            row |= {column: _mean(values), f"{column}_spread": spread(values),
                     f"{column}_per_seed": ", ".join(f"{v:.4f}" for v in values)}
         rows.append(row)
     for column in rows[0]:

@@ -53,6 +53,7 @@ from matplotlib.figure import Figure
 from icml26zoo.configs import confsmoe_multimodal
 from icml26zoo.moe import MoEConfig
 from icml26zoo.moe.diagnostics import phi_correlation, routing_diagnostics
+from icml26zoo.moe.multimodal import zero_missing
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import load_run
@@ -60,7 +61,8 @@ from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.features import open_rows
 from icml26zoo.validation import check_int
 
-__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "SMOKE", "SMOKE_ARGS", "coselection_reference",
+__all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "ROUTING_ARMS", "SMOKE", "SMOKE_ARGS", "cell_config",
+           "classifier_config", "classification_scores", "coselection_reference", "evaluate_cell",
            "matched_cooccurrence", "run"]
 
 QUICK = Budget(steps=30, batch_size=16, seq_len=4, seeds=(0,))
@@ -157,55 +159,80 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[
 
 def cell_config(experiment: Experiment, router: str, seed: int, *, experts: int, dim: int, train_size: int,
                 test_size: int) -> TrainConfig:
-    """The TrainConfig of one cell: the `confsmoe_multimodal` preset with the budget's steps, batch and tokens
-    per modality, `router` (with its balancing weight), E = `experts`, d = `dim`, the task and the run seeded
-    by `seed`, the dataset under the run directory, a final checkpoint for `load_run`."""
+    """The TrainConfig of one cell: `router` (a `ROUTERS` variant, with its balancing weight) with E = `experts`
+    in `classifier_config`."""
     name, balance = ROUTERS[router]
+    moe = MoEConfig(num_experts=experts, top_k=TOP_K, router=name, load_balance_weight=balance, z_loss_weight=0.0)
+    return classifier_config(experiment, seed, moe, dim=dim, train_size=train_size, test_size=test_size)
+
+
+def classifier_config(experiment: Experiment, seed: int, moe: MoEConfig, *, dim: int, train_size: int,
+                      test_size: int, task: dict[str, Any] | None = None, learning_rate: float | None = None,
+                      objective_options: dict[str, Any] | None = None) -> TrainConfig:
+    """The `confsmoe_multimodal` preset with the budget's steps, batch and tokens per modality, the MoE `moe`,
+    d = `dim`, the task (its options updated by `task`) and the run seeded by `seed`, the dataset under the run
+    directory, a final checkpoint for `load_run`; `learning_rate` and `objective_options` (of "multimodal_moe")
+    replace the preset's."""
     base = confsmoe_multimodal.get_config()
     budget = experiment.budget
     tokens = budget.seq_len
     options = dict(base.data.task_options) | {"tokens": tokens, "train_examples": train_size,
-                                              "eval_examples": test_size, "seed": seed}
+                                              "eval_examples": test_size, "seed": seed} | (task or {})
     data = dataclasses.replace(base.data, data_dir=str(experiment.run_dir / "tfds"),
                                task_options=tuple(options.items()))
     model_options = dict(base.model.model_options) | {"tokens": tokens}
-    moe = MoEConfig(num_experts=experts, top_k=TOP_K, router=name, load_balance_weight=balance, z_loss_weight=0.0)
     model = dataclasses.replace(base.model, d_model=dim, moe=moe, model_options=tuple(model_options.items()))
-    config = dataclasses.replace(base, model=model, data=data, log_every=max(1, budget.steps // 10))
+    optim = base.optim if learning_rate is None else dataclasses.replace(base.optim, learning_rate=learning_rate)
+    config = dataclasses.replace(base, model=model, data=data, optim=optim, log_every=max(1, budget.steps // 10),
+                                 objective_options=tuple((dict(base.objective_options) | (objective_options or {})).items()))
     config = experiment.cell_config(config, seed=seed, checkpoints=1)
     # Points per row: the M modalities' tokens (budget.seq_len counts one modality's).
     return dataclasses.replace(config, seq_len=len(dict(model_options)["feature_dims"]) * tokens)
 
 
-def evaluate_cell(experiment: Experiment, cell: str, devices: list) -> dict[str, Any]:
+# Evaluation arms: metric-name suffix -> (stage-1 fill kept, stage-2 imputation run).
+ROUTING_ARMS = {"": (True, True), "_no_impute": (True, False)}
+
+
+def evaluate_cell(experiment: Experiment, cell: str, devices: list,
+                  arms: dict[str, tuple[bool, bool]] | None = None) -> dict[str, Any]:
     """The trained cell reopened (`load_run`) and evaluated on the whole test split, without routing noise,
-    with stage-2 imputation and without: {"metrics": {accuracy, f1, auc, *_no_impute, load, collapse, ...}}.
+    once per arm of `arms` (default `ROUTING_ARMS`: with stage-2 imputation and without; an arm without stage 1
+    zeroes the missing modalities' stored fills, `zero_missing`): {"metrics": {accuracy, f1, auc, load, collapse,
+    ... each with the arm's suffix}}.
 
     The result is kept in the cell's directory (evaluation.json) and read back when the cell is evaluated again
-    (a resumed experiment); retraining a cell (deleting its directory) deletes it too.
+    with the same arms (a resumed experiment); retraining a cell (deleting its directory) deletes it too.
     """
+    arms = ROUTING_ARMS if arms is None else arms
     path = experiment.cell_dir(cell) / EVALUATION
+    key = {suffix: list(arm) for suffix, arm in arms.items()}
     if path.is_file():
-        return json.loads(path.read_text())
+        stored = json.loads(path.read_text())
+        if stored.get("arms", {suffix: list(arm) for suffix, arm in ROUTING_ARMS.items()}) == key:
+            return stored
     config, model, _ = load_run(experiment.cell_dir(cell), devices=devices)
     rows = open_rows(config.data, config.data.eval_split, config.seq_len)
     batch = rows.batch(list(range(len(rows))), config.seq_len)
 
     @nnx.jit
-    def both(model: nnx.Module, batch: dict[str, jax.Array]) -> dict[bool, Any]:
-        inputs = (batch["points"], batch["features"], batch["weights"])
-        return {impute: model.classify(*inputs, impute=impute) for impute in (True, False)}
+    def classify(model: nnx.Module, batch: dict[str, jax.Array]) -> dict[str, Any]:
+        inputs, present, _ = model.unpack(batch["points"], batch["features"], batch["weights"])
+        outputs = {}
+        for suffix, (fill, impute) in arms.items():
+            arm_inputs = inputs if fill else zero_missing(inputs, present)
+            outputs[suffix] = model.classifier(arm_inputs, present, impute=impute)
+        return outputs
 
     metrics: dict[str, Any] = {}
-    for impute, (logits, auxes) in both(model, batch).items():
+    for suffix, (logits, auxes) in classify(model, batch).items():
         scores = classification_scores(np.asarray(jax.nn.softmax(logits, axis=-1), np.float64), batch["labels"])
-        suffix = "" if impute else "_no_impute"
         metrics.update({f"{name}{suffix}": value for name, value in scores.items()})
         diagnostics = jax.device_get(routing_diagnostics(auxes[0]))
         metrics[f"load{suffix}"] = [float(share) for share in diagnostics["load"]]
         for name in ("collapse", "max_load_ratio", "coselection", "router_entropy"):
             metrics[f"{name}{suffix}"] = float(diagnostics[name])
-    result = {"metrics": metrics}
+    result = {"metrics": metrics, "arms": key}
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result
 

@@ -50,6 +50,7 @@ INDEX: dict[str, str] = {
     "apt": "icml26zoo.repro.apt",
     "asmc": "icml26zoo.repro.asmc",
     "circulation": "icml26zoo.repro.circulation",
+    "confsmoe_ablation": "icml26zoo.repro.confsmoe_ablation",
     "cubic_damping": "icml26zoo.repro.cubic_damping",
     "diag_cfm": "icml26zoo.repro.diag_cfm",
     "divergence_decoding": "icml26zoo.repro.divergence_decoding",

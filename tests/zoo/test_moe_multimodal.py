@@ -22,6 +22,7 @@ from icml26zoo.moe.multimodal import (
     fill_from_batch,
     moe_with_slot_outputs,
     unpack_points,
+    zero_missing,
 )
 from icml26zoo.moe.multimodal_data import (
     MultimodalData,
@@ -246,3 +247,10 @@ def test_feature_layout_round_trips_and_the_registered_model_equals_the_classifi
         build_model(dataclasses.replace(cfg, model_options=(("feature_dims", (3,)),)), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="model.moe must be a MoEConfig for model 'confsmoe'"):
         build_model(dataclasses.replace(cfg, moe=None), rngs=nnx.Rngs(0))
+
+
+def test_zero_missing_zeroes_exactly_the_missing_modalities(inputs):
+    zeroed = zero_missing(inputs, PRESENT)
+    for m, (before, after) in enumerate(zip(inputs, zeroed, strict=True)):
+        for row, present in enumerate(np.asarray(PRESENT[:, m])):
+            np.testing.assert_array_equal(after[row], before[row] if present else np.zeros_like(before[row]))

@@ -34,9 +34,8 @@ route = nnx.jit(lambda router, x: router(x, jnp.ones(x.shape[:1], jnp.bool_)))
 
 
 def _layer(router: str, **overrides) -> MoEFeedForward:
-    options = (("num_classes", CLASSES),) if router == "confidence" else ()
-    config = MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router=router, implementation="reference",
-                       router_options=options, **overrides)
+    overrides.setdefault("router_options", (("num_classes", CLASSES),) if router == "confidence" else ())
+    config = MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router=router, implementation="reference", **overrides)
     return MoEFeedForward(DIM, HIDDEN, config, rngs=nnx.Rngs(0))
 
 
@@ -234,6 +233,30 @@ def test_confidence_output_depends_on_gate_logits_only_through_the_chosen_set():
     assert np.abs(confidence.sum(-1) - 1).max() > 1e-3  # weights are not normalized
 
 
+def test_confidence_gate_is_frozen_as_in_the_official_code_while_the_softmax_gate_learns():
+    """ConfSMoE's gate and noise gate get exactly zero gradient from the task and confidence losses: the official
+    code computes the softmax over the chosen logits but weights nothing with it and never adds its cv² balance
+    loss, so selection is the initial (noisy) projection. The confidence nets, the class head and the experts
+    learn; the softmax gate of "topk_softmax" learns through its weights."""
+    x, cotangent = _inputs(3), jax.random.normal(jax.random.key(4), (TOKENS, DIM))
+    labels = jax.random.randint(jax.random.key(5), (TOKENS,), 0, CLASSES)
+
+    def loss(layer: MoEFeedForward) -> jax.Array:
+        y, aux = layer(x, rng=jax.random.key(6))
+        total = jnp.sum(y * cotangent) + aux["loss"]
+        if "confidence" in aux:
+            total += confidence_loss(aux["confidence"], aux["class_logits"], labels, jnp.ones(TOKENS))
+        return total
+
+    confidence = nnx.grad(loss)(_layer("confidence")).router
+    assert float(jnp.abs(confidence.gate[...]).max()) == 0.0
+    assert float(jnp.abs(confidence.noise_gate[...]).max()) == 0.0
+    for name in ("confidence_kernel", "class_kernel", "norm_scale"):
+        assert float(jnp.abs(getattr(confidence, name)[...]).max()) > 0, name
+    softmax = nnx.grad(loss)(_layer("topk_softmax")).router
+    assert float(jnp.abs(softmax.kernel[...]).max()) > 0
+
+
 def test_confidence_targets_and_loss():
     uniform = jnp.zeros((3, 4, TOP_K, CLASSES))
     labels = jnp.zeros((3, 4), jnp.int32)
@@ -310,3 +333,16 @@ def test_greedy_returns_distinct_experts_for_every_k():
         assert all(len(set(row)) == k for row in np.asarray(indices).tolist())
         assert float(gains.min()) >= 0
     assert list(itertools.islice(ROUTERS, 5)) == sorted(ROUTERS.names())
+
+
+def test_softmax_gate_normalized_over_all_experts_takes_their_probabilities_unrenormalized():
+    x = _inputs(8)
+    chosen = route(_layer("topk_softmax").router, x)
+    every = route(_layer("topk_softmax", router_options=(("normalize", "all"),)).router, x)
+    np.testing.assert_array_equal(every.indices, chosen.indices)
+    np.testing.assert_allclose(chosen.gates.sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(every.gates, np.take_along_axis(np.asarray(every.probs), np.asarray(every.indices), -1),
+                               rtol=1e-6)
+    assert float(every.gates.sum(-1).max()) < 1.0
+    with pytest.raises(ValueError, match="normalize.*'all'"):
+        MoEConfig(num_experts=EXPERTS, top_k=TOP_K, router="topk_softmax", router_options=(("normalize", "al"),))

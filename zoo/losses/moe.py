@@ -15,8 +15,9 @@ the tokens that reach the layer (`zoo.moe.multimodal`). The key is split into th
 batch's flagged missing modalities (the training split's: the mean of `pool_size` random inputs of the
 batch's rows that have the modality, `zoo.moe.multimodal.fill_from_batch`) and the router's noise; both are
 fresh every training step and fixed in evaluation (whose split is stored filled, so nothing is drawn there).
-Options: `impute` (default True) runs stage 2 of the imputation in the forward; `pool_size` (default 10, as
-the dataset's for its evaluation fills).
+Options: `fill` (default True) runs stage 1 during training (False leaves a missing modality's raw input
+at zero, as the dataset stores it: the "no imputation" arm of the ablation); `impute` (default True) runs
+stage 2 of the imputation in the forward; `pool_size` (default 10, as the dataset's for its evaluation fills).
 
 Both return the plain cross-entropy's summed metrics (loss_sum, weight, correct), so evaluations compare
 with dense models, and, as train diagnostics (names with a "/", see `zoo.losses.objectives`), the routing
@@ -123,12 +124,16 @@ lm_moe_objective.plotted_metrics = PLOTTED_DIAGNOSTICS
 class MultimodalMoEOptions:
     """Options of objective multimodal_moe (TrainConfig.objective_options)."""
 
+    # Run stage 1 during training (a missing modality's input becomes the mean of `pool_size` batch rows
+    # that have it); False keeps its zeros. Evaluate such a model with `zoo.moe.multimodal.zero_missing`.
+    fill: bool = True
     # Run stage 2 of the imputation (expert-level, first layer) in the forward.
     impute: bool = True
     # Stage 1 during training: inputs averaged into a missing modality's fill.
     pool_size: int = 10
 
     def __post_init__(self) -> None:
+        check_bool("multimodal_moe option 'fill'", self.fill)
         check_bool("multimodal_moe option 'impute'", self.impute)
         check_int("multimodal_moe option 'pool_size'", self.pool_size)
 
@@ -162,7 +167,8 @@ def multimodal_moe(model: nnx.Module, batch: Batch, rng: jax.Array,
                          f"{type(model).__name__}")
     fill_key, noise_key = jax.random.split(rng)
     inputs, present, to_fill = model.unpack(batch["points"], batch["features"], batch["weights"])
-    inputs = fill_from_batch(inputs, present, to_fill, fill_key, options.pool_size)
+    if options.fill:
+        inputs = fill_from_batch(inputs, present, to_fill, fill_key, options.pool_size)
     logits, auxes = model.classifier(inputs, present, impute=options.impute, rng=noise_key)
     rows = row_weights(batch["weights"])
     sums = weighted_cross_entropy(logits.astype(jnp.float32), batch["labels"], rows)

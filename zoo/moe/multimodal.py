@@ -139,6 +139,12 @@ def fill_from_batch(inputs: Inputs, present: jax.Array, to_fill: jax.Array, key:
     return tuple(filled)
 
 
+def zero_missing(inputs: Inputs, present: jax.Array) -> Inputs:
+    """Undo stage 1: inputs[m] [B, S, F_m] with every missing modality (present [B, M] False) set to zero, the raw
+    inputs of the task before any fill. Evaluates a model trained without stage 1 on a split stored filled."""
+    return tuple(x * present[:, m, None, None].astype(x.dtype) for m, x in enumerate(inputs))
+
+
 def moe_with_slot_outputs(
     moe: MoEFeedForward, x: jax.Array, mask: jax.Array, rng: jax.Array | None
 ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:

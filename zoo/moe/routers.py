@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from icml26zoo.moe.registry import register_router
+from icml26zoo.validation import check_choice
 
 
 class Routing(NamedTuple):
@@ -111,9 +112,30 @@ def _router_kernel(dim: int, num_experts: int, rngs: nnx.Rngs) -> nnx.Param:
     return nnx.Param(jax.nn.initializers.lecun_normal()(rngs.params(), (dim, num_experts), jnp.float32))
 
 
+# Where the softmax gate's probabilities are normalized: over the k chosen logits (Mixtral, ConfSMoE's code) or
+# over all E, taken at the chosen experts without renormalizing (Switch's top-1, GShard).
+GATE_NORMALIZATIONS = ("chosen", "all")
+
+
+@dataclasses.dataclass(frozen=True)
+class TopKSoftmaxOptions:
+    """Options of the "topk_softmax" router."""
+
+    # "chosen": gates = softmax over the k chosen logits (sum to 1; with k = 1 the gate is 1 and the router gets
+    # no gradient). "all": gates = softmax over all E logits at the chosen experts (Switch/GShard), so every
+    # step pushes probability toward the experts that were used, the loop that collapses unbalanced routing.
+    normalize: str = "chosen"
+
+    def __post_init__(self) -> None:
+        check_choice("topk_softmax router option 'normalize'", self.normalize, GATE_NORMALIZATIONS)
+
+
 @register_router("topk_softmax")
 class TopKSoftmaxRouter(Router):
-    """The softmax gate: logits = h W_r [N, E]; top-k experts; gates = softmax over the k chosen logits."""
+    """The softmax gate: logits = h W_r [N, E]; top-k experts; gates = softmax over the k chosen logits, or over
+    all E logits at the chosen experts (option normalize="all")."""
+
+    OPTIONS = TopKSoftmaxOptions
 
     def __init__(self, dim: int, num_experts: int, top_k: int, options: Any, *, num_classes: int,
                  rngs: nnx.Rngs) -> None:
@@ -122,6 +144,12 @@ class TopKSoftmaxRouter(Router):
 
     def logits(self, h: jax.Array) -> jax.Array:
         return jnp.einsum("nd,de->ne", h, self.kernel[...], precision="highest")
+
+    def __call__(self, h: jax.Array, mask: jax.Array, rng: jax.Array | None = None) -> Routing:
+        routing = super().__call__(h, mask, rng)
+        if self.options.normalize == "all":
+            routing = routing._replace(gates=jnp.take_along_axis(routing.probs, routing.indices, axis=-1))
+        return routing
 
 
 @dataclasses.dataclass(frozen=True)
