@@ -4,15 +4,17 @@ Papers: "ConfSMoE: Handling Missing and Multi-Modal Inputs with Confidence-Guide
 (Zheng et al., ICML 2026) and "Mahalanobis-Pruned Mixture-of-Experts" (MP-MoE, ICML 2026). See
 docs/papers/confsmoe.md and docs/papers/mp_moe.md.
 
-Claims tested at small scale:
-  * ConfSMoE: weighting the selected experts by their task confidence (router "confidence") instead of the
-    softmax gate keeps the expert load balanced without any load-balancing loss, where top-k softmax
-    routing collapses onto few experts; the same holds for Gaussian and Laplacian gates' selection.
-  * MP-MoE: greedy Mahalanobis-pruned selection over the experts' co-occurrence (router "mahalanobis") picks
-    more diverse expert sets than top-k: lower co-selection (mean |phi| between experts' selection
-    indicators, `zoo.moe.diagnostics`). Co-selection depends on the load, so each row also reports the floor
-    1/(E − 1) (uniformly random k-of-E routing, for every k) and a load-matched reference
-    (`coselection_reference`): only co-selection below the matched reference is diversity beyond the load.
+What it measures, per router, at small scale:
+  * ConfSMoE's claim: weighting the selected experts by their task confidence (router "confidence") instead of
+    the softmax gate keeps the expert load balanced without any load-balancing loss, where top-k softmax routing
+    collapses; the same for Gaussian and Laplacian gates' selection. ConfSMoE's gate gets no gradient (as in the
+    official code), so its load is that of a fixed random projection; the setting here does not make top-k
+    softmax collapse either, so the claim is tested in `confsmoe_ablation`, whose collapse setting does.
+  * MP-MoE's question: does greedy Mahalanobis-pruned selection over the experts' co-occurrence (router
+    "mahalanobis") pick pairs less predictably than top-k? Co-selection (mean |phi| between experts' selection
+    indicators, `zoo.moe.diagnostics`) depends on the load, so each row reports it beside the floor 1/(E − 1)
+    (uniformly random k-of-E routing, for every k) and a load-matched reference (`coselection_reference`):
+    only co-selection below the matched reference is diversity beyond the load.
 
 Every router trains the same ConfSMoE classifier (model "confsmoe", `zoo.moe.multimodal`: one fusion layer,
 E = 8 experts, k = 2, d = 64) on the same task (dataset `zoo_multimodal`, setting II: 3 modalities, 50% of
