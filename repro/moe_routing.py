@@ -68,7 +68,7 @@ __all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "ROUTING_ARMS", "SMOKE", "S
            "matched_cooccurrence", "run"]
 
 QUICK = Budget(steps=30, batch_size=16, seq_len=4, seeds=(0,))
-FULL = Budget(steps=600, batch_size=32, seq_len=8, seeds=(0, 1))
+FULL = Budget(steps=600, batch_size=32, seq_len=8, seeds=(0, 1, 2))
 # The QUICK run (notebook): the two routers of the ConfSMoE claim on a small task and model.
 QUICK_ARGS = {"routers": ("topk_softmax", "confidence"), "experts": 4, "dim": 16, "train_size": 256,
               "test_size": 64}
