@@ -11,10 +11,10 @@ from icml26zoo.repro import leaderboard
 
 
 def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
-    """The micro leaderboard: a row per SMOKE mixer with every column filled, then the constant-predictor row,
-    its table header and plot."""
+    """The micro leaderboard: a row per SMOKE mixer with every column filled, then the no-recall and the
+    constant-predictor rows, its table header and plot."""
     assert leaderboard.SMOKE_ARGS["mixers"] == ("attention", "circulation")
-    *rows, baseline = record["rows"]
+    *rows, guess, baseline = record["rows"]
     assert sorted(row["mixer"] for row in rows) == ["attention", "circulation"]
     for row in rows:
         assert 0 <= row["MQAR p8 acc"] <= 1 and row["tokens/s"] > 0 and row["peak MiB"] > 0
@@ -22,6 +22,8 @@ def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
     # The constant predictor: the most frequent of 32 values among the eval answers, about 1/32.
     assert baseline["mixer"] == leaderboard.BASELINE and 1 / 32 <= baseline["MQAR p8 acc"] < 0.1
     assert baseline["tokens/s"] is None and baseline["params"] is None
+    # Elimination without recall: 8 pairs, about H_8 / 8 = 0.34.
+    assert guess["mixer"] == leaderboard.NO_RECALL and 0.3 < guess["MQAR p8 acc"] < 0.4
     text = (out / "results.md").read_text()
     assert "| mixer | d_model | params | MQAR p8 acc | best lr | tokens/s | peak MiB |" in text
     assert "| constant predictor | - | - |" in text
@@ -29,12 +31,16 @@ def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
 
 
 def surge_rows(out: pathlib.Path, record: dict) -> None:
-    """SURGE's smoke run: the two Kalman references and both methods at λ = 1; the exact reference scores 0."""
-    rows = {(row["method"], row["lambda"]): row for row in record["rows"]}
-    assert set(rows) == {("kalman_chain", "-"), ("kalman_system", "-"), ("surge", "1"), ("guidance", "1")}, rows
-    assert rows[("kalman_chain", "-")]["err_kalman"] == "0 ± 0"
-    ess_min = float(rows[("surge", "1")]["ess_min"].split(" ± ")[0])
-    assert 0 < ess_min <= 1 and rows[("guidance", "1")]["ess_min"] == "-"
+    """SURGE's smoke run: both systems, their references and both methods at λ = 1; the exact reference scores 0
+    and only SURGE reports weight health."""
+    rows = {(row["system"], row["method"], row["lambda"]): row for row in record["rows"]}
+    assert set(rows) == {("linear_gaussian", "kalman_chain", "-"), ("linear_gaussian", "kalman_system", "-"),
+                         ("linear_gaussian", "surge", "1"), ("linear_gaussian", "guidance", "1"),
+                         ("lorenz63", "enkf", "-"), ("lorenz63", "surge", "1"), ("lorenz63", "guidance", "1")}, rows
+    assert rows[("linear_gaussian", "kalman_chain", "-")]["err_kalman"] == "0 ± 0"
+    for system in ("linear_gaussian", "lorenz63"):
+        ess_min = float(rows[(system, "surge", "1")]["ess_min"].split(" ± ")[0])
+        assert 0 < ess_min <= 1 and rows[(system, "guidance", "1")]["ess_min"] == "-"
     assert (out / "errors.png").stat().st_size > 0
 
 

@@ -92,7 +92,7 @@ def test_task_columns_expand_mqar_per_pair_count():
     assert [c.data.mqar_num_pairs for c in list(columns.values())[:2]] == [4, 16]
 
 
-def test_constant_baseline_is_the_most_frequent_answer_share(tmp_path):
+def test_baselines_read_the_eval_examples(tmp_path):
     from icml26zoo.train import data as data_lib
     from icml26zoo.train.data import mqar
 
@@ -101,7 +101,10 @@ def test_constant_baseline_is_the_most_frequent_answer_share(tmp_path):
     data_lib.prepare(data)
     task = leaderboard.TASKS["mqar"]._replace(data=data)
     # 12 eval examples of 2 answers each, whole examples of 7 tokens: 2 per 16-token row, 6 rows, 2 batches of 4.
-    value = leaderboard.constant_baseline(task, batch_size=4, seq_len=16, eval_batches=8)
+    shape = {"batch_size": 4, "seq_len": 16, "eval_batches": 8}
     split = mqar.generate(4, 3, 2, 12, mqar.split_seed(mqar.make_config(4, 3, 2, 8, 12), "validation"))
     answers = split[:, mqar.answer_mask(2)].ravel()
-    assert value == pytest.approx(np.bincount(answers).max() / answers.size)
+    assert leaderboard.constant_baseline(task, **shape) == pytest.approx(np.bincount(answers).max() / answers.size)
+    # No recall: the first query is a draw between the two pairs' values, the second is the pair left.
+    first = [np.mean(row[[1, 3]] == row[5]) for row in split]
+    assert leaderboard.no_recall_baseline(task, **shape) == pytest.approx((sum(first) + 12) / 24)
