@@ -7,6 +7,7 @@ exact, so the Kalman filter of the chain's own transition is the exact answer.
 - the weighted cloud matches the Kalman posterior mean and variances and the log-evidence, for λ ∈ {0, 0.5, 1, 2},
   within Monte-Carlo error, while plain guidance (weights dropped) is biased, differently for each λ;
 - systematic resampling keeps the weighted mean in expectation; the Kalman update is Gaussian conditioning;
+- the Lorenz-63 surrogate's score is the gradient of its Gaussian log-density, its flow keeps an equilibrium;
 - bad input is a ValueError naming the argument.
 
 Every SURGE run with N = 4096 shares one compiled cycle (λ and the observation are traced)."""
@@ -156,6 +157,22 @@ def test_the_chain_transition_approaches_the_system_as_steps_shrink():
     for (transition, noise), tolerance in ((coarse, 0.1), (fine, 0.01)):
         np.testing.assert_allclose(transition, A, atol=tolerance)
         np.testing.assert_allclose(noise, Q, atol=tolerance)
+
+
+def test_lorenz63_surrogate_score_and_flow():
+    transition = da.Lorenz63Transition(jnp.array([0.25, 0.5, 1.0]))
+    keys = jax.random.split(jax.random.PRNGKey(7), 2)
+    z, x = jax.random.normal(keys[0], (4, 3)), 8.0 * jax.random.normal(keys[1], (4, 3))
+    alpha, sigma = jnp.float32(0.6), jnp.float32(0.8)
+    mean, var = alpha * transition.mean(x), alpha**2 * transition.noise_var + sigma**2
+    expected = jax.grad(lambda points: jnp.sum(-0.5 * (points - mean) ** 2 / var))(z)
+    np.testing.assert_allclose(transition.score(z, alpha, sigma, x), expected, rtol=1e-5, atol=1e-5)
+    # An equilibrium (√(β(ρ−1)), √(β(ρ−1)), ρ−1): the field vanishes there and the RK4 flow stays put.
+    root = np.sqrt(8 / 3 * 27)
+    equilibrium = jnp.array([[root, root, 27.0]])
+    np.testing.assert_allclose(da.lorenz63_vector_field(equilibrium), 0.0, atol=1e-4)
+    np.testing.assert_allclose(transition.mean(equilibrium), equilibrium, atol=1e-3)
+    assert float(jnp.max(jnp.abs(transition.mean(equilibrium + 1.0) - (equilibrium + 1.0)))) > 0.1  # it does move
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
