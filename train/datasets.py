@@ -23,7 +23,8 @@ BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics"
                    "icml26zoo.train.data.function_composition", "icml26zoo.train.data.sparse_boolean",
                    "icml26zoo.train.data.pcfg", "icml26zoo.train.data.point_sets",
                    "icml26zoo.train.data.sphere_signals", "icml26zoo.train.data.darcy_amr",
-                   "icml26zoo.train.data.digit_patches", "icml26zoo.train.data.multimodal")
+                   "icml26zoo.train.data.digit_patches", "icml26zoo.train.data.multimodal",
+                   "icml26zoo.train.data.backbones")
 
 DATASETS: Registry[type] = Registry("dataset", modules=BUILTIN_MODULES)
 register_dataset = DATASETS.register

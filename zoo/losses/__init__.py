@@ -5,7 +5,8 @@ registered training objectives (`lm`, `classification`), looked up by name in `z
 The papers' objectives register when their modules are imported below: the neural-collapse losses
 (`nc_*`), masked diffusion (`mdlm`, `puma`), the IPW scoring rule (`ipw_scoring`), language membership
 (`membership`), the PCFG KL (`pcfg_lm`), the Boolean chains' SFT/RL (`boolean_chain`) and the mixture-of-experts
-objectives `lm_moe` and `multimodal_moe` (`moe`).
+objectives `lm_moe` and `multimodal_moe` (`moe`), and the protein tokenizer's reconstruction
+(`protein_reconstruction`, `protein`).
 
 An objective returns `(loss, metrics)`: summable statistics (names without "/") that evaluation adds over
 batches, and optionally train diagnostics (names with a "/", e.g. "moe/collapse") that the trainer logs
@@ -23,6 +24,7 @@ from icml26zoo.losses import (  # noqa: F401  (each module registers its objecti
     nc_objectives,
     pcfg_lm,
     progressive_unmasking,
+    protein,
 )
 from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
 from icml26zoo.losses.objectives import Objective, classification_objective, lm_objective, pooled_logits
