@@ -72,6 +72,7 @@ INDEX: dict[str, str] = {
     "pbs_attn": "icml26zoo.repro.pbs_attn",
     "pcfg_probing": "icml26zoo.repro.pcfg_probing",
     "platonic": "icml26zoo.repro.platonic",
+    "protein_tokenizer": "icml26zoo.repro.protein_tokenizer",
     "protot": "icml26zoo.repro.protot",
     "puma": "icml26zoo.repro.puma",
     "rl_vs_sft": "icml26zoo.repro.rl_vs_sft",
