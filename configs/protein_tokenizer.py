@@ -1,6 +1,6 @@
 """The global, coarse-to-fine protein tokenizer (icml26zoo.bio.tokenizer) on synthetic Cα chains (zoo_backbones).
 
-The spec's small-scale tokenizer shrunk to a 2-core CPU: width 64, 2 encoder and 2 decoder blocks, 4 heads, FSQ
+A small tokenizer for a 2-core CPU: width 64, 2 encoder and 2 decoder blocks, 4 heads, FSQ
 levels (8, 5, 5, 5) (1000 codes), 32 tokens per chain, chains of 32-64 residues; trained with nested dropout by
 objective protein_reconstruction (random rotation augmentation, coordinate MSE). `python -m icml26zoo.train
 --config protein_tokenizer --workdir /tmp/tok`; `protein_tokenizer_baseline` is the same without nested dropout.

@@ -21,7 +21,7 @@ from icml26zoo.vq import (
     vector_quantize,
 )
 
-MIXED = (8, 5, 5, 5)  # the spec's small-scale levels: an even channel and odd ones, 1000 codes
+MIXED = (8, 5, 5, 5)  # the presets' levels: an even channel and odd ones, 1000 codes
 
 
 def official_quantize(z: np.ndarray, levels) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""`zoo_backbones`: synthetic protein-like Cα chains (issue 34; the small-scale data of the protein tokenizer spec).
+"""`zoo_backbones`: synthetic protein-like Cα chains (issue 34), for the protein tokenizer.
 
 A chain of L ~ UniformInt[min_length, max_length] residues concatenates secondary-structure segments, each in its
 own random orientation and joined by a 3.8 Å step in a random direction:

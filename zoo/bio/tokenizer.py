@@ -42,7 +42,7 @@ class ProteinTokenizerOptions:
     """The protein_tokenizer's options (ModelConfig.model_options); sizes from ModelConfig: d_model = C (encoder
     and decoder width), num_layers (encoder blocks), num_heads, mlp_dim, max_seq_len (the longest chain)."""
 
-    # FSQ levels per token channel; the spec's small-scale (8, 5, 5, 5) gives 1000 codes.
+    # FSQ levels per token channel; (8, 5, 5, 5) gives 1000 codes (the paper's default (8, 8, 8, 8): 4096).
     levels: tuple[int, ...] = (8, 5, 5, 5)
     # Tokens per structure (the first n_tokens encoder positions).
     n_tokens: int = 32
