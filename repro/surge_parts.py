@@ -9,6 +9,7 @@ own transition (F, P) (`surrogate_transition`) is the exact filtering posterior 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -151,18 +152,26 @@ def make_lorenz_task(seed: int, *, cycles: int, num_particles: int) -> LorenzTas
     """Simulates the noisy Lorenz-63 system from (1, 1, 20) + N(0, I) through a spin-up, then `cycles` observed
     cycles."""
     transition, observation = lorenz_models()
-    keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+    truth, observations, initial = _simulate_lorenz(jax.random.PRNGKey(seed), transition, observation,
+                                                    cycles=cycles, num_particles=num_particles)
+    return LorenzTask(np.asarray(truth), np.asarray(observations), initial)
+
+
+# One compiled program for the whole simulation (spin-up, observed cycles, initial particles).
+@functools.partial(jax.jit, static_argnames=("cycles", "num_particles"))
+def _simulate_lorenz(key: jax.Array, transition: da.Lorenz63Transition, observation: da.LinearObservation, *,
+                     cycles: int, num_particles: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    keys = jax.random.split(key, 5)
     start = jnp.array([1.0, 1.0, 20.0]) + jax.random.normal(keys[0], (3,))
 
-    def advance(state: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        state = transition.sample(key, state[None])[0]
+    def advance(state: jax.Array, step_key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        state = transition.sample(step_key, state[None])[0]
         return state, state
 
     state, _ = jax.lax.scan(advance, start, jax.random.split(keys[1], LORENZ_SPIN_UP))
-    initial = state + jax.random.normal(keys[3], (num_particles, 3))
     _, truth = jax.lax.scan(advance, state, jax.random.split(keys[2], cycles))
-    observations = observation.sample(jax.random.fold_in(keys[2], 1), truth)
-    return LorenzTask(np.asarray(truth), np.asarray(observations), initial)
+    initial = state + jax.random.normal(keys[3], (num_particles, 3))
+    return truth, observation.sample(keys[4], truth), initial
 
 
 def run_lorenz(task: LorenzTask, method: str, guidance_scale: float, *, seed: int,

@@ -114,8 +114,10 @@ def test_weighted_cloud_matches_the_kalman_filter(previous, kalman, guidance_sca
 def test_plain_guidance_without_weights_is_biased_depending_on_lambda(previous, kalman):
     kalman_mean, kalman_cov, _ = kalman
     standard_error = np.sqrt(kalman_cov[0, 0] / CONFIG.num_particles)
-    bias = {lam: float(jnp.mean(_run(previous, lam, weighted=False).particles[:, 0])) - kalman_mean[0]
-            for lam in (0.5, 2.0)}
+    runs = {lam: _run(previous, lam, weighted=False) for lam in (0.5, 2.0)}
+    for out in runs.values():  # the weights are dropped, not just ignored
+        assert not bool(jnp.any(out.log_weights)) and int(out.resamples) == 0 and bool(jnp.isnan(out.log_evidence))
+    bias = {lam: float(jnp.mean(out.particles[:, 0])) - kalman_mean[0] for lam, out in runs.items()}
     # Under-guided paths stop short of the observation, over-guided ones overshoot it.
     assert bias[0.5] < -10 * standard_error and bias[2.0] > 10 * standard_error, bias
 

@@ -24,8 +24,8 @@ One assimilation cycle, for particles x_n [N, D] and an observation y [M] (see `
   log-evidence estimate accumulates the log-mean weight at each resampling and at the end.
 
 Shapes: particles [N, D], noise [N, D], log-weights [N] (always log space), y [M]. Every function is pure and
-runs under `jax.jit`; `assimilate` and `surge_filter` are jitted with the config static, except λ, which is
-traced so that a sweep over guidance scales compiles once.
+runs under `jax.jit`; `assimilate` and `surge_filter` are jitted with the config static, except λ and
+`weighted`, which are traced so that a sweep over guidance scales and both methods compile once.
 """
 
 from __future__ import annotations
@@ -160,13 +160,14 @@ def _log_mean_exp(log_weights: jax.Array) -> jax.Array:
 
 
 def _cycle(key: jax.Array, previous: jax.Array, y: jax.Array, surrogate: Any, observation: Any,
-           guidance_scale: jax.Array, config: SurgeConfig, weighted: bool, record_path: bool) -> SurgeCycle:
+           guidance_scale: jax.Array, weighted: jax.Array, config: SurgeConfig, record_path: bool) -> SurgeCycle:
+    # `weighted` is a traced bool (False: the increments are dropped), so both methods share one compiled cycle.
     coefficients = _coefficients(config)
     num_particles = previous.shape[0]
     start_key, steps_key = jax.random.split(key)
     z = z_start = config.prior_std * jax.random.normal(start_key, previous.shape, jnp.float32)
     start = _guidance_at(config.num_steps, z, previous, y, coefficients, surrogate, observation)
-    log_w = start.log_h if weighted else jnp.zeros(num_particles)
+    log_w = jnp.where(weighted, start.log_h, 0.0)
 
     def step(carry: tuple, inputs: tuple[jax.Array, jax.Array]) -> tuple[tuple, jax.Array]:
         z, condition, here, log_w, log_evidence, ess_min, resamples = carry
@@ -177,11 +178,10 @@ def _cycle(key: jax.Array, previous: jax.Array, y: jax.Array, surrogate: Any, ob
         noise = jax.random.normal(noise_key, z.shape, z.dtype)
         z = prior_mean(z, here.score, coefficients.betas[k], coefficients.delta) + std * (shift + noise)
         there = _guidance_at(k - 1, z, condition, y, coefficients, surrogate, observation)
-        if not weighted:  # the negative control: the same guided paths, their weights dropped
-            return (z, condition, there, log_w, log_evidence, ess_min, resamples), z
-        log_w = log_w + there.log_h - here.log_h + girsanov_log_ratio(shift, noise)
+        increment = there.log_h - here.log_h + girsanov_log_ratio(shift, noise)
+        log_w = log_w + jnp.where(weighted, increment, 0.0)
         ess = effective_sample_size(log_w) / num_particles
-        resample = ess < config.ess_threshold
+        resample = weighted & (ess < config.ess_threshold)
         ancestors = jnp.where(resample, systematic_resample(resample_key, log_w), jnp.arange(num_particles))
         log_evidence = log_evidence + jnp.where(resample, _log_mean_exp(log_w), 0.0)
         log_w = jnp.where(resample, jnp.zeros_like(log_w), log_w)
@@ -195,20 +195,19 @@ def _cycle(key: jax.Array, previous: jax.Array, y: jax.Array, surrogate: Any, ob
     start_ess = effective_sample_size(log_w) / num_particles
     carry = (z, previous, start, log_w, jnp.float32(0.0), start_ess, jnp.int32(0))
     (z, _, final, log_w, log_evidence, ess_min, resamples), states = jax.lax.scan(step, carry, (steps, keys))
-    if weighted:
-        log_w = log_w + observation.log_likelihood(z, y) - final.log_h  # p(y | z_0) / ĥ_0(z_0), = 1 when r_0 = 0
-        ess_min = jnp.minimum(ess_min, effective_sample_size(log_w) / num_particles)
-        log_evidence = log_evidence + _log_mean_exp(log_w)
-    else:
-        log_evidence = jnp.float32(jnp.nan)  # unweighted paths estimate no evidence
+    closing = observation.log_likelihood(z, y) - final.log_h  # p(y | z_0) / ĥ_0(z_0), = 1 when r_0 = 0
+    log_w = log_w + jnp.where(weighted, closing, 0.0)
+    ess_min = jnp.minimum(ess_min, effective_sample_size(log_w) / num_particles)
+    # Unweighted paths estimate no evidence.
+    log_evidence = jnp.where(weighted, log_evidence + _log_mean_exp(log_w), jnp.nan)
     path = jnp.concatenate([z_start[None], states]) if record_path else None
     return SurgeCycle(z, log_w, log_evidence, ess_min, resamples, path)
 
 
 # λ is traced (a sweep over guidance scales compiles once): the static config carries a placeholder λ = 0.
-@functools.partial(jax.jit, static_argnames=("config", "weighted", "record_path"))
-def _cycle_jit(key, previous, y, surrogate, observation, guidance_scale, config, weighted, record_path):
-    return _cycle(key, previous, y, surrogate, observation, guidance_scale, config, weighted, record_path)
+@functools.partial(jax.jit, static_argnames=("config", "record_path"))
+def _cycle_jit(key, previous, y, surrogate, observation, guidance_scale, weighted, config, record_path):
+    return _cycle(key, previous, y, surrogate, observation, guidance_scale, weighted, config, record_path)
 
 
 def _static(config: SurgeConfig) -> SurgeConfig:
@@ -239,7 +238,8 @@ def assimilate(key: jax.Array, previous: jax.Array, y: jax.Array, *, surrogate: 
         y [M], extra_var) -> [N]` (e.g. `observation.LinearObservation`).
       config: a `SurgeConfig`.
       weighted: False is the negative control, plain guidance: the same guided paths with their weights dropped
-        (equal weights, no resampling, NaN evidence); biased for every λ but the exact-ĥ, continuous limit.
+        (equal weights, no resampling, NaN evidence, ESS_min = 1); biased for every λ but the exact-ĥ,
+        continuous limit.
       record_path: also return the path z_K..z_0 [K + 1, N, D] (a lineage only when nothing was resampled:
         use ess_threshold = 0).
 
@@ -250,15 +250,15 @@ def assimilate(key: jax.Array, previous: jax.Array, y: jax.Array, *, surrogate: 
     check_bool("weighted", weighted)
     check_bool("record_path", record_path)
     return _cycle_jit(key, previous, y, surrogate, observation, jnp.float32(config.guidance_scale),
-                      _static(config), weighted, record_path)
+                      jnp.bool_(weighted), _static(config), record_path)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "weighted"))
-def _filter_jit(key, initial, observations, surrogate, observation, guidance_scale, config, weighted):
+@functools.partial(jax.jit, static_argnames=("config",))
+def _filter_jit(key, initial, observations, surrogate, observation, guidance_scale, weighted, config):
     def cycle(particles: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple]:
         y, cycle_key = inputs
         forecast_key, resample_key = jax.random.split(cycle_key)
-        out = _cycle(forecast_key, particles, y, surrogate, observation, guidance_scale, config, weighted, False)
+        out = _cycle(forecast_key, particles, y, surrogate, observation, guidance_scale, weighted, config, False)
         mean, cov = weighted_moments(out.particles, out.log_weights)
         # Equal weights for the next cycle (the spec's final resampling); a no-op for unweighted paths.
         survivors = out.particles[systematic_resample(resample_key, out.log_weights)]
@@ -279,7 +279,7 @@ def surge_filter(key: jax.Array, initial: jax.Array, observations: jax.Array, *,
     _check_inputs(config, initial, observations, observation, "initial", (None, None), "[T, M]")
     check_bool("weighted", weighted)
     return _filter_jit(key, initial, observations, surrogate, observation, jnp.float32(config.guidance_scale),
-                       _static(config), weighted)
+                       jnp.bool_(weighted), _static(config))
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
