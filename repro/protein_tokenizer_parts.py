@@ -143,7 +143,9 @@ def prefix_figure(rows: Sequence[Mapping[str, Any]], seeds: int) -> Figure:
                       label=f"{role} ({'nested dropout' if role == 'nested' else 'all tokens in training'})")
     axes.set(xscale="log", xlabel="tokens decoded (prefix length)", ylabel="Cα RMSD after alignment (Å)",
              title=f"Reconstruction against number of tokens, {seeds} seed(s)")
-    axes.set_xticks(sorted({row["tokens"] for row in rows}), [str(t) for t in sorted({row["tokens"] for row in rows})])
+    tokens = sorted({row["tokens"] for row in rows})
+    axes.set_xticks(tokens, [str(t) for t in tokens])
+    axes.minorticks_off()  # the log axis's minor labels (3×10⁰, ...) would crowd the prefix lengths
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)
     return figure
