@@ -58,6 +58,7 @@ INDEX: dict[str, str] = {
     "eden": "icml26zoo.repro.eden",
     "fox_fix": "icml26zoo.repro.fox_fix",
     "fp8_rank_aware": "icml26zoo.repro.fp8_rank_aware",
+    "gcf": "icml26zoo.repro.gcf",
     "goat": "icml26zoo.repro.goat",
     "hard_kv": "icml26zoo.repro.hard_kv",
     "ipw_scoring": "icml26zoo.repro.ipw_scoring",
