@@ -1,4 +1,4 @@
-"""The GCF layer (icml26zoo.convex): the spec's invariants (Y-convexity with equality at the choice, soft → hard
+"""The GCF layer (icml26zoo.convex): the layer's invariants (Y-convexity with equality at the choice, soft → hard
 within log J / β, the envelope gradient, midpoint convexity, an auction's IC / IR / payment), the official selection
 formula on fixed inputs, the closed-form Gaussian optimal-transport map and weak duality, and bad input named."""
 
