@@ -11,6 +11,7 @@ from icml26zoo.bio import aligned_rmsd, nested_dropout_keep
 from icml26zoo.bio.structure import prefix_mask
 from icml26zoo.geometric import random_rotation
 from icml26zoo.models import ModelConfig, build_model
+from icml26zoo.registry import OBJECTIVES
 from icml26zoo.train.data.backbones import CA_STEP, BackboneOptions, generate, has_clash
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -98,12 +99,36 @@ def test_decoding_reads_only_the_kept_prefix_and_padding_never_matters(chains):
     np.testing.assert_allclose(got["full"], got["all_kept"], atol=1e-6)  # keep is capped at the tokens that exist
 
 
+def test_the_vq_bottleneck_trains_its_codebook_through_the_objective(chains):
+    points, weights = map(jnp.asarray, chains)
+    batch = {"points": points, "features": jnp.zeros(points.shape[:2] + (0,)), "weights": weights, "targets": points}
+    objective = OBJECTIVES.get("protein_reconstruction")
+
+    @jax.jit
+    def run():
+        model = build_model(_config(bottleneck="vq", num_codes=16), rngs=nnx.Rngs(0))
+        (loss, metrics), grads = nnx.value_and_grad(lambda m: objective(m, batch, jax.random.key(0)),
+                                                    has_aux=True)(model)
+        _, _, indices = model.encode(points, weights)
+        gradient = {name: jnp.sum(jnp.abs(leaf)) for name, leaf in
+                    (("codebook", grads.vq.codebook[...]), ("encoder", grads.vq_in.kernel[...]))}
+        return loss, metrics, gradient["codebook"], gradient["encoder"], indices
+
+    loss, metrics, codebook_gradient, encoder_gradient, indices = run()
+    assert np.isfinite(float(loss)) and float(metrics["bottleneck/loss"]) > 0
+    # The codebook loss moves the codes; the straight-through estimator reaches the projection before them.
+    assert float(codebook_gradient) > 0 and float(encoder_gradient) > 0
+    assert 0 <= int(jnp.min(indices)) and int(jnp.max(indices)) < 16 and 1 <= float(metrics["fsq/used_codes"]) <= 16
+
+
 @pytest.mark.parametrize(("options", "name"), [
     ({"levels": (8, 1)}, r"levels'\[1\]"),
     ({"levels": ()}, "levels"),
     ({"n_tokens": 0}, "n_tokens"),
     ({"min_tokens": N_TOKENS}, "min_tokens"),
     ({"drop_all_probability": 1.5}, "drop_all_probability"),
+    ({"bottleneck": "pq"}, "bottleneck"),
+    ({"bottleneck": "vq", "num_codes": 1}, "num_codes"),
 ])
 def test_bad_options_name_the_argument(options, name):
     with pytest.raises(ValueError, match=name):

@@ -17,6 +17,10 @@ Decoder (DEVIATION, swappable: the paper's decoder is a flow-matching DiT sample
   Linear(C → 3) at the query positions regress the Cα coordinates directly. One forward pass decodes a prefix
   (the mean structure given the tokens, not a sample from it).
 
+Bottleneck: FSQ (the paper's; option bottleneck="fsq") or nearest-codebook VQ (bottleneck="vq": Linear(C → d),
+a learned codebook of num_codes vectors with the straight-through estimator, Linear(d → C), d = len(levels);
+its codebook + commitment loss is returned by `encode_with_loss` for the objective to add).
+
 model(points [B, N, 3], features [B, N, 0], weights [B, N], *, keep=None) -> coordinates [B, N, 3]; keep int [B]
 (default: every existing token) is the prefix decoded. `encode` and `decode` expose the two halves.
 """
@@ -33,8 +37,10 @@ from icml26zoo.bio.structure import check_structures, nested_dropout_keep, prefi
 from icml26zoo.geometric.baseline import Block
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
-from icml26zoo.validation import check_bool, check_int, check_probability
-from icml26zoo.vq import FSQ, check_levels
+from icml26zoo.validation import check_bool, check_choice, check_int, check_non_negative, check_probability
+from icml26zoo.vq import FSQ, VectorQuantizer, check_codebook_size, check_levels
+
+BOTTLENECKS = ("fsq", "vq")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,11 @@ class ProteinTokenizerOptions:
     min_tokens: int = 1
     # Probability of zeroing every token of a chain during training (the paper's 0.05, for guidance).
     drop_all_probability: float = 0.05
+    # "fsq" (the paper) or "vq" (a learned codebook of num_codes vectors of len(levels) channels).
+    bottleneck: str = "fsq"
+    num_codes: int = 1024
+    # VQ's β: the weight of the commitment loss beside the codebook loss.
+    commitment_cost: float = 0.25
 
     def __post_init__(self) -> None:
         owner = f"{MODEL_OPTIONS_FIELD}: protein_tokenizer option"
@@ -62,6 +73,9 @@ class ProteinTokenizerOptions:
         check_bool(f"{owner} 'nested_dropout'", self.nested_dropout)
         check_int(f"{owner} 'min_tokens'", self.min_tokens, minimum=0, maximum=self.n_tokens - 1)
         check_probability(f"{owner} 'drop_all_probability'", self.drop_all_probability)
+        check_choice(f"{owner} 'bottleneck'", self.bottleneck, BOTTLENECKS)
+        check_codebook_size(self.num_codes, f"{owner} 'num_codes'")
+        check_non_negative(f"{owner} 'commitment_cost'", self.commitment_cost, finite=True)
 
 
 @register_model("protein_tokenizer")
@@ -80,7 +94,14 @@ class ProteinTokenizer(nnx.Module):
         self.lift_norm = nnx.LayerNorm(width, rngs=rngs)
         self.residue_index = nnx.Embed(self.max_len, width, rngs=rngs)
         self.encoder = nnx.List([Block(width, heads, mlp, rngs=rngs) for _ in range(cfg.num_layers)])
-        self.fsq = FSQ(width, self.options.levels, rngs=rngs)
+        if self.options.bottleneck == "fsq":
+            self.fsq = FSQ(width, self.options.levels, rngs=rngs)
+        else:
+            code_dim = len(self.options.levels)
+            self.vq_in = nnx.Linear(width, code_dim, rngs=rngs)
+            self.vq = VectorQuantizer(self.options.num_codes, code_dim, commitment_cost=self.options.commitment_cost,
+                                      rngs=rngs)
+            self.vq_out = nnx.Linear(code_dim, width, rngs=rngs)
         self.to_decoder = nnx.Linear(width, width, rngs=rngs)
         self.query_index = nnx.Embed(self.max_len, width, rngs=rngs)
         self.kind = nnx.Embed(2, width, rngs=rngs)  # 0: residue query, 1: token
@@ -90,7 +111,7 @@ class ProteinTokenizer(nnx.Module):
 
     @property
     def codebook_size(self) -> int:
-        return self.fsq.codebook_size
+        return self.fsq.codebook_size if self.options.bottleneck == "fsq" else self.options.num_codes
 
     def num_tokens(self, num_residues: int) -> int:
         """T, the token positions of a batch padded to num_residues: min(N, n_tokens)."""
@@ -104,13 +125,24 @@ class ProteinTokenizer(nnx.Module):
 
     def encode(self, points: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(quantised tokens [B, T, C], codes [B, T, len(levels)], indices int32 [B, T]) of Cα chains."""
+        return self.encode_with_loss(points, weights)[:3]
+
+    def encode_with_loss(self, points: jax.Array, weights: jax.Array
+                         ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """`encode`'s three outputs and the bottleneck's own loss (VQ: codebook + β·commitment over the tokens that
+        exist; FSQ: 0)."""
         self._check(points, weights)
         positions = jnp.arange(points.shape[1])
         x = self.lift_norm(self.lift_out(jax.nn.silu(self.lift_in(points.astype(jnp.float32)))))
         x = x + self.residue_index(positions)[None]
         for block in self.encoder:
             x = block(x, weights)
-        return self.fsq(x[:, : self.num_tokens(points.shape[1])])
+        x = x[:, : self.num_tokens(points.shape[1])]
+        if self.options.bottleneck == "fsq":
+            return (*self.fsq(x), jnp.zeros((), jnp.float32))
+        exists = prefix_mask(token_counts(weights, self.options.n_tokens), x.shape[1])
+        quantized = self.vq(self.vq_in(x), exists)
+        return self.vq_out(quantized.quantized), quantized.quantized, quantized.indices, quantized.loss
 
     def decode(self, tokens: jax.Array, weights: jax.Array, keep: jax.Array | None = None) -> jax.Array:
         """Coordinates [B, N, 3] from quantised tokens [B, T, C], the chains' weights [B, N] and the prefix kept

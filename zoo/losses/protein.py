@@ -5,11 +5,13 @@ rotates every chain by a fresh Haar-random rotation (the option `rotate`; the mo
 the paper trains on rotated copies), encodes it to FSQ tokens, keeps the prefix the model's training rule draws
 (nested dropout, or every token for the baseline) and decodes. The loss is the mean over real chains of the
 per-chain mean squared coordinate error in the rotated frame (the regression decoder's stand-in for the paper's
-flow-matching loss). Metrics:
+flow-matching loss), plus the bottleneck's own loss (a VQ tokenizer's codebook and commitment terms; 0 for FSQ).
+Metrics:
     loss_sum, weight     Σ chains of that error, the number of real chains (eval/loss)
     rmsd_sum             Σ chains of the Cα RMSD after optimal rigid alignment, in Å (eval/rmsd)
     fsq/perplexity, fsq/used_codes, fsq/usage_fraction
-                         train diagnostics: the batch's FSQ code usage over the tokens that exist
+                         train diagnostics: the batch's code usage over the tokens that exist (FSQ or VQ)
+    bottleneck/loss      train diagnostic: the bottleneck's loss (VQ; 0 for FSQ)
 Evaluation calls it with a fixed key, so eval/loss and eval/rmsd are those of fixed random prefixes.
 """
 
@@ -63,7 +65,7 @@ def protein_reconstruction(model: nnx.Module, batch: Batch, rng: jax.Array,
     points, weights = batch["points"].astype(jnp.float32), batch["weights"]
     if options.rotate:
         points = rotate_points(points, random_rotation(rotate_key, (points.shape[0],)))
-    tokens, _, indices = model.encode(points, weights)
+    tokens, _, indices, bottleneck_loss = model.encode_with_loss(points, weights)
     predicted = model.decode(tokens, weights, model.training_keep(keep_key, weights)).astype(jnp.float32)
     rows = jnp.any(weights > 0, axis=1).astype(jnp.float32)
     errors = chain_mse(predicted, points, weights)
@@ -73,8 +75,8 @@ def protein_reconstruction(model: nnx.Module, batch: Batch, rng: jax.Array,
     weight = jnp.sum(rows)
     metrics = {"loss_sum": jnp.sum(errors * rows), "weight": weight, "rmsd_sum": jnp.sum(rmsd * rows),
                "fsq/perplexity": usage["perplexity"], "fsq/used_codes": usage["used_codes"].astype(jnp.float32),
-               "fsq/usage_fraction": usage["usage_fraction"]}
-    return metrics["loss_sum"] / jnp.maximum(weight, 1.0), metrics
+               "fsq/usage_fraction": usage["usage_fraction"], "bottleneck/loss": bottleneck_loss}
+    return metrics["loss_sum"] / jnp.maximum(weight, 1.0) + bottleneck_loss, metrics
 
 
 protein_reconstruction.options_class = ProteinReconstructionOptions
