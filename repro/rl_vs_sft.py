@@ -47,7 +47,7 @@ NUM_BITS, SPARSITY = 16, 3
 QUICK = Budget(steps=300, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2)
 # 2,000 steps x 256 fresh x, three seeds, for every (mode, rate) of the grid: 12 cells at the defaults. The
 # spec's 5k-20k steps do not fit the shared 2-core machine at three seeds x two rates x two modes (a cell of
-# 2,000 steps took ~2-4 minutes there, see docs/papers/rl_vs_sft_boolean.md); earlier single-seed runs saw
+# 2,000 steps took ~4.5 minutes there at load ~11, see docs/papers/rl_vs_sft_boolean.md); earlier single-seed runs saw
 # free-running SFT finish both levels by step ~1,800.
 FULL = Budget(steps=2000, batch_size=256, seq_len=NUM_BITS + SPARSITY - 2, seeds=(0, 1, 2))
 # The smallest run: one REINFORCE cell at one rate (the modes share every line of this loop and differ only in the
