@@ -362,7 +362,9 @@ def figure(rows: Sequence[dict], metrics: Sequence[str], baselines: Sequence[Map
     fig = Figure(figsize=(3.2 * len(panels), 0.35 * len(rows) + 1.5), layout="constrained")
     names = [row["mixer"] for row in rows]
     styles = ({"color": "tab:red", "linestyle": "--"}, {"color": "tab:gray", "linestyle": ":"})
-    for axis, column in zip(fig.subplots(1, len(panels), sharey=True), panels, strict=True):
+    axes = fig.subplots(1, len(panels), sharey=True)
+    axes[0].invert_yaxis()  # Best row on top; the axes share y, so once (an even count of inversions cancels).
+    for axis, column in zip(axes, panels, strict=True):
         axis.barh(names, [row[column] for row in rows], color="tab:blue")
         drawn = False
         for baseline, style in zip(baselines, itertools.cycle(styles), strict=False):
@@ -372,5 +374,4 @@ def figure(rows: Sequence[dict], metrics: Sequence[str], baselines: Sequence[Map
         if drawn:
             axis.legend(fontsize=7, loc="lower right")
         axis.set_title(column)
-        axis.invert_yaxis()
     return fig
