@@ -65,8 +65,9 @@ __all__ = ["BASELINE", "FULL", "NO_RECALL", "QUICK", "QUICK_ARGS", "SMOKE", "SMO
            "no_recall_baseline", "peak_step_bytes", "run", "task_columns"]
 
 WIDTH = 64
-# The standard budget (FULL, what the README reports): sized so that the whole grid (13 mixers x 5 task cells x
-# 2 rates) runs in about an hour on the shared 2-core CPU machine; see the README's Leaderboard section.
+# The standard budget (FULL, what the README reports). Measured 2026-12-06 on the shared 2-core CPU machine: a mixer's
+# 10 cells took 15 min (attention) to 67 min (mamba2), so the whole grid (13 mixers x 5 columns x 2 rates) is
+# several hours there; the README's Leaderboard section reports the cells that finished.
 STANDARD = FULL = Budget(steps=600, batch_size=32, seq_len=32)
 QUICK = Budget(steps=100, batch_size=16, seq_len=64)
 QUICK_ARGS = {"mqar_pairs": (8,), "learning_rates": (3e-3,)}
