@@ -12,7 +12,8 @@ Paper: "ConfSMoE: Handling Missing and Multi-Modal Inputs with Confidence-Guided
     balancing loss is needed" can be tested at all. The Switch/GShard form of the softmax gate (probabilities
     over all E experts taken at the chosen ones, router option normalize="all") is the one whose gradient
     feeds usage back into the scores; it is trained with and without the Switch balancing loss, against the
-    softmax over the chosen logits (ConfSMoE's code's form) and ConfSMoE's router, at E = `collapse_experts`, k = `collapse_top_k` and a learning rate of `collapse_lr`.
+    softmax over the chosen logits (ConfSMoE's code's form) and ConfSMoE's router, at E = `collapse_experts`,
+    k = `collapse_top_k` and a learning rate of `collapse_lr`.
     ConfSMoE's gate receives no gradient (as in the official code; tests/zoo/test_moe_routers.py), so its
     selection stays the initial projection of the drifting hidden states: its balance is that of a frozen
     random router, not a learned one.
@@ -40,9 +41,9 @@ from matplotlib.figure import Figure
 
 from icml26zoo.moe import MoEConfig
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, mean_and_spread
-from icml26zoo.repro.moe_routing import classifier_config, evaluate_cell
+from icml26zoo.repro.moe_routing import classifier_config, evaluate_cell, mean_curve
 from icml26zoo.repro.registry import register_experiment
-from icml26zoo.validation import check_int, check_positive
+from icml26zoo.validation import check_int, check_interval, check_positive
 
 __all__ = ["ARMS", "COLLAPSE_ROUTERS", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -128,8 +129,9 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, missing_ratios: Se
              f"E = {experts}, k = 2, router 'confidence', Adam 3e-4. Arms: off (missing inputs stay zero), stage1 "
              "(input-level fill), stage1_2 (plus the expert-level fill); trained and evaluated alike.",
              f"Collapse: setting II at 50% missing, E = {collapse_experts}, k = {collapse_top_k}, Adam "
-             f"{collapse_lr:g}; topk_softmax = softmax over the k chosen logits; topk_softmax_all = softmax over all E "
-             "at the chosen experts (Switch/GShard); _lb adds the Switch balancing loss (0.01). collapse = 1 - H(load)/log E on the test split (0 balanced).",
+             f"{collapse_lr:g}; topk_softmax = softmax over the k chosen logits; topk_softmax_all = softmax over all "
+             "E at the chosen experts (Switch/GShard); _lb adds the Switch balancing loss (0.01). collapse = "
+             "1 - H(load)/log E on the test split (0 balanced).",
              "Means over seeds; *_spread = max - min over seeds. Empty cells: the column belongs to the other part."]
     for row in rows:
         for column in columns:
@@ -144,9 +146,8 @@ def _check_ratios(ratios: Sequence[float]) -> tuple[float, ...]:
     if not ratios:
         raise ValueError("missing_ratios must name at least one ratio when arms are run, got ()")
     for ratio in ratios:
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= MAX_MISSING_RATIO:
-            raise ValueError(f"missing_ratios entries must be numbers in [0, {MAX_MISSING_RATIO}] (setting II keeps "
-                             f"one of 3 modalities per sample), got {ratio!r}")
+        check_interval("missing_ratios entries (setting II keeps one of 3 modalities per sample)", ratio, 0.0,
+                       MAX_MISSING_RATIO)
     return ratios
 
 
@@ -186,9 +187,7 @@ def _collapse_row(experiment: Experiment, router: str, moe: MoEConfig, lr: float
     for name in ("collapse", "accuracy"):
         row[name], row[f"{name}_spread"] = mean_and_spread([m[name] for m in metrics])
     row["max_load_ratio"] = round(float(np.mean([m["max_load_ratio"] for m in metrics])), 4)
-    steps = series[0][0]
-    curve = [float(np.mean([values[i] for _, values in series])) for i in range(len(steps))]
-    return row, (steps, curve)
+    return row, mean_curve(series)
 
 
 def _imputation_figure(rows: list[dict[str, Any]]) -> Figure:

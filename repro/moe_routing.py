@@ -65,7 +65,7 @@ from icml26zoo.validation import check_int
 
 __all__ = ["FULL", "QUICK", "QUICK_ARGS", "ROUTERS", "ROUTING_ARMS", "SMOKE", "SMOKE_ARGS", "cell_config",
            "classifier_config", "classification_scores", "coselection_reference", "evaluate_cell",
-           "matched_cooccurrence", "run"]
+           "matched_cooccurrence", "mean_curve", "run"]
 
 QUICK = Budget(steps=30, batch_size=16, seq_len=4, seeds=(0,))
 FULL = Budget(steps=600, batch_size=32, seq_len=8, seeds=(0, 1, 2))
@@ -135,7 +135,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[
             config = cell_config(experiment, router, seed, **sizes)
             experiment.train_cell(cell, config, devices=devices)
             cells.setdefault(router, []).append(evaluate_cell(experiment, cell, devices))
-        curves[router] = _mean_curve([experiment.metrics(f"{router}_seed{seed}", TRAINING_COLLAPSE)
+        curves[router] = mean_curve([experiment.metrics(f"{router}_seed{seed}", TRAINING_COLLAPSE)
                                       for seed in budget.seeds])
     rows = [_row(router, [cell["metrics"] for cell in cells[router]]) for router in routers]
     figures = {
@@ -185,8 +185,9 @@ def classifier_config(experiment: Experiment, seed: int, moe: MoEConfig, *, dim:
     model_options = dict(base.model.model_options) | {"tokens": tokens}
     model = dataclasses.replace(base.model, d_model=dim, moe=moe, model_options=tuple(model_options.items()))
     optim = base.optim if learning_rate is None else dataclasses.replace(base.optim, learning_rate=learning_rate)
+    objective = dict(base.objective_options) | (objective_options or {})
     config = dataclasses.replace(base, model=model, data=data, optim=optim, log_every=max(1, budget.steps // 10),
-                                 objective_options=tuple((dict(base.objective_options) | (objective_options or {})).items()))
+                                 objective_options=tuple(objective.items()))
     config = experiment.cell_config(config, seed=seed, checkpoints=1)
     # Points per row: the M modalities' tokens (budget.seq_len counts one modality's).
     return dataclasses.replace(config, seq_len=len(dict(model_options)["feature_dims"]) * tokens)
@@ -265,7 +266,7 @@ def _mean(values: Sequence[float]) -> float:
     return float(statistics.fmean(values))
 
 
-def _mean_curve(series: list[tuple[list[int], list[float]]]) -> tuple[list[int], list[float]]:
+def mean_curve(series: list[tuple[list[int], list[float]]]) -> tuple[list[int], list[float]]:
     """The mean over seeds of a metric logged at the same steps by every seed."""
     steps = series[0][0]
     return steps, [_mean([values[i] for _, values in series]) for i in range(len(steps))]

@@ -18,7 +18,7 @@ TINY = Budget(steps=5, batch_size=4, seq_len=4, seeds=(0,))
     [
         ({"arms": ("off", "stage2")}, "arms: unknown name 'stage2'"),
         ({"collapse_routers": ("softmax",)}, "collapse_routers: unknown name 'softmax'"),
-        ({"missing_ratios": (0.2, 0.7)}, r"missing_ratios entries must be numbers in \[0, 0.6\].*got 0.7"),
+        ({"missing_ratios": (0.2, 0.7)}, r"missing_ratios entries .* must be a number in \[0, 0.6\], got 0.7"),
         ({"missing_ratios": ()}, "missing_ratios must name at least one"),
         ({"collapse_top_k": 3, "collapse_experts": 2}, "collapse_top_k must be <= collapse_experts = 2, got 3"),
         ({"collapse_lr": 0.0}, "collapse_lr"),
