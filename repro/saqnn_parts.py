@@ -26,6 +26,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from icml26zoo.optim.hparams import with_standard_promotion
 from icml26zoo.quantum import SAQNN, basis_matrix
 
 __all__ = ["METHODS", "TARGETS", "domain_inputs", "fit_lstsq", "fit_mlp", "fit_saqnn", "target", "test_grid"]
@@ -75,7 +76,7 @@ def test_grid(side: int) -> np.ndarray:
 
 def _adam_scan(loss_fn, params, *, steps: int, lr: float):
     """Full-batch Adam for `steps` steps inside one compiled scan; (params, losses [steps])."""
-    optimizer = optax.adam(lr)
+    optimizer = with_standard_promotion(optax.adam(lr))  # optax's bias correction mixes float and int32
 
     def step(carry, _):
         params, state = carry
