@@ -96,6 +96,7 @@ def error_figure(per_seed: dict[tuple, list[dict[str, float]]], targets, bases, 
             panel.set(xscale="log", yscale="log", xlabel="basis functions n", ylabel="test RMSE",
                       title=f"{target}, {basis}")
             panel.set_xticks(sizes, [str(n) for n in sizes])
+            panel.set_xticks([], minor=True)  # the log axis's minor labels would overprint n
             panel.grid(True, alpha=0.3)
             panel.legend(fontsize=7)
     return figure
