@@ -44,5 +44,25 @@ def surge_rows(out: pathlib.Path, record: dict) -> None:
     assert (out / "errors.png").stat().st_size > 0
 
 
+def pmdo_rows(out: pathlib.Path, record: dict) -> None:
+    """PMDO's smoke run (synthetic source, two tasks): a row for fine-tuning and for PMDO with every score a
+    mean ± spread in range; PMDO's GPM bases hold at most `in` vectors, its free capacity mean(1 − A) lies in
+    [0, 1] and falls after the first task; accuracy matrices are lower triangular."""
+    rows = {(row["source"], row["method"], row["setting"]): row for row in record["rows"]}
+    assert set(rows) == {("synthetic", "finetune", "ce current"), ("synthetic", "pmdo", "ce current")}, rows
+    for row in rows.values():
+        values = {s: float(row[s].split(" ± ")[0]) for s in ("A_bar", "A_T", "F", "BWT", "newest")}
+        assert all(0 <= values[s] <= 1 for s in ("A_bar", "A_T", "F", "newest")) and -1 <= values["BWT"] <= 0.5
+    extra = record["extra"]
+    (sizes,) = extra["gpm_basis_sizes"]["synthetic | pmdo | ce current"]
+    assert 0 < sizes["l1"][0] <= 64 and 0 < sizes["l2"][0] <= 16 and sizes["l1"][1] >= sizes["l1"][0]
+    (capacity,) = extra["capacity_mean_1_minus_A"]["synthetic | pmdo | ce current"]
+    assert all(0 <= c[1] <= c[0] <= 1 for c in capacity.values()), capacity
+    for matrix in extra["mean_accuracy_matrix"].values():
+        assert matrix[0][1] == 0 and 0 <= min(matrix[1]) and max(matrix[1]) <= 1
+    assert (out / "matrices.png").stat().st_size > 0
+
+
 SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows,
+                                                                 "pmdo": pmdo_rows,
                                                                  "surge": surge_rows}

@@ -9,7 +9,11 @@ the implementations live in modules named after the method, so a module never hi
 - `cubic_damping`: cubic-damped momentum SGD and Adam, and the adaptive-friction (kinetic-energy) heavy ball;
 - `minimax`: GDA, AGDA and TALDA-R for two-sided PL minimax problems (`talda`, `talda_step`, `gda`);
 - `spike_monitor`: the Adam loss-spike monitor (`spike_diagnostics`, pure functions of the Adam state);
-- `builtin`: the registered optax defaults (adamw, adam, sgd, lion) and `decay_mask`.
+- `builtin`: the registered optax defaults (adamw, adam, sgd, lion) and `decay_mask`;
+- `pmdo`, `pmdo_gpm`, `pmdo_cdcil`: PMDO (experimental reconstruction) for cross-domain class-incremental
+  learning: parameter masks, GPM projection and slow weights as optax transformations, and its benchmark. Import
+  the modules (`from icml26zoo.optim import pmdo`): the constructor `pmdo.pmdo` is not re-exported here, where it
+  would hide its module, and it is not in the optimizer registry (it needs per-task masks and bases).
 """
 
 from icml26zoo.optim import builtin, cubic_damping, minimax, muon, sam, spike_monitor  # noqa: F401  (registers)
