@@ -1,7 +1,8 @@
 """SAQNN ("Spectral Adaptive Quantum Neural Network as a Universal Approximator", ICML 2026): test error of the
 simulated constructive QNN against the number of basis functions n, beside classical fits of the same size.
 
-For each target (Franke's function, two Gaussians; `repro/saqnn_parts.py`), basis ("fourier" on [−π, π]²,
+For each target (Franke's function, two Gaussians, and the Sobolev sweep (|x|/√2)^s at s = 0.5 and 1.5;
+`repro/saqnn_parts.py`), basis ("fourier" on [−π, π]²,
 "chebyshev" on [−1, 1]²) and register size `qubits` per dimension (n = 4^qubits basis functions in 2-D), each
 seed draws `batch_size` uniform training points and fits:
 
@@ -22,8 +23,9 @@ seq_len = test-grid side, seeds = seeds.
     from icml26zoo import repro
     results = repro.run("saqnn", "runs/saqnn", budget="quick")
 
-From a shell: `python -m icml26zoo.repro saqnn [--smoke | --quick] --out DIR [targets=franke,gaussians]
-[bases=fourier,chebyshev] [methods=saqnn_modulus,saqnn_hadamard,lstsq,mlp] [qubits=2,3,4] [learning_rate=0.01]`.
+From a shell: `python -m icml26zoo.repro saqnn [--smoke | --quick] --out DIR
+[targets=franke,gaussians,abs_s0.5,abs_s1.5] [bases=fourier,chebyshev]
+[methods=saqnn_modulus,saqnn_hadamard,lstsq,mlp] [qubits=2,3,4] [learning_rate=0.01]`.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, targets: tuple[str
     Args:
       run_dir: where to write.
       budget: see the module docstring for what each field sizes (default FULL).
-      targets: a subset of ("franke", "gaussians").
+      targets: a subset of ("franke", "gaussians", "abs_s0.5", "abs_s1.5").
       bases: a subset of ("fourier", "chebyshev").
       methods: a subset of ("saqnn_modulus", "saqnn_hadamard", "lstsq", "mlp").
       qubits: qubits per input dimension, each in [1, 6] (n = 4^qubits basis functions).
@@ -141,7 +143,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, targets: tuple[str
     notes = [
         f"Targets on the unit square read through each basis's domain (fourier: [−π, π]², chebyshev: [−1, 1]²): "
         f"franke = Franke's function min-max scaled into [0, 1]; gaussians = 0.6 N((0.35, 0.4), 0.1²) + "
-        f"0.4 N((0.68, 0.65), 0.12²) (unnormalised bumps). {budget.batch_size} uniform training points per seed, "
+        f"0.4 N((0.68, 0.65), 0.12²) (unnormalised bumps); abs_sS = (|x| / √2)^S with x = 2u − 1 (the Sobolev "
+        f"sweep: in H^t only for t < S + 1). {budget.batch_size} uniform training points per seed, "
         f"test RMSE on the {budget.seq_len}² midpoint grid, {budget.steps} full-batch Adam steps at lr "
         f"{learning_rate:g}. n = 4^qubits basis functions. Mean ± spread (max − min) over seeds {budget.seeds}. "
         "SAQNN is the zoo's reconstruction of the circuit (no official code), simulated in closed form "

@@ -4,7 +4,10 @@ Targets live on the unit square u ∈ [0, 1]² and are read through each basis's
 Fourier basis (u = (x + π) / 2π) and t ∈ [−1, 1]² for Chebyshev (u = (t + 1) / 2).
 
 - franke: Franke's function, min-max scaled into [0, 1] (smooth, not periodic on the square);
-- gaussians: two Gaussian bumps inside the square (smooth and, to within 1e-2 at the edges, periodic).
+- gaussians: two Gaussian bumps inside the square (smooth and, to within 1e-2 at the edges, periodic);
+- abs_s0.5, abs_s1.5: the Sobolev-regularity sweep (|x| / √2)^s with x = 2u − 1, a point singularity at the
+  centre: in H^t of the square for t < s + 1 only, so an n-term series can approach it at best as n^{−(s+1)/2}
+  in L₂ (d = 2).
 
 Fits, each at n = 2^(2q) basis functions:
 
@@ -29,9 +32,11 @@ from flax import nnx
 from icml26zoo.optim.hparams import with_standard_promotion
 from icml26zoo.quantum import SAQNN, basis_matrix
 
-__all__ = ["METHODS", "TARGETS", "domain_inputs", "fit_lstsq", "fit_mlp", "fit_saqnn", "target", "test_grid"]
+__all__ = ["METHODS", "SOBOLEV_POWERS", "TARGETS", "domain_inputs", "fit_lstsq", "fit_mlp", "fit_saqnn", "target",
+           "test_grid"]
 
-TARGETS = ("franke", "gaussians")
+TARGETS = ("franke", "gaussians", "abs_s0.5", "abs_s1.5")
+SOBOLEV_POWERS = {"abs_s0.5": 0.5, "abs_s1.5": 1.5}
 METHODS = ("saqnn_modulus", "saqnn_hadamard", "lstsq", "mlp")
 
 
@@ -60,6 +65,8 @@ def target(name: str, u: np.ndarray) -> np.ndarray:
     if name == "franke":
         low, high = _franke_range()
         return (_franke_raw(u) - low) / (high - low)
+    if name in SOBOLEV_POWERS:
+        return (np.linalg.norm(2 * u - 1, axis=-1) / math.sqrt(2)) ** SOBOLEV_POWERS[name]
     return _gaussians(u)
 
 
