@@ -63,6 +63,18 @@ def pmdo_rows(out: pathlib.Path, record: dict) -> None:
     assert (out / "matrices.png").stat().st_size > 0
 
 
+def notime_rows(out: pathlib.Path, record: dict) -> None:
+    """NOTIME's smoke run: every method on the raw and the x10 data of one 3-node ANM, scores in range, the
+    adjacency figure drawn."""
+    rows = {(row["setting"], row["d"], row["method"]): row for row in record["rows"]}
+    assert set(rows) == {(s, 3, m) for s in ("raw", "x10") for m in ("notears_mse", "notime", "notime_agl")}, rows
+    for row in rows.values():
+        shd, tpr, fdr = (float(row[k].split(" ± ")[0]) for k in ("shd", "tpr", "fdr"))
+        assert 0 <= shd <= 3 and 0 <= tpr <= 1 and 0 <= fdr <= 1, row
+    assert (out / "graphs.png").stat().st_size > 0
+
+
 SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows,
+                                                                 "notime": notime_rows,
                                                                  "pmdo": pmdo_rows,
                                                                  "surge": surge_rows}
