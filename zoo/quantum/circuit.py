@@ -12,7 +12,7 @@ Circuit U(x; θ, φ) on Q = qubits · dims index qubits (see `icml26zoo.quantum.
    0 … ℓ − 1), n − 1 angles in all; PREP|0⟩ = Σ_k α_k |k⟩ with α_k² the tree probabilities.
 2. SELECT(x): one phase gate P(w_j x_i) per qubit j of dimension i's block, w_j = 2^{(bits below j)}, and
    w = −2^{qubits−1} on the block's most significant (sign) qubit in the Fourier basis, so that the product is
-   diag(e^{i k·x}) with k the two's-complement multi-index.
+   diag(e^{i k·x}) with k the two's-complement multi-index (Chebyshev: no sign qubit, k the unsigned degree).
 3. PHASE(φ): diag(e^{iφ_k}) written as a global phase e^{iγ} times, for each level ℓ, a uniformly controlled R_z
    on qubit ℓ with 2^ℓ angles (`phase_angles`: a Haar-like transform of φ; n parameters in all).
 4. PREP(θ)†.
