@@ -1,4 +1,4 @@
-"""NOTIME with the adaptive group lasso (icml26zoo.causal; docs/papers/notime.md): the spec's invariants on the
+"""NOTIME with the adaptive group lasso (icml26zoo.causal; docs/papers/notime.md): the invariants of the
 acyclicity function, dHSIC, the group prox and the constant edge, graph extraction and scores, and bad input."""
 
 from __future__ import annotations

@@ -4,12 +4,13 @@ group lasso applied by proximal steps; NOTIME's independence loss or NOTEARS-MLP
 Objective (docs/papers/notime.md): loss(θ) + λ Σ_kj w_kj A_kj(θ)  s.t.  h(A(θ)) = 0, solved as
   inner: minimise loss + α h + (ρ/2) h² by `inner_steps` Adam steps on minibatches, each followed by the group
          soft-threshold with η λ w_kj (η = the learning rate), one jitted `lax.scan`;
-  outer: α ← α + ρ h; ρ ← 10 ρ when h did not fall below 0.25 × its previous value; stop when h <= h_tol,
-         ρ > rho_max, or after max_outer rounds.
-Losses: "independence" (NOTIME): batch_size × dHSIC of the standardised residuals with unit-bandwidth Gaussian
-kernels (the dHSIC test statistic, O(1) under independence); "mse" (the NOTEARS-MLP-style baseline): ½ Σ_j mean_i r_ij².
-The schedule (Adam instead of L-BFGS-B, proximal Adam, the warm-started stage 2) is a RECONSTRUCTION: neither
-paper's code was found.
+  outer: α ← α + ρ h; ρ ← min(10 ρ, rho_max) when h did not fall below 0.25 × its previous value; stop when
+         h <= h_tol or after max_outer rounds.
+Losses: "independence" (NOTIME): batch_size × `measure` of the standardised residuals with unit-bandwidth Gaussian
+kernels (the test-statistic scale, O(1) under independence); `measure` is "pairwise_hsic" (the sum of pairwise
+unbiased HSICs, the default) or "dhsic" (the joint V-statistic); "mse" (the NOTEARS-MLP-style baseline):
+½ Σ_j mean_i r_ij². The measure and the schedule (Adam instead of L-BFGS-B, proximal Adam, the warm-started
+stage 2) are a RECONSTRUCTION: neither paper's code was found.
 
 Why a loop here and not the shared trainer (`train/`): the problem is a constrained fit of a few thousand
 parameters to one fixed table, with an outer dual loop that changes the objective (α, ρ) between inner solves
@@ -103,7 +104,7 @@ def residual_loss(loss: str, params: MLPParams, scaling: Scaling, batch: jax.Arr
     """The data term on a batch [B, d]: B · measure(standardised residuals) or ½ Σ_j mean r_j²."""
     residuals = batch - predict(params, scaling, batch)
     if loss == "independence":
-        # Bandwidth σ² = 1 on standardised residuals (the spec's allowed alternative to a per-step median: the
+        # Bandwidth σ² = 1 on standardised residuals (a common alternative to a per-step median: the
         # median squared distance of a standardised variable is close to 1, and the median costs a sort of B² values).
         return batch.shape[0] * independence_measure(measure, residuals, bandwidths=jnp.ones(batch.shape[1]))
     return 0.5 * jnp.sum(jnp.mean(residuals**2, axis=0))

@@ -1,6 +1,6 @@
 """From learned edge strengths to a DAG, and the structural scores of a DAG against the truth.
 
-Graph extraction follows the spec of docs/papers/notime.md: keep A[k, j] > τ, then, while a directed cycle remains,
+Graph extraction as on docs/papers/notime.md: keep A[k, j] > τ, then, while a directed cycle remains,
 drop the weakest edge that lies on one. Scores: SHD (each unordered pair of nodes whose edge differs counts once, so
 a reversed edge costs 1), TPR and FDR of directed edges (a reversed edge is a false discovery), F1.
 """

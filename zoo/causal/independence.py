@@ -1,10 +1,12 @@
-"""Joint independence of the columns of a sample: the d-variable HSIC (dHSIC; Pfister, Bühlmann, Schölkopf,
-Peters, "Kernel-based tests for joint independence", arXiv 1603.00285) with one Gaussian kernel per column.
+"""Independence of the columns of a sample: the d-variable HSIC (dHSIC; Pfister, Bühlmann, Schölkopf, Peters,
+"Kernel-based tests for joint independence", arXiv 1603.00285) with one Gaussian kernel per column and its
+permutation test, and the sum of pairwise unbiased HSICs.
 
 NOTIME (Berrevoets et al., AISTATS 2025) minimises "a measure of joint independence" of the residuals; which one
-is not known (no code was found), so dHSIC with median-heuristic Gaussian kernels on *standardised* columns is a
-RECONSTRUCTION (docs/papers/notime.md). Standardising each column first makes the measure invariant to per-column
-affine rescaling, and the bandwidth is recomputed from the (standardised) sample it is applied to.
+is not known (no code was found), so the measures here, on *standardised* columns with Gaussian kernels, are a
+RECONSTRUCTION (docs/papers/notime.md; the fit uses the pairwise sum by default). Standardising each column first
+makes both measures invariant to per-column affine rescaling; the median-heuristic bandwidth is computed from the
+(standardised) sample it is applied to.
 """
 
 from __future__ import annotations
