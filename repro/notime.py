@@ -9,14 +9,16 @@ fitted again (setting `x10`). Scores: SHD, TPR, FDR, F1 of directed edges and th
 mean ± standard deviation over seeds. Nothing is stored between runs, so `resume` only requires `run_dir` to
 exist and the run is recomputed.
 
-`Budget` fields: `steps` = Adam steps per augmented-Lagrangian round, `batch_size` = minibatch rows (dHSIC costs
-O(B²)), `seq_len` = samples n per dataset, `seeds` = seeds.
+`Budget` fields: `steps` = Adam steps per augmented-Lagrangian round, `batch_size` = minibatch rows (the kernel
+measures cost O(B²)), `seq_len` = samples n per dataset, `seeds` = seeds. With `pairs` > 0, each seed also fits
+`pairs` two-variable ANMs (the direction test: the squared-error and the independence fit, stage 1) on the raw
+data and, with `scale_test`, with variable 0 × 10.
 
     from icml26zoo import repro
     results = repro.run("notime", "runs/notime", budget="quick")
 
 From a shell: `python -m icml26zoo.repro notime [--smoke | --quick] --out DIR [nodes=5,10]
-[methods=notears_mse,notime,notime_agl] [lam=0.05] [rounds=4] [threshold=0.3] [scale_test=true]`.
+[methods=notears_mse,notime,notime_agl] [lam=0.05] [rounds=4] [threshold=0.3] [scale_test=true] [pairs=7]`.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ __all__ = ["FULL", "METHODS", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
 FULL = Budget(steps=600, batch_size=256, seq_len=1000, seeds=(0, 1, 2))
 QUICK = Budget(steps=300, batch_size=128, seq_len=400, seeds=(0,))
-QUICK_ARGS = {"nodes": (5,), "rounds": 4}
-# Every method and the scale test on a 3-node ANM: 64 samples, 2 rounds of 10 full-batch steps, one seed.
+QUICK_ARGS = {"nodes": (5,), "rounds": 4, "pairs": 2}
+# Every method and the scale test on a 2-node ANM (the pair test's size, so it compiles nothing more) and one pair:
+# 64 samples, 2 rounds of 10 full-batch steps, one seed.
 SMOKE = Budget(steps=10, batch_size=64, seq_len=64, seeds=(0,))
-SMOKE_ARGS = {"nodes": (3,), "rounds": 2}
+SMOKE_ARGS = {"nodes": (2,), "rounds": 2, "pairs": 1}
 
 METHODS = parts.METHODS
-COLUMNS = ("setting", "d", "method", *parts.SCORES)
+COLUMNS = ("setting", "d", "method", *parts.SCORES, "direction")
 SCALED_COLUMN, SCALE = 0, 10.0
 
 
@@ -54,7 +57,7 @@ def _spread(values: list[float]) -> str:
                      page="docs/papers/notime.md")
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, nodes: tuple[int, ...] = (5, 10),
         methods: tuple[str, ...] = METHODS, lam: float = 0.05, rounds: int = 4, threshold: float = 0.3,
-        scale_test: bool = True, resume: bool = False) -> Results:
+        scale_test: bool = True, pairs: int = 7, resume: bool = False) -> Results:
     """Fits every method to each seed's ANMs; writes results.md/json and the figure `graphs` (first seed, smallest
     d, unscaled data).
 
@@ -67,6 +70,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, nodes: tuple[int, 
       rounds: augmented-Lagrangian rounds per fit (each `budget.steps` Adam steps).
       threshold: τ, the edge-strength threshold of the extracted graph.
       scale_test: also fit the data with column 0 multiplied by 10.
+      pairs: two-variable ANMs per seed for the direction test (0: none); with scale_test, also with variable 0
+        multiplied by 10.
       resume: require `run_dir` to exist (everything is recomputed).
     """
     methods = check_names("methods", methods, METHODS)
@@ -77,6 +82,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, nodes: tuple[int, 
     check_int("rounds", rounds)
     check_non_negative("threshold", threshold, finite=True)
     check_bool("scale_test", scale_test)
+    check_int("pairs", pairs, minimum=0)
     config = causal.FitConfig(inner_steps=budget.steps, batch_size=budget.batch_size, max_outer=rounds)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
     settings = ("raw", "x10") if scale_test else ("raw",)
@@ -96,7 +102,13 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, nodes: tuple[int, 
                                                                                           threshold))
                 if seed == budget.seeds[0] and d == min(nodes) and setting == "raw":
                     shown, truth_shown = strengths, sample.dag
-    rows = [{"setting": s, "d": d, "method": m, **{k: _spread([x[k] for x in found]) for k in parts.SCORES}}
+        for setting in settings if pairs else ():
+            scale = SCALE if setting == "x10" else 1.0
+            found = parts.pair_scores(seed, pairs, budget.seq_len, methods, config, scale=scale, threshold=threshold)
+            for method, scores in found.items():
+                per_seed.setdefault(("pair " + setting, 2, method), []).append(scores)
+    rows = [{"setting": s, "d": d, "method": m, **{k: _spread([x[k] for x in found]) for k in parts.SCORES},
+             "direction": _spread([x["direction"] for x in found]) if "direction" in found[0] else "-"}
             for (s, d, m), found in per_seed.items()]
     notes = [
         f"Synthetic nonlinear ANMs (n = {budget.seq_len}; Erdős–Rényi DAGs, about d edges; tanh-MLP mechanisms; "
@@ -107,6 +119,9 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, nodes: tuple[int, 
         f"x10: the same data with column {SCALED_COLUMN} multiplied by {SCALE:g}. Mean ± std over seeds "
         f"{budget.seeds}. The independence measure and the schedule are reconstructions (docs/papers/notime.md). "
         "Independence: the sum of pairwise unbiased HSICs of the standardised residuals.",
+        f"pair raw / pair x10: the direction test, {pairs} two-variable ANMs per seed (uniform or Laplace noise, the "
+        "cause alternating between variable 0 and 1; x10: variable 0 multiplied by 10); scores averaged over the pairs "
+        "of a seed, `direction` = fraction of pairs whose extracted graph is exactly the true edge; no stage 2.",
     ]
     figures = {"graphs": parts.adjacency_figure(truth_shown, shown, threshold)}
     return experiment.write(

@@ -64,13 +64,17 @@ def pmdo_rows(out: pathlib.Path, record: dict) -> None:
 
 
 def notime_rows(out: pathlib.Path, record: dict) -> None:
-    """NOTIME's smoke run: every method on the raw and the x10 data of one 3-node ANM, scores in range, the
-    adjacency figure drawn."""
+    """NOTIME's smoke run: every method on the raw and the x10 data of one 2-node ANM, the direction test's
+    squared-error and independence rows, scores in range, the adjacency figure drawn."""
     rows = {(row["setting"], row["d"], row["method"]): row for row in record["rows"]}
-    assert set(rows) == {(s, 3, m) for s in ("raw", "x10") for m in ("notears_mse", "notime", "notime_agl")}, rows
-    for row in rows.values():
+    methods = ("notears_mse", "notime", "notime_agl")
+    expected = {(s, 2, m) for s in ("raw", "x10") for m in methods}
+    expected |= {(s, 2, m) for s in ("pair raw", "pair x10") for m in methods[:2]}
+    assert set(rows) == expected, rows
+    for (setting, _, _), row in rows.items():
         shd, tpr, fdr = (float(row[k].split(" ± ")[0]) for k in ("shd", "tpr", "fdr"))
-        assert 0 <= shd <= 3 and 0 <= tpr <= 1 and 0 <= fdr <= 1, row
+        assert 0 <= shd <= 1 and 0 <= tpr <= 1 and 0 <= fdr <= 1, row
+        assert (row["direction"] == "-") == (not setting.startswith("pair")), row
     assert (out / "graphs.png").stat().st_size > 0
 
 
