@@ -41,7 +41,7 @@ __all__ = ["MAX_SIMULATED_QUBITS", "apply", "circuit_amplitude", "circuit_gates"
 MAX_SIMULATED_QUBITS = 12
 
 
-def prep_unitary(theta: jax.Array, dtype=jnp.complex64) -> jax.Array:
+def prep_unitary(theta: jax.Array, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """PREP(θ) [n, n] for theta [n − 1]: the product of the Q levels' uniformly controlled R_y gates."""
     levels = num_levels(theta.shape[-1])
     unitary = jnp.eye(2**levels, dtype=dtype)
@@ -65,7 +65,7 @@ def phase_angles(phi: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
     return means[0], angles
 
 
-def phase_unitary(phi: jax.Array, dtype=jnp.complex64) -> jax.Array:
+def phase_unitary(phi: jax.Array, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """PHASE(φ) [n, n] for phi [n], built from the global phase and the uniformly controlled R_z cascade."""
     gamma, angles = phase_angles(phi)
     levels = len(angles)
@@ -83,7 +83,7 @@ def _bit_weights(qubits: int, signed: bool) -> list[int]:
     return weights
 
 
-def select_unitary(angles: jax.Array, qubits: int, *, signed: bool, dtype=jnp.complex64) -> jax.Array:
+def select_unitary(angles: jax.Array, qubits: int, *, signed: bool, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """SELECT(x) [n, n] = diag(e^{i k·x}) for angles x [dims], from one phase gate per qubit (module docstring);
     signed: two's-complement (Fourier) indices, else unsigned (Chebyshev)."""
     dims = angles.shape[0]
@@ -112,7 +112,7 @@ def _sign_controlled_select(angles: jax.Array, qubits: int, dtype) -> jax.Array:
 
 
 def circuit_gates(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits: int, basis: str = "fourier",
-                  dtype=jnp.complex64) -> list[jax.Array]:
+                  dtype: jnp.dtype = jnp.complex64) -> list[jax.Array]:
     """The circuit's blocks in the order they act, as dense matrices on the whole register (index qubits, plus
     one ancilla per dimension first in "chebyshev"); x [dims] (angles in "fourier", t ∈ [−1, 1] in
     "chebyshev"), theta [n − 1], phi [n]."""
@@ -148,7 +148,7 @@ def apply(gates: list[jax.Array], state: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("qubits", "basis", "dtype"))
 def circuit_amplitude(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits: int, basis: str = "fourier",
-                      dtype=jnp.complex64) -> jax.Array:
+                      dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """a(x) = ⟨0|U(x; θ, φ)|0⟩, simulated: |0…0⟩ through every gate, then its |0…0⟩ amplitude (a scalar).
     Compiled once per register (the gates are hundreds of small ops, slow one by one)."""
     gates = circuit_gates(x, theta, phi, qubits=qubits, basis=basis, dtype=dtype)
@@ -158,7 +158,7 @@ def circuit_amplitude(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits:
 
 @functools.partial(jax.jit, static_argnames=("qubits", "basis", "dtype"))
 def circuit_unitary(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits: int, basis: str = "fourier",
-                    dtype=jnp.complex64) -> jax.Array:
+                    dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """U(x; θ, φ) [2^Q, 2^Q] on the whole register (ancillas included): the product of `circuit_gates`."""
     gates = circuit_gates(x, theta, phi, qubits=qubits, basis=basis, dtype=dtype)
     unitary = gates[0]
@@ -168,7 +168,7 @@ def circuit_unitary(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits: i
 
 
 def readout_probability(x: jax.Array, theta: jax.Array, phi: jax.Array, *, qubits: int, basis: str = "fourier",
-                        dtype=jnp.complex64) -> jax.Array:
+                        dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """⟨0|U† O U|0⟩ with O = |0⟩⟨0|: the probability of measuring all zeros; the modulus readout is its root."""
     return jnp.abs(circuit_amplitude(x, theta, phi, qubits=qubits, basis=basis, dtype=dtype)) ** 2
 

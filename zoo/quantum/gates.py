@@ -17,28 +17,28 @@ __all__ = ["HADAMARD", "hadamard", "phase", "ry", "rz", "single_qubit", "uniform
 HADAMARD = ((1.0, 1.0), (1.0, -1.0))  # times 1/√2, see `hadamard`
 
 
-def ry(theta: jax.Array, dtype=jnp.complex64) -> jax.Array:
+def ry(theta: jax.Array, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """R_y(θ) = exp(−iθY/2) = [[cos θ/2, −sin θ/2], [sin θ/2, cos θ/2]]: [..., 2, 2] for θ of shape [...]."""
     theta = jnp.asarray(theta)
     c, s = jnp.cos(theta / 2), jnp.sin(theta / 2)
     return jnp.stack([jnp.stack([c, -s], -1), jnp.stack([s, c], -1)], -2).astype(dtype)
 
 
-def rz(lam: jax.Array, dtype=jnp.complex64) -> jax.Array:
+def rz(lam: jax.Array, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """R_z(λ) = exp(−iλZ/2) = diag(e^{−iλ/2}, e^{iλ/2}): [..., 2, 2] for λ of shape [...]."""
     half = jnp.asarray(lam).astype(dtype) / 2
     zero = jnp.zeros_like(half)
     return jnp.stack([jnp.stack([jnp.exp(-1j * half), zero], -1), jnp.stack([zero, jnp.exp(1j * half)], -1)], -2)
 
 
-def phase(lam: jax.Array, dtype=jnp.complex64) -> jax.Array:
+def phase(lam: jax.Array, dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """The phase gate P(λ) = diag(1, e^{iλ}): [..., 2, 2] for λ of shape [...]."""
     lam = jnp.asarray(lam).astype(dtype)
     return jnp.stack([jnp.stack([jnp.ones_like(lam), jnp.zeros_like(lam)], -1),
                       jnp.stack([jnp.zeros_like(lam), jnp.exp(1j * lam)], -1)], -2)
 
 
-def hadamard(dtype=jnp.complex64) -> jax.Array:
+def hadamard(dtype: jnp.dtype = jnp.complex64) -> jax.Array:
     """H = [[1, 1], [1, −1]] / √2: [2, 2]."""
     return jnp.asarray(HADAMARD, dtype) / jnp.sqrt(jnp.asarray(2.0, dtype))
 
