@@ -7,6 +7,8 @@ encoder trains through the bottleneck. Two losses move the two sides towards eac
     codebook loss     mean ‖stop_gradient(z) − e_index‖²   (moves the codes; no gradient to the encoder)
     commitment loss   mean ‖z − stop_gradient(e_index)‖²   (keeps the encoder near its code)
     loss = codebook + β · commitment  (β = commitment_cost, 0.25 in the VQ-VAE paper)
+    legacy: loss = commitment + β · codebook  (taming-transformers' VectorQuantizer2 with legacy=True, which XR-1
+            keeps: β lands on the codebook term, a historical slip preserved for backward compatibility)
 Means are over the quantised vectors (weighted when `weights` marks padding) and the D channels.
 """
 
@@ -18,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.validation import check_int, check_non_negative
+from icml26zoo.validation import check_bool, check_int, check_non_negative
 
 # The VQ-VAE paper's commitment weight.
 DEFAULT_COMMITMENT_COST = 0.25
@@ -58,10 +60,11 @@ def nearest_code(z: jax.Array, codebook: jax.Array) -> jax.Array:
 
 
 def vector_quantize(z: jax.Array, codebook: jax.Array, *, commitment_cost: float = DEFAULT_COMMITMENT_COST,
-                    weights: jax.Array | None = None) -> VQOutput:
+                    weights: jax.Array | None = None, legacy: bool = False) -> VQOutput:
     """Quantises z [..., D] to its nearest codes in codebook [K, D] (module docstring); `weights` [...] (0 marks
-    padding) weights the two losses."""
+    padding) weights the two losses; `legacy` puts β on the codebook term instead of the commitment term."""
     check_non_negative("commitment_cost", commitment_cost, finite=True)
+    check_bool("legacy", legacy)
     indices = nearest_code(z, codebook)
     chosen = jnp.take(codebook.astype(jnp.float32), indices, axis=0)
     z = z.astype(jnp.float32)
@@ -79,7 +82,10 @@ def vector_quantize(z: jax.Array, codebook: jax.Array, *, commitment_cost: float
 
     codebook_loss = mean_square(jax.lax.stop_gradient(z), chosen)
     commitment_loss = mean_square(z, jax.lax.stop_gradient(chosen))
-    loss = codebook_loss + commitment_cost * commitment_loss
+    if legacy:
+        loss = commitment_loss + commitment_cost * codebook_loss
+    else:
+        loss = codebook_loss + commitment_cost * commitment_loss
     return VQOutput(quantized, indices, codebook_loss, commitment_loss, loss)
 
 
@@ -92,15 +98,18 @@ def _check_pair(z: jax.Array, codebook: jax.Array) -> None:
 
 
 class VectorQuantizer(nnx.Module):
-    """A learned codebook [num_codes, dim] (uniform init in ±1/num_codes, as VQ-VAE): x [..., dim] -> VQOutput."""
+    """A learned codebook [num_codes, dim] (uniform init in ±1/num_codes, as VQ-VAE): x [..., dim] -> VQOutput;
+    `legacy` selects the legacy-β loss (module docstring)."""
 
     def __init__(self, num_codes: int, dim: int, *, commitment_cost: float = DEFAULT_COMMITMENT_COST,
-                 rngs: nnx.Rngs) -> None:
+                 legacy: bool = False, rngs: nnx.Rngs) -> None:
         check_codebook_size(num_codes)
         check_int("dim", dim)
         self.commitment_cost = check_non_negative("commitment_cost", commitment_cost, finite=True)
+        self.legacy = check_bool("legacy", legacy)
         limit = 1.0 / num_codes
         self.codebook = nnx.Param(jax.random.uniform(rngs.params(), (num_codes, dim), jnp.float32, -limit, limit))
 
     def __call__(self, x: jax.Array, weights: jax.Array | None = None) -> VQOutput:
-        return vector_quantize(x, self.codebook[...], commitment_cost=self.commitment_cost, weights=weights)
+        return vector_quantize(x, self.codebook[...], commitment_cost=self.commitment_cost, weights=weights,
+                               legacy=self.legacy)
