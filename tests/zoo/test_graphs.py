@@ -9,6 +9,9 @@ from flax import nnx
 
 from icml26zoo import graphs
 
+# Small programs compiled once each: XLA's cheap pipeline keeps that fast (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fast_compile")
+
 # Both directions of a 5-node path plus a chord; node 5 isolated.
 SENDERS = np.array([0, 1, 1, 2, 2, 3, 3, 4, 0, 3], np.int32)
 RECEIVERS = np.array([1, 0, 2, 1, 3, 2, 4, 3, 3, 0], np.int32)
@@ -120,9 +123,10 @@ def test_permutation_importance_is_zero_for_an_ignored_feature_and_deterministic
         logits = model(inputs, senders, receivers)
         return -jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.take_along_axis(logits, labels[:, None], 1)[:, 0])
 
-    scores = graphs.permutation_importance(score, x, jax.random.key(5), repeats=3)
+    importance = jax.jit(lambda key: graphs.permutation_importance(score, x, key, repeats=3))
+    scores = importance(jax.random.key(5))
     assert scores[1] == 0.0 and scores[0] != 0.0 and scores[2] != 0.0
-    np.testing.assert_array_equal(scores, graphs.permutation_importance(score, x, jax.random.key(5), repeats=3))
+    np.testing.assert_array_equal(scores, importance(jax.random.key(5)))
 
 
 def test_prune_features_drops_the_lowest_non_positive_scores_down_to_the_minimum():
