@@ -215,7 +215,7 @@ class CausalConv(nnx.Module):
 
     def __init__(self, width: int, kernel: int, stride: int, *, rngs: nnx.Rngs) -> None:
         self.stride = stride
-        self.conv = nnx.Conv(width, width, kernel_size=(kernel,), padding=[(kernel - 1, 0)], kernel_init=host_normal,
+        self.conv = nnx.Conv(width, width, kernel_size=(kernel,), padding=((kernel - 1, 0),), kernel_init=host_normal,
                              rngs=rngs)
         self.norm = nnx.LayerNorm(width, rngs=rngs)
 
@@ -354,16 +354,19 @@ class XR1(nnx.Module):
         c = self.config
         x = jax.random.normal(key, (motion.shape[0], c.chunk, c.action_dim))
         dt = 1.0 / steps
-        for i in range(steps):
+
+        def euler(i: jax.Array, x: jax.Array) -> jax.Array:  # a loop, not unrolled: one velocity call to compile
             tau = jnp.full((motion.shape[0],), 1.0 - i * dt)
-            x = x - dt * self.velocity(motion, x, tau)
-        return x
+            return x - dt * self.velocity(motion, x, tau)
+
+        return jax.lax.fori_loop(0, steps, euler, x)
 
     # -- stage-1 pass -------------------------------------------------------------------------------------------
     def __call__(self, condition: jax.Array, target: jax.Array, actions: jax.Array, has_actions: jax.Array,
-                 key: jax.Array) -> XR1Output:
+                 key: jax.Array, kl_weight: jax.Array | float | None = None) -> XR1Output:
         """condition, target [B, S, S, 3]; actions [B, T, A] (ignored where has_actions is 0); has_actions [B]
-        (1 robot, 0 vision-only); key draws the flow noise and times. Returns XR1Output."""
+        (1 robot, 0 vision-only); key draws the flow noise and times; kl_weight overrides config.kl_weight (it may
+        be a traced scalar, so one compiled step serves several weights). Returns XR1Output."""
         self.check_frames("condition", condition)
         b = condition.shape[0]
         self.check_frames("target", target, b)
@@ -386,7 +389,8 @@ class XR1(nnx.Module):
         kl = kl_alignment(action.quantized, vision.quantized, weights)
         losses = {"vq_vision": vision.loss, "vq_action": action.loss,
                   "image_mse": jnp.mean(jnp.square(reconstruction - target)), "action_flow": flow, "kl": kl}
-        losses["total"] = sum(losses.values()) - kl + c.kl_weight * kl
+        weight = c.kl_weight if kl_weight is None else kl_weight
+        losses["total"] = sum(losses.values()) - kl + weight * kl
         return XR1Output(vision, action, reconstruction, losses)
 
 
