@@ -1,5 +1,6 @@
-"""icml26zoo.graphs: edge-list GCN propagation, GNNmim inputs, the missingness mechanisms (spec geo-07 Part A
-invariants 1-5) and permutation feature importance (Part B invariants 1-2)."""
+"""icml26zoo.graphs: edge-list GCN propagation, GNNmim inputs, the missingness mechanisms (rates, no empty
+column, the FDMNAR and CDMNAR ratios, GCN equivariance) and permutation feature importance (an ignored feature
+scores 0, determinism)."""
 
 import jax
 import jax.numpy as jnp
