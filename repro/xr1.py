@@ -31,7 +31,7 @@ from icml26zoo.validation import check_bool, check_int
 
 __all__ = ["FULL", "QUICK", "SMOKE", "SMOKE_ARGS", "VARIANTS", "run"]
 
-FULL = Budget(steps=150, batch_size=16, seq_len=32, seeds=(0, 1, 2))
+FULL = Budget(steps=400, batch_size=16, seq_len=32, seeds=(0, 1, 2))
 QUICK = Budget(steps=40, batch_size=16, seq_len=32, seeds=(0, 1, 2))
 # Both variants, 3 steps of 8 scenes through a width-16 model with one block per stack, one seed.
 SMOKE = Budget(steps=3, batch_size=8, seq_len=16, seeds=(0,))
