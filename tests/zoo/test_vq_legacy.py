@@ -26,8 +26,8 @@ def test_legacy_puts_beta_on_the_codebook_term_and_the_default_on_the_commitment
     np.testing.assert_allclose(float(modern.loss), 1.25 * squared, rtol=1e-5)
 
     def grads(legacy_flag):
-        return jax.grad(lambda zz, cb: vector_quantize(zz, cb, commitment_cost=0.25, legacy=legacy_flag).loss,
-                        argnums=(0, 1))(z, codebook)
+        return jax.jit(jax.grad(lambda zz, cb: vector_quantize(zz, cb, commitment_cost=0.25, legacy=legacy_flag).loss,
+                                argnums=(0, 1)))(z, codebook)
 
     (gz_legacy, gc_legacy), (gz_modern, gc_modern) = grads(True), grads(False)
     # legacy: encoder gets weight 1, codebook 0.25; non-legacy the other way round.
