@@ -59,6 +59,7 @@ INDEX: dict[str, str] = {
     "fox_fix": "icml26zoo.repro.fox_fix",
     "fp8_rank_aware": "icml26zoo.repro.fp8_rank_aware",
     "gcf": "icml26zoo.repro.gcf",
+    "gnn_missing": "icml26zoo.repro.gnn_missing",
     "goat": "icml26zoo.repro.goat",
     "hard_kv": "icml26zoo.repro.hard_kv",
     "ipw_scoring": "icml26zoo.repro.ipw_scoring",
@@ -88,6 +89,7 @@ INDEX: dict[str, str] = {
     "surge": "icml26zoo.repro.surge",
     "talda": "icml26zoo.repro.talda",
     "target_update": "icml26zoo.repro.target_update",
+    "xr1": "icml26zoo.repro.xr1",
     "yaqa": "icml26zoo.repro.yaqa",
 }
 

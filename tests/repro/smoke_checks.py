@@ -78,7 +78,40 @@ def notime_rows(out: pathlib.Path, record: dict) -> None:
     assert (out / "graphs.png").stat().st_size > 0
 
 
-SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"leaderboard": leaderboard_rows,
+def gnn_missing_rows(out: pathlib.Path, record: dict) -> None:
+    """gnn_missing's smoke run: GNNmim and gcnmi under FDMNAR p = 0.5 and the three selectors; scores in [0, 1];
+    "all" keeps all 16 features, "random" as many as ANFS; the kept masks hold that many features."""
+    rows = {(row["part"], row["setting"], row["method"]): row for row in record["rows"]}
+    assert set(rows) == {("missing", "fdmnar p=0.5", "gnnmim"), ("missing", "fdmnar p=0.5", "gcnmi"),
+                         ("selection", "csbm noise features", "all"), ("selection", "csbm noise features", "anfs"),
+                         ("selection", "csbm noise features", "random")}, rows
+    for row in rows.values():
+        scores = [row[k] for k in ("macro_f1", "accuracy") if row[k] != "-"]
+        assert scores and all(0 <= float(v.split(" ± ")[0]) <= 1 for v in scores), row
+    selection = {key[2]: row for key, row in rows.items() if key[0] == "selection"}
+    assert selection["all"]["features_kept"] == "16.0 ± 0.0" and selection["all"]["noise_dropped"] == "0.000 ± 0.000"
+    assert selection["random"]["features_kept"] == selection["anfs"]["features_kept"]
+    for selector, (mask,) in record["extra"]["selection_active"].items():
+        assert len(mask) == 16 and sum(mask) == float(selection[selector]["features_kept"].split(" ± ")[0])
+    assert (out / "gnn_missing.png").stat().st_size > 0
+
+
+def xr1_rows(out: pathlib.Path, record: dict) -> None:
+    """XR-1's smoke run: a row per variant (kl, no_kl); MSEs positive, code counts within the 64-code books,
+    agreement in [0, 1], KL non-negative; the loss figure is drawn."""
+    rows = {row["variant"]: row for row in record["rows"]}
+    assert set(rows) == {"kl", "no_kl"}, rows
+    for row in rows.values():
+        value = {k: float(row[k].split(" ± ")[0]) for k in row if k != "variant"}
+        assert all(value[k] > 0 for k in ("image_mse", "copy_mse", "action_mse", "mean_action_mse")), row
+        assert 1 <= value["vision_codes"] <= 64 and 1 <= value["action_codes"] <= 64, row
+        assert 0 <= value["agreement"] <= 1 and value["kl"] >= 0, row
+    assert (out / "losses.png").stat().st_size > 0
+
+
+SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"gnn_missing": gnn_missing_rows,
+                                                                 "leaderboard": leaderboard_rows,
                                                                  "notime": notime_rows,
                                                                  "pmdo": pmdo_rows,
-                                                                 "surge": surge_rows}
+                                                                 "surge": surge_rows,
+                                                                 "xr1": xr1_rows}
