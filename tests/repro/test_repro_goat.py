@@ -30,13 +30,7 @@ from icml26zoo.repro.goat_parts import (
 B, N = 2, 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_compile():
-    """XLA's cheap pipeline (tiny models: compile time dominates); every comparison here is within a tolerance."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tests/conftest.py: tiny models, compile time dominates
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,7 @@ from flax import nnx
 
 from icml26zoo.robotics import HUMAN, ROBOT, XR1, XR1Config, check_batch, kl_alignment, make_sprite_data
 
-
-@pytest.fixture(autouse=True, scope="module")
-def fast_compile():
-    """XLA's cheap pipeline: the models are tiny, so compile time dominates; every check holds exactly there too."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tests/conftest.py: tiny models, compile time dominates
 
 
 CONFIG = XR1Config(width=16, heads=2, vit_layers=0, mformer_layers=1, decoder_layers=1, action_layers=1,
