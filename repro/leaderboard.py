@@ -342,7 +342,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, mixers: Sequence[s
     """
     mixers = check_mixers("mixers", MIXERS.names() if mixers is None else mixers)
     tasks = check_names("tasks", tasks, TASKS)
-    sweep_tasks = check_names("sweep_tasks", sweep_tasks, TASKS) if tuple(sweep_tasks) else ()
+    sweep_tasks = tuple(sweep_tasks)
+    sweep_tasks = check_names("sweep_tasks", sweep_tasks, TASKS) if sweep_tasks else ()
     if check_int("reference_width", reference_width, minimum=32) % 16:
         raise ValueError(f"reference_width must be a multiple of 16, got {reference_width!r}")
     mqar_pairs, learning_rates = _check_options(budget, tasks, mqar_pairs, learning_rates)

@@ -43,6 +43,8 @@ def test_matched_width_is_the_closest_parameter_count():
     ({"mixers": ("attention", "nope")}, "mixers: unknown name 'nope'"),
     ({"mixers": ()}, "mixers must name at least one"),
     ({"tasks": ("imagenet",)}, "tasks: unknown name 'imagenet'"),
+    ({"sweep_tasks": ("mqar", "mqar")}, "sweep_tasks must not repeat a name"),
+    ({"sweep_tasks": ("imagenet",)}, "sweep_tasks: unknown name 'imagenet'"),
     ({"reference_width": 40}, "reference_width must be a multiple of 16, got 40"),
     ({"reference_width": 16}, "reference_width must be an integer >= 32, got 16"),
 ])
@@ -108,3 +110,16 @@ def test_baselines_read_the_eval_examples(tmp_path):
     # No recall: the first query is a draw between the two pairs' values, the second is the pair left.
     first = [np.mean(row[[1, 3]] == row[5]) for row in split]
     assert leaderboard.no_recall_baseline(task, **shape) == pytest.approx((sum(first) + 12) / 24)
+
+
+def test_column_task_and_row_chunk():
+    assert [leaderboard.column_task(k) for k in leaderboard.task_columns(("mqar", "bytes", "dyck"), (2, 8))] == [
+        "mqar", "mqar", "bytes", "dyck"]
+    # The row length rounded up to a power of two, between 16 and the ops' default chunk 64.
+    assert [leaderboard.row_chunk(t) for t in (8, 17, 32, 33, 64, 256)] == [16, 32, 32, 64, 64, 64]
+
+
+def test_row_options_set_the_chunk_only_where_the_mixer_has_one():
+    assert leaderboard.row_options("attention", 32) == ()
+    assert leaderboard.row_options("deltanet", 32) == (("chunk_size", 32),)
+    assert leaderboard.row_options("deltanet", 64) == ()  # the default chunk already fits the row
