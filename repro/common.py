@@ -137,6 +137,16 @@ def mean_and_spread(values: Sequence[float], digits: int = 4) -> tuple[float, fl
     return round(math.fsum(values) / len(values), digits), None if width is None else round(width, digits)
 
 
+def mean_std_text(values: Sequence[float], mean_format: str = ".4g", std_format: str = ".2g") -> str:
+    """"mean ± std" of per-seed values (population standard deviation, 0 for one seed) in the given format specs,
+    for the experiments whose pages report the standard deviation rather than `spread`."""
+    if not values:
+        raise ValueError("mean_std_text needs at least one value, got none")
+    mean = math.fsum(values) / len(values)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    return f"{mean:{mean_format}} ± {std:{std_format}}"
+
+
 def parameter_count(model: ModelConfig) -> int:
     """Parameters of the model `model` describes, counted on abstract shapes (nothing is allocated)."""
     return count_params(nnx.eval_shape(lambda: build_model(model, rngs=nnx.Rngs(0))))

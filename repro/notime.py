@@ -29,7 +29,7 @@ import numpy as np
 
 from icml26zoo import causal
 from icml26zoo.repro import notime_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_bool, check_int, check_non_negative
 
@@ -50,7 +50,7 @@ SCALED_COLUMN, SCALE = 0, 10.0
 
 def _spread(values: list[float]) -> str:
     """mean ± standard deviation over seeds (± 0 for one seed)."""
-    return f"{np.mean(values):.3g} ± {np.std(values):.2g}"
+    return mean_std_text(values, ".3g", ".2g")
 
 
 @register_experiment("notime", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,

@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo.optim.pmdo_cdcil import DOMAINS, make_tasks, synthetic_images
 from icml26zoo.repro import pmdo_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_int, check_interval, check_non_negative, check_positive
 
@@ -67,7 +67,7 @@ def load_source(source: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _spread(values: list[float]) -> str:
-    return f"{np.mean(values):.3f} ± {np.std(values):.3f}"
+    return mean_std_text(values, ".3f", ".3f")
 
 
 def _settings(methods: tuple[str, ...], ewc_lambdas: tuple[float, ...], ce_all_methods: tuple[str, ...],

@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo import assimilation as da
 from icml26zoo.repro import surge_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.validation import check_interval, check_non_negative
 
@@ -58,7 +58,7 @@ def _spread(values: list[float]) -> str:
     """mean ± standard deviation over seeds (± 0 for one seed), "-" when undefined (NaN)."""
     if not values or np.any(np.isnan(values)):
         return "-"
-    return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
+    return mean_std_text(values)
 
 
 def _row(system: str, method: str, lam: str, per_seed: list[dict[str, float]]) -> dict[str, str]:

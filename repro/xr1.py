@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from icml26zoo.repro import xr1_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.robotics import XR1Config
 from icml26zoo.validation import check_bool, check_int
@@ -50,10 +50,6 @@ def model_config(width: int, layers: int, kl_weight: float, shared_codebook: boo
     return XR1Config(width=width, heads=max(width // 32, 1), vit_layers=layers - 1, mformer_layers=layers,
                      decoder_layers=layers, action_layers=layers, head_layers=layers, kl_weight=kl_weight,
                      shared_codebook=shared_codebook)
-
-
-def _spread(values: list[float]) -> str:
-    return f"{np.mean(values):.4g} ± {np.std(values):.2g}"
 
 
 def loss_figure(histories: dict[str, dict[str, np.ndarray]]) -> Figure:
@@ -103,7 +99,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, variants: tuple[st
             per_seed[variant].append(parts.evaluate(trained, test_data, seed=seed))
             if seed == budget.seeds[0]:
                 histories[variant] = trained.history
-    rows = [{"variant": v, **{s: _spread([r[s] for r in per_seed[v]]) for s in SCORES}} for v in variants]
+    rows = [{"variant": v, **{s: mean_std_text([r[s] for r in per_seed[v]]) for s in SCORES}} for v in variants]
     notes = [
         f"Moving-sprite scenes (32×32, action chunk 16×4; about half robot, a quarter second embodiment, a quarter "
         f"human/vision-only), {train_size} training and {test_size} held-out scenes per seed; mean ± std over seeds "

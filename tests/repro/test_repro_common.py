@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from icml26zoo.repro.common import Budget, Experiment, check_mixers, line_figure, metric_series
+from icml26zoo.repro.common import Budget, Experiment, check_mixers, line_figure, mean_std_text, metric_series
 from icml26zoo.train.config import TrainConfig
 
 BUDGET = Budget(steps=4, batch_size=2, seq_len=8, seeds=(0, 1))
@@ -91,3 +91,10 @@ def test_metric_series_keeps_the_last_record_of_a_step(tmp_path):
                     '{"step": 1, "train/loss": 2.0}\n')
     assert metric_series(path, "train/loss") == ([1], [2.0])
 
+
+
+def test_mean_std_text_is_the_population_standard_deviation_in_the_given_formats():
+    assert mean_std_text([1.0, 2.0, 6.0]) == "3 ± 2.2"  # std = sqrt(14 / 3)
+    assert mean_std_text([0.5], ".3f", ".3f") == "0.500 ± 0.000"
+    with pytest.raises(ValueError, match="at least one value"):
+        mean_std_text([])
