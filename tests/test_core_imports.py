@@ -18,7 +18,7 @@ TRAIN_ONLY = ("orbax", "grain", "tensorflow_datasets", "tensorflow", "array_reco
               "matplotlib", "pyarrow")
 # The field libraries of the other extras ([rl], [flows], [privacy], [sklearn]): modules under zoo/ import them
 # only when called, so a core install imports every module.
-FIELD_EXTRAS = ("gymnax", "diffrax", "equinox", "dp_accounting", "sklearn")
+FIELD_EXTRAS = ("gymnax", "diffrax", "equinox", "dp_accounting", "sklearn", "ott", "rdkit")
 REFUSED = TRAIN_ONLY + FIELD_EXTRAS
 
 BLOCK_TRAIN_ONLY = f"""

@@ -26,6 +26,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "privacy": ("dp_accounting",),
     "sklearn": ("sklearn",),
     "geometric": ("e3nn_jax",),
+    "ot": ("ott",),
+    "chem": ("rdkit",),
 }
 
 
