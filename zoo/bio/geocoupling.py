@@ -59,7 +59,7 @@ def codesign_loss(model: nnx.Module, x1: jax.Array, s1: jax.Array, mask: jax.Arr
     squared = jnp.sum(real * jnp.sum(jnp.square(x1_hat.astype(jnp.float32) - x1), axis=-1), axis=1) / count
     cross_entropy = -jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), s1[..., None].astype(
         jnp.int32), axis=-1)[..., 0]
-    masked = real * (s_t == interpolant.mask_token)
+    masked = real * (s_t == interpolant.mask_token).astype(jnp.float32)
     token_loss = jnp.sum(masked * cross_entropy, axis=1) / count
     # ELBO weights of the two paths, clipped: both blow up as t -> 1.
     weight_x = jnp.minimum(1.0 / jnp.maximum(jnp.square(1.0 - t[:, 0]), _TINY), cfg.loss_clip)
@@ -126,7 +126,7 @@ def sample(model: nnx.Module, curve_logits: jax.Array, key: jax.Array, steps: in
         rate = jnp.where(last, 1.0, rate)
         x = jnp.where(real[..., None], x + (x1_hat - x) * rate[0], 0.0)
         hidden = (s == interpolant.mask_token) & real
-        masked_fraction = jnp.sum(hidden) / jnp.maximum(jnp.sum(real), 1)
+        masked_fraction = jnp.sum(hidden, dtype=jnp.float32) / jnp.maximum(jnp.sum(real, dtype=jnp.float32), 1.0)
         drawn = jax.random.categorical(draw_key, logits.astype(jnp.float32)).astype(jnp.int32)
         reveal = hidden & (jax.random.uniform(unmask_key, s.shape) < rate[1])
         return (x, jnp.where(reveal, drawn, s), key), masked_fraction

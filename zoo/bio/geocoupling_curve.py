@@ -42,7 +42,7 @@ def curve_times(logits: jax.Array, tau: jax.Array) -> jax.Array:
     knots = knots.at[:, -1].set(1.0)  # exact endpoint, whatever the float sum gives
     position = jnp.clip(jnp.asarray(tau, jnp.float32), 0.0, 1.0) * count
     index = jnp.clip(jnp.floor(position).astype(jnp.int32), 0, count - 1)
-    frac = (position - index)[:, None]
+    frac = (position - index.astype(jnp.float32))[:, None]
     return (knots[:, index].T * (1.0 - frac) + knots[:, index + 1].T * frac)
 
 
@@ -133,7 +133,7 @@ def _edge(cost_from: np.ndarray, cost_to: np.ndarray, move: np.ndarray, spacing:
     if objective == "budgeted_sum":
         return cost_to[..., 0] + cost_to[..., 1]
     mid = 0.5 * (cost_from + cost_to)
-    return spacing * (mid[..., 0] * move[0] + mid[..., 1] * move[1])
+    return spacing * (mid[..., 0] * float(move[0]) + mid[..., 1] * float(move[1]))
 
 
 def geodesic_dp_reference(cost: np.ndarray, max_step: int = 3, path_objective: str = "line_integral"

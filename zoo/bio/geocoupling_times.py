@@ -153,7 +153,7 @@ class CoDesignInterpolant:
     def prior(self, key: jax.Array, mask: jax.Array) -> jax.Array:
         """x_0 [B, N, 3]: a standard Gaussian centred over the real residues (padding 0)."""
         noise = jax.random.normal(key, mask.shape + (3,))
-        return centre(noise, mask) * (mask > 0)[..., None]
+        return jnp.where((mask > 0)[..., None], centre(noise, mask), 0.0)
 
     def corrupt(self, key: jax.Array, x1: jax.Array, s1: jax.Array, t: jax.Array, mask: jax.Array
                 ) -> tuple[jax.Array, jax.Array]:
@@ -165,6 +165,6 @@ class CoDesignInterpolant:
         noise_key, mask_key = jax.random.split(key)
         x0 = self.prior(noise_key, mask)
         tx, ts = t[:, 0, None, None], t[:, 1, None]
-        x_t = ((1.0 - tx) * x0 + tx * x1) * (mask > 0)[..., None]
+        x_t = jnp.where((mask > 0)[..., None], (1.0 - tx) * x0 + tx * x1, 0.0)
         hidden = (jax.random.uniform(mask_key, s1.shape) >= ts) | (mask <= 0)
         return x_t, jnp.where(hidden, self.mask_token, s1).astype(jnp.int32)
