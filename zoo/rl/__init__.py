@@ -3,9 +3,30 @@ periods, small exact MDPs, a tabular learner and a DQN measured against Q*, and 
 (the `[rl]` extra, imported only when that DQN runs).
 
 Paper: "The Role of Target Update Frequencies in Q-Learning" (Weissmann et al., ICML 2026, arXiv 2602.03911).
+
+Also, as reconstructions (no official code): APB, a frozen policy backbone with task-specific linear layers
+("Adaptive Policy Backbone via Shared Network", Park & Lee, ICML 2026; `apb`, `apb_train`), and ACDA's
+interaction layer for unobservable random action delays with its model-based agent ("Adaptive Reinforcement
+Learning for Unobservable Random Delays", Wikman et al., ICML 2026; `delays`, `acda`, `acda_run`), on the
+point-mass and linear-quadratic families of `control_envs` (gymnax environments when the `[rl]` extra is there).
 """
 
+from icml26zoo.rl import acda, apb
+from icml26zoo.rl.acda import ACDAConfig
+from icml26zoo.rl.apb import APBConfig
 from icml26zoo.rl.cartpole_dqn import CartPoleTrace, DQNConfig, episode_returns, greedy_returns, train_cartpole_dqn
+from icml26zoo.rl.control_envs import (
+    LQTask,
+    PointMassTask,
+    lq_cost,
+    lq_env,
+    lqr_gain,
+    point_mass_env,
+    point_mass_step,
+    random_lq_task,
+    regret,
+)
+from icml26zoo.rl.delays import DelayConfig, delayed_env, reconstruct_actions, run_interaction, sample_delays
 from icml26zoo.rl.dqn import DQNTrace, QNetwork, train_dqn
 from icml26zoo.rl.envs import (
     FiniteMDP,
@@ -27,6 +48,9 @@ from icml26zoo.rl.schedules import (
 from icml26zoo.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
 
 __all__ = [
+    "ACDAConfig", "APBConfig", "DelayConfig", "LQTask", "PointMassTask", "acda", "apb", "delayed_env", "lq_cost",
+    "lq_env", "lqr_gain", "point_mass_env", "point_mass_step", "random_lq_task", "reconstruct_actions", "regret",
+    "run_interaction", "sample_delays",
     "CartPoleTrace", "DQNConfig", "DQNTrace", "FiniteMDP", "GeometricTargetSchedule", "QLearningTrace", "QNetwork",
     "SyncState",
     "adaptive_ratio", "adaptive_schedule", "bellman_optimality", "chain_mdp", "constant_schedule", "episode_returns",

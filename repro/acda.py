@@ -1,0 +1,135 @@
+"""ACDA ("Adaptive Reinforcement Learning for Unobservable Random Delays", Wikman, Proutiere & Broman, ICML
+2026): the return under random, unobserved action delays with packet loss of a naive agent, of the
+action-matrix agent with a learned-model rollout, and of the same policy undelayed.
+
+Per seed (`repro/acda_parts.py`), on the point mass (goal on the unit circle, no rotation) behind the
+interaction layer (`icml26zoo.rl.delays`: δ geometric with mean `mean_delay` truncated at `max_delay`,
+`loss_prob` packet loss, packets of `horizon` rows, observation delay `obs_delay`):
+
+1. explore with random action matrices (`batch_size` episodes); the hindsight log gives the applied actions;
+2. fit the one-step model (ensemble of 3 MLPs, `model_factor` · steps Adam steps) on those transitions;
+3. fit a deterministic policy by backpropagating the known reward through `imagine`-step model rollouts;
+4. run that policy as
+   - `naive`: acts as if undelayed (every row of its packet is π(latest observation));
+   - `acda`: the action matrix rolled out through the model from the latest observation, with the delay
+     estimate and the effective horizon adapted from the log's realised delays (`icml26zoo.rl.acda.act`);
+   - `undelayed`: no delay, no loss, no observation delay (the reference).
+
+Everything is the zoo's reconstruction (no official code); the paper's agent is a SAC actor-critic, here the
+policy is fitted through the model without a critic (CPU budget). Pure scans, not the shared trainer. Each
+seed is a cell under ``run_dir/cells/seed=<s>/result.json``, reused on a rerun. The `Budget` fields:
+`steps` = policy Adam steps, `batch_size` = exploration episodes, `seq_len` = episode length, `seeds`.
+
+    from icml26zoo import repro
+    results = repro.run("acda", "runs/acda", budget="quick")
+
+From a shell (needs the `rl` extra): `python -m icml26zoo.repro acda [--smoke | --quick] --out DIR
+[agents=naive,acda,undelayed] [horizon=8] [mean_delay=2] [max_delay=10] [loss_prob=0.05] [obs_delay=1]
+[eval_episodes=16] [imagine=20] [model_factor=3]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from icml26zoo.repro import acda_parts as parts
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
+from icml26zoo.repro.registry import register_experiment
+from icml26zoo.rl.acda import ACDAConfig
+from icml26zoo.rl.delays import DelayConfig
+from icml26zoo.validation import check_int
+
+__all__ = ["AGENTS", "FULL", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
+
+FULL = Budget(steps=200, batch_size=16, seq_len=50, seeds=(0, 1, 2))
+QUICK = Budget(steps=100, batch_size=16, seq_len=50, seeds=(0,))
+# Every agent: 2 exploration episodes of 6 steps, 3 model and 2 policy steps, 2 evaluation episodes, h = 4.
+SMOKE = Budget(steps=2, batch_size=2, seq_len=6, seeds=(0,))
+SMOKE_ARGS = {"horizon": 4, "max_delay": 3, "eval_episodes": 2, "imagine": 2, "model_factor": 2, "width": 8}
+
+AGENTS = parts.AGENTS
+COLUMNS = ("agent", "return", "pct_of_undelayed", "gap_closed")
+
+
+def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
+    path = experiment.cell_dir(f"seed={seed}") / "result.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = parts.run_seed(seed, **options)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result) + "\n")
+    return result
+
+
+def _figure(per_seed: list[dict], agents: tuple[str, ...]) -> Figure:
+    """Per-seed mean return of each agent."""
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    panel = figure.subplots()
+    for i, agent in enumerate(agents):
+        values = [float(np.mean(s[agent])) for s in per_seed]
+        panel.scatter([i] * len(values), values, label=agent)
+        panel.bar(i, float(np.mean(values)), alpha=0.3)
+    panel.set(xticks=range(len(agents)), xticklabels=list(agents), ylabel="episode return (per seed)",
+              title="point mass under random delays and packet loss")
+    panel.grid(True, alpha=0.3)
+    return figure
+
+
+@register_experiment("acda", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
+                     page="docs/papers/acda.md", extras=("rl",))
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, agents: tuple[str, ...] = AGENTS, horizon: int = 8,
+        mean_delay: float = 2.0, max_delay: int = 10, loss_prob: float = 0.05, obs_delay: int = 1,
+        eval_episodes: int = 16, imagine: int = 20, model_factor: int = 3, width: int = 64,
+        resume: bool = False) -> Results:
+    """Runs every seed (cells reused on a rerun); writes results.md/json and the figure `acda_returns`.
+
+    Args:
+      agents: a subset of AGENTS ("naive", "acda", "undelayed"); the percentages need "undelayed" (and
+        gap_closed "naive").
+      horizon: rows h of each action matrix; mean_delay / max_delay / loss_prob / obs_delay: the delay process.
+      eval_episodes: evaluation episodes per agent; imagine: model-rollout length of the policy fit;
+      model_factor: the model takes model_factor · budget.steps Adam steps; width: hidden width of the model
+        and the policy MLPs.
+    """
+    agents = check_names("agents", agents, AGENTS)
+    delays = DelayConfig(horizon=horizon, mean_delay=mean_delay, max_delay=max_delay, loss_prob=loss_prob,
+                         obs_delay=obs_delay).check()
+    for name, value in (("eval_episodes", eval_episodes), ("imagine", imagine), ("model_factor", model_factor)):
+        check_int(name, value)
+    config = ACDAConfig(obs_dim=4, action_dim=2, width=width).check()
+    experiment = Experiment(run_dir, budget=budget, resume=resume)
+    per_seed = [_cell(experiment, seed, delays=delays, config=config, length=budget.seq_len,
+                      explore_episodes=budget.batch_size, model_steps=model_factor * budget.steps,
+                      policy_steps=budget.steps, imagine=imagine, eval_episodes=eval_episodes, agents=agents)
+                for seed in budget.seeds]
+    rows = []
+    for agent in agents:
+        returns = [float(np.mean(s[agent])) for s in per_seed]
+        row = {"agent": agent, "return": mean_std_text(returns), "pct_of_undelayed": "-", "gap_closed": "-"}
+        if "undelayed" in agents:
+            # Returns are negative: R_undelayed / R is the share of the reference kept (100 % = as undelayed).
+            row["pct_of_undelayed"] = mean_std_text([100.0 * float(np.mean(s["undelayed"]) / np.mean(s[agent]))
+                                                     for s in per_seed])
+            if "naive" in agents and agent == "acda":
+                row["gap_closed"] = mean_std_text([
+                    float((np.mean(s["acda"]) - np.mean(s["naive"])) / (np.mean(s["undelayed"]) - np.mean(s["naive"])))
+                    for s in per_seed])
+        rows.append(row)
+    notes = [
+        f"Point mass (damping 0.5, dt 0.1, {budget.seq_len}-step episodes, goal on the unit circle). Delays: "
+        f"geometric, mean {mean_delay:g}, truncated at {max_delay}; packet loss {loss_prob:g}; packets of "
+        f"h = {horizon} rows; observation delay {obs_delay}; fallback: the newest packet's last row. Exploration: "
+        f"{budget.batch_size} random-matrix episodes; model: 3-MLP ensemble, {model_factor * budget.steps} Adam "
+        f"steps on the hindsight-log transitions; policy: {budget.steps} Adam steps through {imagine}-step model "
+        f"rollouts. return: mean over {eval_episodes} evaluation episodes; pct_of_undelayed = 100 R_undelayed / R "
+        f"(returns are negative); gap_closed = (R_acda − R_naive) / (R_undelayed − R_naive). Mean ± std over "
+        f"seeds {budget.seeds}. Realised mean delay (received packets): "
+        f"{np.mean([s['realised_delay'] for s in per_seed]):.2f}.",
+    ]
+    return experiment.write(rows, columns=COLUMNS, title="ACDA: action matrices under unobservable random delays",
+                            notes=notes, figures={"acda_returns": _figure(per_seed, agents)},
+                            extra={"per_seed": per_seed})
