@@ -67,17 +67,17 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
     check_bool("tiny", tiny)
     check_int("budget.seq_len (the longest structure)", budget.seq_len, minimum=24)
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    measured, params = {}, {}
-    for role in roles:
-        base = cell_base(role, experiment, tiny=tiny, train_examples=train_examples)
-        params[role] = parameter_count(base.model)
-        measured[role] = []
-        for seed in budget.seeds:
+    bases = {role: cell_base(role, experiment, tiny=tiny, train_examples=train_examples) for role in roles}
+    params = {role: parameter_count(base.model) for role, base in bases.items()}
+    measured: dict[str, list] = {role: [] for role in roles}
+    # Seed-major: an interrupted run has every role at its first seeds (finished cells are reused on --resume).
+    for seed in budget.seeds:
+        for role, base in bases.items():
             config = experiment.cell_config(base, seed=seed, checkpoints=1)
             experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1])
             measured[role].append(evaluate_cell(experiment, role, seed, base, structures=structures))
     rows, columns = role_rows(measured)
-    ceiling = native_fold_f1(base, structures)
+    ceiling = native_fold_f1(bases[roles[-1]], structures)
     return experiment.write(rows, columns=columns, notes=_notes(budget, params, structures, tiny, ceiling),
                             figures={"metrics": metric_figure(rows, len(budget.seeds))},
                             title="ATL-FGD: static kNN vs ATL vs ATL + FGD on synthetic RNA hairpins",

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.bio.rna_features import EDGE_DIM, NODE_DIM, RNABackboneFeaturizer, check_backbone
+from icml26zoo.bio.rna_features import RNABackboneFeaturizer, check_backbone, edge_dim, node_dim
 from icml26zoo.bio.rna_layers import AGGREGATIONS, GATE_KINDS, GatedMPNNLayer
 from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
@@ -129,9 +129,9 @@ class ATLEncoder(nnx.Module):
 
     def __init__(self, config: ATLFGDConfig, *, rngs: nnx.Rngs) -> None:
         self.featurizer = RNABackboneFeaturizer(config.k_max, config.num_rbf, config.rbf_max)
-        self.node_in = nnx.Linear(NODE_DIM, config.hidden, rngs=rngs)
+        self.node_in = nnx.Linear(node_dim(config.num_rbf), config.hidden, rngs=rngs)
         self.node_norm = nnx.LayerNorm(config.hidden, rngs=rngs)
-        self.edge_in = nnx.Linear(EDGE_DIM, config.hidden, rngs=rngs)
+        self.edge_in = nnx.Linear(edge_dim(config.num_rbf), config.hidden, rngs=rngs)
         self.edge_norm = nnx.LayerNorm(config.hidden, rngs=rngs)
         self.layers = nnx.List([_layer(config, rngs) for _ in range(config.n_enc)])
 

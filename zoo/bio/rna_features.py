@@ -32,7 +32,17 @@ from icml26zoo.validation import check_float_array, check_int, check_positive
 
 ATOMS = ("P", "O5'", "C5'", "C4'", "C3'", "O3'")
 P, O5, C5, C4, C3, O3 = range(6)
-NODE_DIM, EDGE_DIM = 101, 115
+NODE_DIM, EDGE_DIM = 101, 115  # with RDesign's 16 RBFs; node_dim / edge_dim give them for any count
+
+
+def node_dim(num_rbf: int) -> int:
+    """12 dihedral channels + 5 RBF-expanded distances + 9 direction channels (101 for 16 RBFs)."""
+    return 12 + 5 * num_rbf + 9
+
+
+def edge_dim(num_rbf: int) -> int:
+    """4 quaternion channels + 6 RBF-expanded distances + 15 direction channels (115 for 16 RBFs)."""
+    return 4 + 6 * num_rbf + 15
 _EPS = 1e-8
 # Padding's P-P distance in the neighbour sort (Å): beyond any real one, so padding is picked last.
 _FAR = 1e6
