@@ -178,8 +178,8 @@ def init_agent(config: ACDAConfig, delays: DelayConfig) -> AgentState:
 
 def delay_quantile(counts: jax.Array, q: float, prior: int) -> jax.Array:
     """The smallest d with P̂(δ ≤ d) ≥ q under the histogram `counts` [D]; `prior` when it is empty."""
-    total = jnp.sum(counts)
-    cdf = jnp.cumsum(counts)
+    total = jnp.sum(counts).astype(jnp.float32)
+    cdf = jnp.cumsum(counts).astype(jnp.float32)
     d = jnp.argmax(cdf >= q * total)
     return jnp.where(total > 0, d, prior).astype(jnp.int32)
 

@@ -101,7 +101,8 @@ def interaction_step(state: LayerState, s: jax.Array, matrix: jax.Array, delay: 
     state = state._replace(send_time=state.send_time.at[slot].set(s), arrival=state.arrival.at[slot].set(arrival),
                            matrices=state.matrices.at[slot].set(matrix))
     now = (state.send_time >= 0) & (state.arrival == s)
-    arrived_delays = jnp.zeros(slots, jnp.int32).at[jnp.clip(s - state.send_time, 0, slots - 1)].add(now)
+    ages = jnp.clip(s - state.send_time, 0, slots - 1)
+    arrived_delays = jnp.zeros(slots, jnp.int32).at[ages].add(now.astype(jnp.int32))
     # The newest-packet rule: only a packet sent after the one kept may replace it.
     fresher = (state.send_time >= 0) & (state.arrival <= s) & (state.send_time > state.newest)
     best = jnp.argmax(jnp.where(fresher, state.send_time, -1))
