@@ -10,6 +10,27 @@ from collections.abc import Callable
 from icml26zoo.repro import leaderboard
 
 
+def apb_rows(out: pathlib.Path, record: dict) -> None:
+    """APB's smoke run: every method and the zero-action row on both splits; the frozen backbones came back
+    bit-identical; APB trains (d_o + 1)·d_in + (d_out + 1)·d_a = 5·8 + 9·2 = 58 parameters per task."""
+    rows = {(row["split"], row["method"]): row for row in record["rows"]}
+    assert set(rows) == {(s, m) for s in ("in_dist", "out_dist") for m in ("random", "meta", "mlp", "zero action")}
+    assert record["extra"]["backbone_unchanged"] is True
+    assert rows[("in_dist", "random")]["task_params"] == 58 and rows[("in_dist", "mlp")]["pct_of_mlp"] == "100 ± 0"
+    assert (out / "apb_curves.png").stat().st_size > 0
+
+
+def acda_rows(out: pathlib.Path, record: dict) -> None:
+    """ACDA's smoke run: a row per agent with a negative return (the point mass's reward is −distance − cost);
+    the undelayed reference is 100 % of itself and only ACDA reports the share of the gap it closes."""
+    rows = {row["agent"]: row for row in record["rows"]}
+    assert set(rows) == {"naive", "acda", "undelayed"}, rows
+    assert all(float(row["return"].split(" ± ")[0]) < 0 for row in rows.values())
+    assert rows["undelayed"]["pct_of_undelayed"] == "100 ± 0" and rows["naive"]["gap_closed"] == "-"
+    assert rows["acda"]["gap_closed"] != "-"
+    assert (out / "acda_returns.png").stat().st_size > 0
+
+
 def leaderboard_rows(out: pathlib.Path, record: dict) -> None:
     """The micro leaderboard: a row per SMOKE mixer with every column filled, then the no-recall and the
     constant-predictor rows, its table header and plot."""
@@ -109,7 +130,20 @@ def xr1_rows(out: pathlib.Path, record: dict) -> None:
     assert (out / "losses.png").stat().st_size > 0
 
 
-SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"gnn_missing": gnn_missing_rows,
+def api_rows(out: pathlib.Path, record: dict) -> None:
+    """API's smoke run: one row (diam fill, rate 0.5) with scores in range; the scores figure is drawn."""
+    (row,) = record["rows"]
+    assert (row["fill"], row["missing_rate"]) == ("diam", "0.5"), row
+    value = {k: float(row[k].split(" ± ")[0]) for k in ("mae", "acc7", "acc2", "class_acc", "imp_err")}
+    assert 0 <= value["mae"] <= 6 and value["imp_err"] >= 0, row
+    assert all(0 <= value[k] <= 1 for k in ("acc7", "acc2", "class_acc")), row
+    assert (out / "scores.png").stat().st_size > 0
+
+
+SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"api": api_rows,
+                                                                 "acda": acda_rows,
+                                                                 "apb": apb_rows,
+                                                                 "gnn_missing": gnn_missing_rows,
                                                                  "leaderboard": leaderboard_rows,
                                                                  "notime": notime_rows,
                                                                  "pmdo": pmdo_rows,
