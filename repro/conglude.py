@@ -37,9 +37,10 @@ __all__ = ["FULL", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
 FULL = Budget(steps=150, batch_size=8, seq_len=72, seeds=(0, 1, 2))
 QUICK = Budget(steps=60, batch_size=8, seq_len=60, seeds=(0,))
-# Both roles, 2 steps of a width-8 one-layer model, 4 proteins, a 28-ligand library: every code path.
+# One role (the baseline differs only in its encoder's layers), 2 steps of a width-8 one-layer model, 4 proteins, a
+# 28-ligand library: every code path of the experiment.
 SMOKE = Budget(steps=2, batch_size=2, seq_len=30, seeds=(0,))
-SMOKE_ARGS = {"tiny": True, "proteins": 4, "actives_per_type": 2, "decoys": 20}
+SMOKE_ARGS = {"roles": ("conglude",), "tiny": True, "proteins": 4, "actives_per_type": 2, "decoys": 20}
 
 
 @register_experiment("conglude", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,
