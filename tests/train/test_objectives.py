@@ -19,6 +19,9 @@ from icml26zoo.train.data import topics
 from icml26zoo.train.step import summarize_eval
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# XLA's cheap pipeline (tests/conftest.py): the command-line run compiles far longer than it trains, and nothing here
+# compares a compiled program with separately compiled code (the hand computations are NumPy against single ops).
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 def test_objectives_and_datasets_are_registered_and_unknown_names_list_them():
