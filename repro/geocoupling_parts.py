@@ -175,6 +175,7 @@ def curve_figure(curves: Sequence[np.ndarray]) -> Figure:
         times = np.asarray(geo.CouplingCurve(logits)(tau))
         axes.plot(times[:, 0], times[:, 1], color=f"C{index}", label=f"learned, seed {index}")
     axes.set(xlabel="structure time t_x", ylabel="sequence time t_s", xlim=(0, 1), ylim=(0, 1),
-             title="Learned coupling curves (below the diagonal: structure leads)")
+             title="Learned coupling (below the diagonal: structure leads)")
+    axes.title.set_fontsize(9)
     axes.legend(fontsize=8)
     return figure
