@@ -28,9 +28,6 @@ NAMES = OPTIMIZERS.names()
 LEARNING_RATES = {"sgd": 0.1, "cubic_damped_sgd": 0.1, "sam_polyak": 1.0, "lion": 0.03, "muon": 0.3}
 DEFAULT_LR = 0.05
 NOT_STRICT_CLEAN = {"adam", "adamw"}  # optax.scale_by_adam's bias correction (see the module docstring)
-# XLA's cheap pipeline (tests/conftest.py): every comparison here is between programs compiled in this module, except
-# the MultiSteps one, which keeps the default pipeline (see `default_pipeline`).
-pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 @pytest.fixture(autouse=True)
@@ -40,17 +37,6 @@ def standard_promotion(request):
         return
     with jax.numpy_dtype_promotion("standard"):
         yield
-
-
-@pytest.fixture
-def default_pipeline():
-    """XLA's default pipeline for one test. MultiSteps runs the inner update inside one compiled `lax.cond` while
-    the expected update runs op by op; under the cheap pipeline Muon's Newton-Schulz iterations then round about
-    1e-4 relative apart, where rtol 1e-6 holds under the default pipeline (the tolerance stays)."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", False)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
 
 
 def build(name, learning_rate=None, **overrides):
@@ -165,7 +151,6 @@ def test_inject_hyperparams_learning_rate(name):
     assert all(float(jnp.max(jnp.abs(u))) == 0.0 for u in jax.tree.leaves(zero))
 
 
-@pytest.mark.usefixtures("default_pipeline")
 @pytest.mark.parametrize("name", NAMES)
 def test_multisteps_equals_one_step_on_the_mean_gradient(name):
     tx, _ = build(name)
