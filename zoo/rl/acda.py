@@ -16,7 +16,9 @@ a CPU budget; the interaction layer it talks to is `icml26zoo.rl.delays`.
   2. roll ŝ from s_τ to t through the actions the layer is expected to have applied at τ .. t − 1: at u,
      row min(d̂, h − 1) of the agent's own packet sent at u − d̂ (zero if u − d̂ < 0), i.e. as if every
      packet took d̂ steps;
-  3. A_t[k] = π(ŝ_{t+k}), ŝ_{t+k+1} = f̂(ŝ_{t+k}, A_t[k]) for k < h_eff; rows k ≥ h_eff repeat row h_eff − 1.
+  3. A_t[k] = π(ŝ_{t+k}) and ŝ_{t+k+1} = f̂(ŝ_{t+k}, â_{t+k}), where â_{t+k} is the action expected to be
+     applied at t + k: row d̂ of the earlier packet sent at t + k − d̂ while k < d̂ (this packet has not
+     arrived yet), A_t[k] from then on; rows k ≥ h_eff repeat row h_eff − 1.
 - `naive_matrix` is the baseline acting as if undelayed: every row is π(latest observation).
 With a perfect model, deterministic dynamics and a constant delay δ = d̂ < h, step 2 is exact, so every
 applied action from time δ on is π(s_s) of the true state: the undelayed closed-loop trajectory.
@@ -102,7 +104,9 @@ def _adam_loop(loss: Callable, params: Any, key: jax.Array, steps: int, lr: floa
     def body(carry: tuple, k: jax.Array) -> tuple[tuple, jax.Array]:
         p, state = carry
         value, grads = jax.value_and_grad(loss)(p, k)
-        updates, state = tx.update(grads, state, p)
+        # optax's bias correction mixes Python floats with the int32 step count (strict promotion refuses it).
+        with jax.numpy_dtype_promotion("standard"):
+            updates, state = tx.update(grads, state, p)
         return (optax.apply_updates(p, updates), state), value
 
     (params, _), losses = jax.lax.scan(body, (params, tx.init(params)), jax.random.split(key, steps))
@@ -208,11 +212,15 @@ def act(state: AgentState, t: jax.Array, obs: jax.Array, log: LogEntry, log_vali
         a_hat = jnp.where(packet >= 0, state.sent[packet % slots, jnp.minimum(d_hat, h - 1)], 0.0)
         s_hat = jnp.where(u >= 0, step(s_hat, a_hat), s_hat)
 
-    def row(s: jax.Array, _: None) -> tuple[jax.Array, tuple]:
+    def row(s: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # Until this packet is expected to arrive (k < d̂) the layer applies rows of earlier packets still in
+        # flight: roll the model through those, while the row itself is π(ŝ_{t+k}) in case it arrives early.
         a = policy(s)
-        return step(s, a), a
+        packet = t + k - d_hat
+        earlier = jnp.where(packet >= 0, state.sent[packet % slots, jnp.minimum(d_hat, h - 1)], 0.0)
+        return step(s, jnp.where(k < d_hat, earlier, a)), a
 
-    _, rows = jax.lax.scan(row, s_hat, None, length=h)
+    _, rows = jax.lax.scan(row, s_hat, jnp.arange(h))
     k = jnp.arange(h)
     matrix = jnp.where((k < h_eff)[:, None], rows, rows[h_eff - 1])
     state = AgentState(sent=state.sent.at[t % slots].set(matrix), counts=counts)

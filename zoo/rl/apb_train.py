@@ -77,7 +77,9 @@ def _fit(loss: Any, params: Any, key: jax.Array, pg: PGConfig, tx: optax.Gradien
     def body(carry: tuple, k: jax.Array) -> tuple[tuple, jax.Array]:
         params, state = carry
         value, grads = jax.value_and_grad(loss)(params, start_states(k, pg.batch_size, pg.start_spread))
-        updates, state = tx.update(grads, state, params)
+        # optax's bias correction mixes Python floats with the int32 step count (strict promotion refuses it).
+        with jax.numpy_dtype_promotion("standard"):
+            updates, state = tx.update(grads, state, params)
         return (optax.apply_updates(params, updates), state), value
 
     (params, _), losses = jax.lax.scan(body, (params, tx.init(params)), jax.random.split(key, pg.steps))

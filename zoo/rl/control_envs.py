@@ -136,7 +136,9 @@ def policy_cost_matrix(gain: jax.Array, task: LQTask) -> jax.Array:
 
 def lq_cost(gain: jax.Array, task: LQTask, x0: jax.Array) -> jax.Array:
     """Total noise-free cost Σ_t x_tᵀQx_t + u_tᵀRu_t of u = −K x from x0 [n] (exact, infinite horizon)."""
-    return x0 @ policy_cost_matrix(gain, task) @ x0
+    p = policy_cost_matrix(gain, task)
+    finite = jnp.all(jnp.isfinite(p))
+    return jnp.where(finite, x0 @ jnp.where(finite, p, 0.0) @ x0, jnp.inf)  # inf · (mixed signs) would be nan
 
 
 def regret(gain: jax.Array, task: LQTask, x0: jax.Array) -> jax.Array:
