@@ -2,7 +2,7 @@
 
 Paper: "Learning Adaptive Topology with FiLM-Guided Distillation for Tertiary Structure-Based RNA Design" (ICML
 2026; abstract only; see docs/papers/atl_fgd.md). ATL and FGD are reconstructions (icml26zoo.bio.rna_design).
-The claim tested (spec geo-17, test 8, "can fail"): on synthetic hairpins, whose base-pair partners (P-P ≈ 17-18
+The claim tested (a claim that can fail): on synthetic hairpins, whose base-pair partners (P-P ≈ 17-18
 Å) lie outside a small static kNN graph, ATL (k_max = 24 candidates, target density 8/24) beats a static kNN with
 k = 8 (RDesign-style) by >= 10 points of pair complementarity, its last-layer gates rank true pair edges with
 AUROC > 0.8, and FGD (context teacher) does not lower recovery against ATL alone. Each role's preset is trained by

@@ -1,7 +1,7 @@
 """Reproduction: learned (GeoCoupling) against synchronous and random time coupling on the fold-and-label toy.
 
 Paper: K. Qiu et al., "Demystifying Multimodal Biomolecular Co-design with Intrinsic Geodesic Coupling" (ICML
-2026, arXiv 2606.01628); see docs/papers/geocoupling.md. The claim tested (spec geo-16, test 8, which can fail):
+2026, arXiv 2606.01628); see docs/papers/geocoupling.md. The claim tested (which can fail):
 at an equal training budget the learned coupling beats synchronous coupling on consistency (the generated
 sequence agrees with the generated structure) beyond the seed spread, and the learned curve is structure-leading
 (γ_x ≥ γ_s on at least 80% of τ). Every cell is trained by the shared trainer (preset `geocoupling`); the learned

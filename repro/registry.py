@@ -46,11 +46,17 @@ BUDGET_NAMES = ("smoke", "quick", "full")
 # extra is needed only when it runs). tests/repro/test_experiments.py checks that every module calling
 # `register_experiment` is listed here under the name it registers.
 INDEX: dict[str, str] = {
+    "acda": "icml26zoo.repro.acda",
     "adam_spikes": "icml26zoo.repro.adam_spikes",
+    "apb": "icml26zoo.repro.apb",
+    "api": "icml26zoo.repro.api",
     "apt": "icml26zoo.repro.apt",
     "asmc": "icml26zoo.repro.asmc",
+    "atl_fgd": "icml26zoo.repro.atl_fgd",
+    "camp": "icml26zoo.repro.camp",
     "circulation": "icml26zoo.repro.circulation",
     "confsmoe_ablation": "icml26zoo.repro.confsmoe_ablation",
+    "conglude": "icml26zoo.repro.conglude",
     "cubic_damping": "icml26zoo.repro.cubic_damping",
     "diag_cfm": "icml26zoo.repro.diag_cfm",
     "divergence_decoding": "icml26zoo.repro.divergence_decoding",
@@ -59,6 +65,7 @@ INDEX: dict[str, str] = {
     "fox_fix": "icml26zoo.repro.fox_fix",
     "fp8_rank_aware": "icml26zoo.repro.fp8_rank_aware",
     "gcf": "icml26zoo.repro.gcf",
+    "geocoupling": "icml26zoo.repro.geocoupling",
     "gnn_missing": "icml26zoo.repro.gnn_missing",
     "goat": "icml26zoo.repro.goat",
     "hard_kv": "icml26zoo.repro.hard_kv",

@@ -24,7 +24,11 @@ BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics"
                    "icml26zoo.train.data.pcfg", "icml26zoo.train.data.point_sets",
                    "icml26zoo.train.data.sphere_signals", "icml26zoo.train.data.darcy_amr",
                    "icml26zoo.train.data.digit_patches", "icml26zoo.train.data.multimodal",
-                   "icml26zoo.train.data.backbones")
+                   "icml26zoo.train.data.backbones",
+                   "icml26zoo.train.data.pockets",
+                   "icml26zoo.train.data.fold_and_label",
+                   "icml26zoo.train.data.camp_data",
+                   "icml26zoo.train.data.rna_hairpins")
 
 DATASETS: Registry[type] = Registry("dataset", modules=BUILTIN_MODULES)
 register_dataset = DATASETS.register

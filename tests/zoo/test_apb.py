@@ -1,4 +1,4 @@
-"""APB (icml26zoo.rl.apb): spec geo-11 part A invariants 1-3, on tiny shapes.
+"""APB (icml26zoo.rl.apb): APB invariants 1-3, on tiny shapes.
 
 1. backbone gradients are exactly zero and the backbone is bit-identical after masked training (while the full
    baseline does move it);

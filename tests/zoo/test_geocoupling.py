@@ -1,4 +1,4 @@
-"""GeoCoupling (icml26zoo.bio.geocoupling; spec geo-16 tests 1-7): the monotone curve with exact endpoints, sync
+"""GeoCoupling (icml26zoo.bio.geocoupling; invariants 1-7): the monotone curve with exact endpoints, sync
 times equal a single-time baseline bitwise, random coupling's marginals, the path cost's invariances, the DP
 recovering a valley, the GP interpolating, the sampler's endpoints and a structure-first schedule; the denoiser
 sees both times; the fold-and-label toy's labels and metrics; the upper level on a synthetic surface; bad input

@@ -1,4 +1,4 @@
-"""ATL-FGD (icml26zoo.bio.rna_design): the spec's tests 1-6 (geo-17) on tiny shapes, the fold metric, the data.
+"""ATL-FGD (icml26zoo.bio.rna_design): invariants 1-6 on tiny shapes, the fold metric, the data.
 
 Test 2 is the official-code check: one GatedMPNNLayer with gate_kind="none", k_max = k and "sum_over_k" equals an
 independent NumPy transcription of RDesign's MPNNLayer.forward (A4Bio/RDesign, model/module.py, commit

@@ -1,4 +1,4 @@
-"""`fold_and_label`: GeoCoupling's toy co-design task (spec geo-16; icml26zoo.bio.geocoupling_toy).
+"""`fold_and_label`: GeoCoupling's toy co-design task (icml26zoo.bio.geocoupling_toy).
 
 Each example is one of four 12-residue fold templates (helix, hairpin, zigzag, ring) in a Haar-random orientation
 with Gaussian noise σ = 0.1, centred, and its sequence: token s_i = the number of other residues within 1.2 of

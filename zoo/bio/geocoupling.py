@@ -1,7 +1,7 @@
 """GeoCoupling: learned temporal coupling of the structure and sequence times in sequence-structure co-design.
 
 Paper: K. Qiu, X. Wang, Z. Zhang, H. Zhou, W.-Y. Ma, "Demystifying Multimodal Biomolecular Co-design with
-Intrinsic Geodesic Coupling" (ICML 2026, arXiv 2606.01628); spec geo-16, page docs/papers/geocoupling.md.
+Intrinsic Geodesic Coupling" (ICML 2026, arXiv 2606.01628); page docs/papers/geocoupling.md.
 No GeoCoupling code is public: the TOT path cost, the curve, the GP surrogate and the bi-level loop are a
 RECONSTRUCTION from the paper's summary. The baselines are from public code: synchronous coupling (the diagonal)
 and MultiFlow's random coupling and corruptions (Campbell et al. 2024, jasonkyuyim/multiflow,
@@ -15,7 +15,7 @@ multiflow/data/interpolant.py); the loss grid and monotone DP path from the prec
     geocoupling_toy     the "fold-and-label" toy task and its metrics
     this module         codesign_loss, loss_surface, geodesic_update (upper level), sample (generation)
 
-Loss (ELBO-consistent, per modality, spec geo-16): for the linear structure path with x̂_1-prediction
+Loss (ELBO-consistent, per modality): for the linear structure path with x̂_1-prediction
 L_x = min(1/(1 − t_x)², loss_clip)·mean_i ‖x̂_1,i − x_1,i‖², for masking L_s = min(1/(1 − t_s), loss_clip)·
 Σ_{masked i} CE_i / N; scaled by w_x, w_s.
 """
@@ -100,7 +100,7 @@ def geodesic_update(points: np.ndarray, losses: np.ndarray, cfg: GeoCouplingConf
 
 def sample(model: nnx.Module, curve_logits: jax.Array, key: jax.Array, steps: int, mask: jax.Array
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Generation along the curve (spec geo-16): τ_k = k / S, (t_x, t_s)_k = γ(τ_k). Structure
+    """Generation along the curve: τ_k = k / S, (t_x, t_s)_k = γ(τ_k). Structure
     x ← x + (x̂_1 − x)·Δt_x / (1 − t_x); each masked residue is unmasked, with a token drawn from p̂_1, with
     probability min(1, Δt_s / (1 − t_s)); a modality with Δt_m = 0 is untouched; the last step sets x = x̂_1 and
     unmasks every residue. mask [B, N] (> 0 on real residues).

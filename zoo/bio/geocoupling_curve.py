@@ -1,6 +1,6 @@
 """GeoCoupling's coupling curve, its path cost and the monotone geodesic by dynamic programming.
 
-RECONSTRUCTION (spec geo-16; "Demystifying Multimodal Biomolecular Co-design with Intrinsic Geodesic Coupling",
+RECONSTRUCTION ("Demystifying Multimodal Biomolecular Co-design with Intrinsic Geodesic Coupling",
 arXiv 2606.01628, whose code is not public): the curve parameterisation, the line-integral path cost and the
 DP edge cost are this zoo's reading of the paper's Temporal Optimal Transport objective. The grid DP follows the
 precursor VOS (MolPilot, arXiv 2505.07286), whose discrete objective is `path_objective="budgeted_sum"`.

@@ -1,4 +1,4 @@
-"""The Gaussian-process surrogate of GeoCoupling's upper level (RECONSTRUCTION, spec geo-16: the paper, arXiv
+"""The Gaussian-process surrogate of GeoCoupling's upper level (RECONSTRUCTION: the paper, arXiv
 2606.01628, names "bi-level optimisation with a Gaussian-process surrogate"; its kernel and fitting are not public).
 
 One GP per modality over design points (t_x, t_s) ∈ [0, 1]²: an ARD RBF kernel σ_f² exp(−½ Σ_d (Δ_d / ℓ_d)²)

@@ -1,4 +1,4 @@
-"""GeoCoupling's reference denoiser, the registered model `geocoupling_denoiser` (spec geo-16, "Zoo design").
+"""GeoCoupling's reference denoiser, the registered model `geocoupling_denoiser`.
 
 model(x_t [B, N, 3], s_t int [B, N] in 0..K (K = MASK), t [B, 2], mask [B, N]) -> (x1_hat [B, N, 3],
 logits [B, N, K]). Residues are the zoo's T axis. Each residue embeds its noisy coordinates (Linear 3 → C), its

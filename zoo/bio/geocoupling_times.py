@@ -42,7 +42,7 @@ SURROGATES = ("surface",)
 
 @dataclasses.dataclass(frozen=True)
 class GeoCouplingConfig:
-    """GeoCoupling's settings (spec geo-16 defaults)."""
+    """GeoCoupling's settings."""
 
     train_times: str = "band"
     # Half-width of the band of training times around the curve, perpendicular to it.

@@ -1,4 +1,4 @@
-"""The "fold-and-label" toy task of GeoCoupling (arXiv 2606.01628; spec geo-16): structure and sequence of 12
+"""The "fold-and-label" toy task of GeoCoupling (arXiv 2606.01628): structure and sequence of 12
 residues, where the sequence is a deterministic function of the structure.
 
 Four fold templates of N = 12 residues in 3-D (units: one neighbour step ≈ 1): helix, hairpin, zigzag, ring. An

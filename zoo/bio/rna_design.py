@@ -2,7 +2,7 @@
 
 Paper: "Learning Adaptive Topology with FiLM-Guided Distillation for Tertiary Structure-Based RNA Design"
 (ICML 2026; only the abstract is available). Baseline: RDesign (Tan et al., ICLR 2024; A4Bio/RDesign @fa410a9,
-read for the maths). ATL and FGD internals are a RECONSTRUCTION (spec geo-17), kept swappable by options.
+read for the maths). ATL and FGD internals are a RECONSTRUCTION, kept swappable by options.
 
     features   RNABackboneFeaturizer (icml26zoo.bio.rna_features): RDesign's node (101) and edge (115) features
                on a dense padded candidate pool of the k_max nearest nucleotides (i ± 1 always kept)

@@ -1,7 +1,7 @@
 """RNA backbone featuriser of the ATL-FGD inverse-folding model (icml26zoo.bio.rna_design), RDesign's features.
 
-Follows RDesign (Tan et al., ICLR 2024; A4Bio/RDesign @fa410a9, model/feature.py as summarised in the spec
-geo-17): 6 backbone atoms per nucleotide (P, O5', C5', C4', C3', O3'), X [B, L, 6, 3], mask [B, L].
+Follows RDesign (Tan et al., ICLR 2024; A4Bio/RDesign @fa410a9, model/feature.py): 6 backbone atoms per
+nucleotide (P, O5', C5', C4', C3', O3'), X [B, L, 6, 3], mask [B, L].
 
     node [B, L, 101]  6 backbone dihedrals as cos/sin (12; a torsion touching a padded or missing atom is 0),
                       RBF distances of O5', C5', C4', C3', O3' to the own P (5 x 16), unit directions of P, C5',

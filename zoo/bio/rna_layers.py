@@ -5,7 +5,7 @@ RDesign's layer (A4Bio/RDesign @fa410a9, model/module.py `MPNNLayer`, read for t
     m_i = Σ_j message_ij / scale         (scale = 30, RDesign's k)
     h_i <- LN(h_i + drop(m_i)); h_i <- LN(h_i + drop(FFN_4x(h_i)))
 
-RECONSTRUCTION (the ATL paper's text is not available; spec geo-17): every layer has its own gate MLP
+RECONSTRUCTION (the ATL paper's text is not available; spec): every layer has its own gate MLP
 a_ij = MLP([h_e, h_i, h_j]) + b over the candidate pool, with
     gate "concrete"       g = σ((a + log u - log(1 - u)) / τ) in training (u ~ U(0, 1) clipped to
                           [1e-6, 1 - 1e-6]), σ(a / τ) in evaluation (no noise)

@@ -16,6 +16,9 @@ averaged over each logging window and draws on its loss plot when the objective 
 
 from icml26zoo.losses import (  # noqa: F401  (each module registers its objectives)
     boolean_chain,
+    camp_objective,
+    conglude,
+    geocoupling,
     geometric,
     ipw_scoring,
     masked_diffusion,
@@ -25,6 +28,7 @@ from icml26zoo.losses import (  # noqa: F401  (each module registers its objecti
     pcfg_lm,
     progressive_unmasking,
     protein,
+    rna,
 )
 from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
 from icml26zoo.losses.objectives import Objective, classification_objective, lm_objective, pooled_logits

@@ -1,4 +1,4 @@
-"""Objective `geocoupling_codesign`: GeoCoupling's lower level (icml26zoo.bio.geocoupling, spec geo-16).
+"""Objective `geocoupling_codesign`: GeoCoupling's lower level (icml26zoo.bio.geocoupling).
 
 On a batch of co-design examples (dataset fold_and_label: points [B, N, 3] the structure, targets [B, N, 1] the
 tokens as floats, weights [B, N] > 0 on real residues) it draws training times t [B, 2] by the coupling

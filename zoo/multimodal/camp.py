@@ -1,7 +1,7 @@
 """`camp`: CAMP, Coherent Alignment of Multimodal Prototypes (ICML 2026), an explainable prototype classifier of
-M modalities' frozen embeddings. RECONSTRUCTION: no code or paper text of CAMP was available; the design is the
-one of /work/shared/specs/geo-06-camp-api.md Part B (ProtoPNet-style prototypes per class and modality, fused
-class evidence, OT alignment and geometric regularisers), built from the abstract. Each piece is a small
+M modalities' frozen embeddings. RECONSTRUCTION: no code or paper text of CAMP was available; the zoo's design is
+ProtoPNet-style prototypes per class and modality, fused
+class evidence, OT alignment and geometric regularisers, built from the abstract. Each piece is a small
 function here or in `camp_align` / `camp_regularisers`, so a better-informed piece can replace it.
 
 Per modality m (embedding e_m ∈ R^{d_m} from a frozen encoder; the data gives e_m):

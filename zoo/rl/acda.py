@@ -2,7 +2,7 @@
 it out, and the delay-distribution adaptation of the effective horizon.
 
 Paper: "Adaptive Reinforcement Learning for Unobservable Random Delays" (Wikman, Proutiere, Broman; ICML 2026,
-arXiv 2506.14411). No official code: everything here is a RECONSTRUCTION (spec geo-11, part B), reduced to fit
+arXiv 2506.14411). No official code: everything here is a RECONSTRUCTION, reduced to fit
 a CPU budget; the interaction layer it talks to is `icml26zoo.rl.delays`.
 
 - Model: an ensemble of E MLPs, f̂(s, a) = s + mean_e g_e([s, a]), fitted by MSE on transitions

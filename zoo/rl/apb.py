@@ -1,7 +1,7 @@
 """Adaptive Policy Backbone (APB): task-specific linear layers before and after a frozen shared backbone.
 
 Paper: "Adaptive Policy Backbone via Shared Network" (B. Park, D. Lee; ICML 2026, arXiv 2509.22310). No
-official code: the architecture follows the abstract (spec geo-11, part A); widths, initialisation and the
+official code: the architecture follows the abstract; widths, initialisation and the
 head are a RECONSTRUCTION.
 
 For a task τ with observation o [d_o]:

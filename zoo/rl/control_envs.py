@@ -1,4 +1,4 @@
-"""Two small continuous-control families for APB and ACDA (spec geo-11, "small-scale settings"): a damped 2-D
+"""Two small continuous-control families for APB and ACDA: a damped 2-D
 point mass reaching a goal, and linear-quadratic systems whose optimal (LQR) policy and exact policy costs are
 computable, so regret is exact.
 

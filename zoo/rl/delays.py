@@ -2,8 +2,7 @@
 wrapper that puts it between an agent and any gymnax environment.
 
 Paper: "Adaptive Reinforcement Learning for Unobservable Random Delays" (Wikman, Proutiere, Broman; ICML 2026,
-arXiv 2506.14411). No official code: the mechanics below are a RECONSTRUCTION from the abstract (spec geo-11,
-part B).
+arXiv 2506.14411). No official code: the mechanics below are a RECONSTRUCTION from the abstract.
 
 - At agent step t the agent sends a packet P_t = (t, A_t), A_t [h, d_a]: row k is the action meant for system
   time t + k.
