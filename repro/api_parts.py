@@ -19,6 +19,7 @@ import optax
 from flax import nnx
 
 from icml26zoo.multimodal import api, api_data, api_scope
+from icml26zoo.optim.hparams import with_standard_promotion
 from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["TrainSettings", "evaluate", "train_model"]
@@ -43,7 +44,9 @@ class TrainSettings:
 
 
 def _optimizer(settings: TrainSettings) -> optax.GradientTransformation:
-    return optax.chain(optax.clip(settings.grad_clip), optax.adam(settings.lr))
+    # Traced under standard promotion: optax's Adam bias correction mixes a float and an int32, which strict
+    # promotion (the test suite's setting) rejects.
+    return with_standard_promotion(optax.chain(optax.clip(settings.grad_clip), optax.adam(settings.lr)))
 
 
 @functools.lru_cache(maxsize=8)  # one compiled step per (model structure, config, settings), shared by seeds
