@@ -24,6 +24,10 @@ from icml26zoo.repro import cli, registry
 REPO = pathlib.Path(__file__).resolve().parents[2]
 REPRO = REPO / "repro"
 NAMES = registry.names()
+# XLA's cheap pipeline for every run here, the command line's as well as a notebook's (tests/notebook_runner.py turns it
+# on for its cells): a SMOKE run compiles far longer than it computes, and the contract compares runs with each other
+# (a resume with the run it resumes) and checks ranges, never numbers against separately compiled code.
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 def _registered_in_source() -> dict[str, str]:

@@ -29,6 +29,7 @@ RUN = ("model.num_layers=1", "model.d_model=32", "model.vocab_size=64", "model.m
        "data.mqar_num_keys=16", "data.mqar_num_values=16", "data.mqar_num_pairs=4",
        "data.mqar_train_examples=500", "data.mqar_eval_examples=16")
 TIMEOUT_S = 300
+ELEMENTAL_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 # What a reader may say before the run's first save is committed (or before it has written config.json).
 NOT_YET = r"no committed checkpoint yet|no config\.json yet"
 
@@ -39,6 +40,8 @@ pytestmark = pytest.mark.usefixtures("fast_compile")
 def start_training(workdir: pathlib.Path, data_dir: pathlib.Path) -> subprocess.Popen:
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
     env.pop("XLA_FLAGS", None)  # one CPU device, like a plain CLI run (the test session simulates 8)
+    if ELEMENTAL_EMITTERS in os.environ.get("XLA_FLAGS", ""):  # but XLA:CPU's cheaper emitters (tests/conftest.py)
+        env["XLA_FLAGS"] = ELEMENTAL_EMITTERS
     command = [sys.executable, "-m", "icml26zoo.train", "--config", str(PRESET), "--workdir", str(workdir), *RUN,
                f"data.data_dir={data_dir}"]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
