@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from icml26zoo.registry import MODELS
+from icml26zoo.configs import names as preset_names
+from icml26zoo.registry import MODELS, OBJECTIVES
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.__main__ import main
 from icml26zoo.train.config import DataConfig
@@ -31,7 +32,7 @@ TINY_RUN = [*MQAR, "data.data_dir={data}", "model.vocab_size=64", "model.num_lay
 BAD_INPUTS = [
     ("unknown_preset", ["--config", "lama_tiny"],
      "--config 'lama_tiny' is not a preset name or a file (did you mean 'llama_tiny'?); presets: "
-     "boolean_rl, boolean_sft, circulation_mqar,"),
+     + ", ".join(preset_names()[:3]) + ","),
     ("missing_file", ["--config", "{tmp}/missing.py"], "--config file '{tmp}/missing.py' does not exist"),
     ("bad_value", ["model.num_heads=3"], "num_heads must be a multiple of num_kv_heads"),
     ("bad_type", ["model.num_layers=two"], "config field 'model.num_layers' expects int, got 'two'"),
@@ -47,7 +48,7 @@ BAD_INPUTS = [
     ("unknown_optimizer", ["optim.name=adamx"], "optim.name must be one of ['adam', 'adamw',"),
     ("unknown_optimizer_option", ["optim.options=(('rho', 0.1),)"],
      "optim.options: unknown adamw optimizer option 'rho'; valid options: []"),
-    ("unknown_objective", ["objective=ranking"], "objective must be one of ['boolean_chain', 'classification', "),
+    ("unknown_objective", ["objective=ranking"], "objective must be one of " + str(OBJECTIVES.names()[:2])[:-1] + ", "),
     # Prefixes only where the list grows with every registered part (a new dataset must not edit this test).
     ("unknown_dataset", ["data.name=imagenet"], "data.name must be one of ['bfvp', 'digits', 'dyck',"),
     ("infinite_learning_rate", ["optim.learning_rate=inf"], "'optim.learning_rate' expects a finite float, got 'inf'"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -156,7 +157,7 @@ def pack_targets(chain: Protein, pocket: int, ligand: np.ndarray) -> np.ndarray:
     return targets
 
 
-def unpack_targets(targets):
+def unpack_targets(targets: Any) -> tuple[Any, Any, Any, Any]:
     """(site [B, N], centre [B, 3], types [B, 2] (−1: none), ligand [B, LIGAND_FEATURES]) of batched targets
     [B, N, TARGET_WIDTH] (NumPy or JAX arrays)."""
     return targets[..., SITE], targets[:, 0, CENTRE], targets[:, 0, TYPES], targets[:, 0, LIGAND]
