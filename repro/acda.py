@@ -30,7 +30,6 @@ From a shell (needs the `rl` extra): `python -m icml26zoo.repro acda [--smoke | 
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -39,6 +38,7 @@ from matplotlib.figure import Figure
 from icml26zoo.repro import acda_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.rl.acda import ACDAConfig
 from icml26zoo.rl.delays import DelayConfig
 from icml26zoo.validation import check_int
@@ -56,13 +56,10 @@ COLUMNS = ("agent", "return", "pct_of_undelayed", "gap_closed")
 
 
 def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
-    path = experiment.cell_dir(f"seed={seed}") / "result.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    result = parts.run_seed(seed, **options)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result) + "\n")
-    return result
+    """`parts.run_seed(seed, **options)`, or the seed's stored result when it was run with the same options (the
+    options are frozen dataclasses, tuples and numbers: their repr is the key)."""
+    return stored(experiment.cell_dir(f"seed={seed}") / "result.json", {"options": repr(sorted(options.items()))},
+                  lambda: parts.run_seed(seed, **options))
 
 
 def _figure(per_seed: list[dict], agents: tuple[str, ...]) -> Figure:

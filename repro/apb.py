@@ -28,7 +28,6 @@ From a shell: `python -m icml26zoo.repro apb [--smoke | --quick] --out DIR [meth
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -37,6 +36,7 @@ from matplotlib.figure import Figure
 from icml26zoo.repro import apb_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
 from icml26zoo.repro.registry import register_experiment
+from icml26zoo.repro.stored import stored
 from icml26zoo.rl import apb
 from icml26zoo.rl.apb_train import PGConfig
 from icml26zoo.validation import check_int, check_positive
@@ -60,13 +60,10 @@ def _pct(returns: list[float], zero: list[float], mlp: list[float]) -> float:
 
 
 def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
-    path = experiment.cell_dir(f"seed={seed}") / "result.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    result = parts.run_seed(seed, **options)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result) + "\n")
-    return result
+    """`parts.run_seed(seed, **options)`, or the seed's stored result when it was run with the same options (the
+    options are frozen dataclasses, tuples and numbers: their repr is the key)."""
+    return stored(experiment.cell_dir(f"seed={seed}") / "result.json", {"options": repr(sorted(options.items()))},
+                  lambda: parts.run_seed(seed, **options))
 
 
 def _figure(first: dict, methods: tuple[str, ...]) -> Figure:
