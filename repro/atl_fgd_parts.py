@@ -11,7 +11,6 @@ longest structure (max_length).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from matplotlib.figure import Figure
 
 from icml26zoo.bio.rna_fold import base_pair_f1, design_metrics, nussinov, pair_edge_auroc
 from icml26zoo.configs import load_preset
-from icml26zoo.repro.common import Experiment, spread
+from icml26zoo.repro.common import Experiment, seed_summary
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
@@ -122,7 +121,7 @@ def evaluate_cell(experiment: Experiment, role: str, seed: int, config: TrainCon
 def _summary(values: Sequence[float]) -> tuple[float | None, float | None, str]:
     if any(np.isnan(v) for v in values):
         return None, None, "-"
-    return statistics.fmean(values), spread(values), ", ".join(f"{v:.3f}" for v in values)
+    return seed_summary(values)
 
 
 def role_rows(measured: Mapping[str, list[dict[str, float]]]) -> tuple[list[dict], list[str]]:

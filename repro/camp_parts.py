@@ -28,7 +28,7 @@ from icml26zoo.configs import load_preset
 from icml26zoo.models.config import ModelConfig
 from icml26zoo.multimodal.camp_align import ot_alignment
 from icml26zoo.multimodal.camp_regularisers import explain
-from icml26zoo.repro.common import Experiment, parameter_count, spread
+from icml26zoo.repro.common import Experiment, parameter_count, seed_summary
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
@@ -133,10 +133,6 @@ def evaluate_cell(experiment: Experiment, name: str, config: TrainConfig, missin
     return stored(experiment.cell_dir(name) / "missing.json", {"missing_rates": list(missing_rates)}, measure)
 
 
-def _summary(values: Sequence[float]) -> tuple[float, float | None, str]:
-    return statistics.fmean(values), spread(values), ", ".join(f"{v:.3f}" for v in values)
-
-
 def rows_of(measured: Mapping[tuple[str, str], list[dict[str, Any]]], missing_rates: Sequence[float],
             configs: Mapping[tuple[str, str], TrainConfig]) -> tuple[list[dict], list[str]]:
     """One row per (task, role, test missing rate): accuracy mean over seeds, spread (max − min), per seed; the
@@ -145,7 +141,7 @@ def rows_of(measured: Mapping[tuple[str, str], list[dict[str, Any]]], missing_ra
     for (task, role), cells in measured.items():
         params = parameter_count(configs[task, role].model)
         for index, rate in enumerate(missing_rates):
-            mean, width, per_seed = _summary([c["accuracy"][index] for c in cells])
+            mean, width, per_seed = seed_summary([c["accuracy"][index] for c in cells])
             row = {"task": task, "role": role, "test_missing": rate, "accuracy": mean, "accuracy_spread": width,
                    "accuracy_per_seed": per_seed, "agreement": None, "L_OT": None, "params": params}
             if cells[0]["agreement"][index] is not None:

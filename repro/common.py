@@ -28,6 +28,7 @@ import os
 import pathlib
 import platform
 import re
+import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -135,6 +136,11 @@ def mean_and_spread(values: Sequence[float], digits: int = 4) -> tuple[float, fl
         raise ValueError("mean_and_spread needs at least one value, got none")
     width = spread(values)
     return round(math.fsum(values) / len(values), digits), None if width is None else round(width, digits)
+
+
+def seed_summary(values: Sequence[float]) -> tuple[float, float | None, str]:
+    """(mean, `spread`, the per-seed values as "0.123, 0.456") of per-seed values: a row's three cells for a metric."""
+    return statistics.fmean(values), spread(values), ", ".join(f"{v:.3f}" for v in values)
 
 
 def mean_std_text(values: Sequence[float], mean_format: str = ".4g", std_format: str = ".2g") -> str:

@@ -9,7 +9,6 @@ batch_size and seeds as they are; seq_len is the largest protein (proteins have 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from matplotlib.figure import Figure
 from icml26zoo.bio import conglude_data as data
 from icml26zoo.bio import conglude_metrics as metrics
 from icml26zoo.configs import load_preset
-from icml26zoo.repro.common import Experiment, spread
+from icml26zoo.repro.common import Experiment, seed_summary
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
@@ -151,9 +150,7 @@ def role_rows(measured: Mapping[str, list[dict[str, float]]]) -> tuple[list[dict
     for role, cells in measured.items():
         row: dict[str, Any] = {"role": role}
         for name in METRICS:
-            values = [cell[name] for cell in cells]
-            row |= {name: statistics.fmean(values), f"{name}_spread": spread(values),
-                    f"{name}_per_seed": ", ".join(f"{v:.3f}" for v in values)}
+            row[name], row[f"{name}_spread"], row[f"{name}_per_seed"] = seed_summary([cell[name] for cell in cells])
         rows.append(row)
     columns = ["role"] + [c for name in METRICS for c in (name, f"{name}_spread")]
     return rows, columns + [f"{name}_per_seed" for name in METRICS]

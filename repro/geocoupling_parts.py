@@ -14,7 +14,6 @@ geocoupling_codesign, dataset fold_and_label) at one budget of steps:
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from matplotlib.figure import Figure
 from icml26zoo.bio import geocoupling as geo
 from icml26zoo.bio import geocoupling_toy as toy
 from icml26zoo.configs import load_preset
-from icml26zoo.repro.common import Experiment, spread
+from icml26zoo.repro.common import Experiment, seed_summary
 from icml26zoo.repro.stored import stored
 from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
@@ -157,9 +156,7 @@ def role_rows(measured: Mapping[str, list[dict[str, float]]]) -> tuple[list[dict
     for role, cells in measured.items():
         row: dict[str, Any] = {"role": role}
         for metric in METRICS:
-            values = [c[metric] for c in cells]
-            row |= {metric: statistics.fmean(values), f"{metric}_spread": spread(values),
-                    f"{metric}_per_seed": ", ".join(f"{v:.3f}" for v in values)}
+            row[metric], row[f"{metric}_spread"], row[f"{metric}_per_seed"] = seed_summary([c[metric] for c in cells])
         rows.append(row)
     columns = ["role", *[f"{m}{suffix}" for m in METRICS for suffix in ("", "_spread", "_per_seed")]]
     return rows, columns

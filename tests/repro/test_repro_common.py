@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from icml26zoo.repro.common import Budget, Experiment, check_mixers, line_figure, mean_std_text, metric_series
+from icml26zoo.repro.common import (
+    Budget,
+    Experiment,
+    check_mixers,
+    line_figure,
+    mean_std_text,
+    metric_series,
+    seed_summary,
+)
 from icml26zoo.train.config import TrainConfig
 
 BUDGET = Budget(steps=4, batch_size=2, seq_len=8, seeds=(0, 1))
@@ -91,6 +99,11 @@ def test_metric_series_keeps_the_last_record_of_a_step(tmp_path):
                     '{"step": 1, "train/loss": 2.0}\n')
     assert metric_series(path, "train/loss") == ([1], [2.0])
 
+
+
+def test_seed_summary_is_mean_spread_and_per_seed_text():
+    assert seed_summary([0.5, 0.25, 0.75]) == (0.5, 0.5, "0.500, 0.250, 0.750")
+    assert seed_summary([0.1234]) == (0.1234, None, "0.123")
 
 
 def test_mean_std_text_is_the_population_standard_deviation_in_the_given_formats():
