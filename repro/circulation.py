@@ -53,8 +53,8 @@ QUICK_ARGS = {"alphas": (1.0, 1.2), "betas": (3.0,), "measure_points": 2}
 # SMOKE: one cell (α = 1.2, β = 3), 2 steps of 2 x 16 bytes, one measure point (plus the initialization).
 SMOKE = Budget(steps=2, batch_size=2, seq_len=16, seeds=(0,))
 SMOKE_ARGS = {"alphas": (1.2,), "betas": (3.0,), "measure_points": 1, "measure_rows": 2}
-# FULL: the default grid (5 distinct cells) x 2 seeds at the tiny preset's batch shape.
-FULL = Budget(steps=240, batch_size=8, seq_len=64, seeds=(0, 1))
+# FULL: the default grid (5 distinct cells) x 3 seeds at the tiny preset's batch shape.
+FULL = Budget(steps=240, batch_size=8, seq_len=64, seeds=(0, 1, 2))
 
 
 @register_experiment("circulation", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS,

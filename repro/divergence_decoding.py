@@ -58,7 +58,7 @@ from icml26zoo.validation import check_int, check_positive
 __all__ = ["ALPHAS", "FORGET_AUX_DATA", "FULL", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"]
 
 QUICK = Budget(steps=30, batch_size=8, seq_len=32, seeds=(0,))
-FULL = Budget(steps=400, batch_size=32, seq_len=48, seeds=(0,))
+FULL = Budget(steps=400, batch_size=32, seq_len=48, seeds=(0, 1, 2))
 # The QUICK run (notebook, --quick): a small corpus, two alphas, a few distillation steps: the pipeline, not
 # a result (30 steps memorize nothing).
 QUICK_ARGS = {"num_facts": 40, "alphas": (1.0, 2.0), "distill_steps": 5, "forget_aux_data": ("all",), "base_layers": 1,

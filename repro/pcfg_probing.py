@@ -1,8 +1,8 @@
 """PCFG next-token prediction and layer-wise probes of parse quantities ("How Transformers
 Represent Hierarchies: A Local-to-Global Mechanism", ICML 2026), at the zoo's small scale.
 
-One cell trains the `pcfg_tiny` preset (a 2-layer Llama on the default random grammar, objective `pcfg_lm`)
-under the budget, keeping `checkpoints` evenly spaced checkpoints. Then:
+One cell per seed trains the `pcfg_tiny` preset (a 2-layer Llama on the default random grammar, objective
+`pcfg_lm`) under the budget, keeping `checkpoints` evenly spaced checkpoints. Then, per seed:
 
   KL curve   mean KL(P_grammar(· | prefix) ‖ P_model(· | prefix)) over the validation split at step 0 and at
              every checkpoint, from the objective's kl_sum / kl_weight (the trainer's summary reports only
@@ -13,7 +13,9 @@ under the budget, keeping `checkpoints` evenly spaced checkpoints. Then:
              stored with the rows (depth of the word, constituent boundary: accuracy) and the exact quantities
              of zoo/pcfg (next-token distribution, open-constituent state, expected completed constituents: R²)
 
-The table has one row per (model, target, probe) and one column per layer.
+The table has one row per (model, target, probe) and one column per layer, each the mean over seeds, and the
+seeds' spread (max - min) at the layer where it is largest; results.json keeps every seed's rows and curve. A seed
+changes the model's initialization, the data order and the probes' sentence split.
 
     python -m icml26zoo.repro pcfg_probing [--smoke | --quick] --out DIR [probe_sentences=512] [checkpoints=8]
                                            [targets=depth,boundary,next_token,open_state,constituents_ending]
@@ -25,6 +27,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 from collections.abc import Sequence
 
 import jax
@@ -36,7 +39,7 @@ from matplotlib.figure import Figure
 from icml26zoo import probing
 from icml26zoo.configs import load_preset
 from icml26zoo.pcfg.exact import probe_targets
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, line_figure, spread
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.config import TrainConfig
@@ -50,7 +53,7 @@ from icml26zoo.validation import check_int
 CELL = "pcfg_tiny"
 SEQ_LEN = pcfg.PCFGOptions().max_length + 1
 QUICK = Budget(steps=60, batch_size=16, seq_len=SEQ_LEN)
-FULL = Budget(steps=400, batch_size=32, seq_len=SEQ_LEN)
+FULL = Budget(steps=400, batch_size=32, seq_len=SEQ_LEN, seeds=(0, 1, 2))
 QUICK_ARGS = {"probe_sentences": 96, "checkpoints": 3}
 # Every stage at the smallest size: 2 steps of 8 rows (fewer rows only add batches to the trainer's final eval of
 # the whole validation split), one checkpoint on the KL curve, probes on 8 sentences of one classification and one
@@ -67,11 +70,16 @@ KL_BATCH = 32
 MAX_DEPTH_CLASS = 8
 
 
-def cell_config(experiment: Experiment, checkpoints: int) -> TrainConfig:
-    """The pcfg_tiny preset under the budget, its data under the run directory, every checkpoint kept."""
+def cell_name(seed: int) -> str:
+    return f"{CELL}_seed{seed}"
+
+
+def cell_config(experiment: Experiment, checkpoints: int, seed: int = 0) -> TrainConfig:
+    """The pcfg_tiny preset under the budget at `seed`, its data under the run directory, every checkpoint kept
+    (the grammar and its splits do not depend on the seed: every seed sees the same validation sentences)."""
     preset = load_preset("pcfg_tiny")
     data = dataclasses.replace(preset.data, data_dir=str(experiment.run_dir / "tfds"))
-    config = experiment.cell_config(dataclasses.replace(preset, data=data), checkpoints=checkpoints)
+    config = experiment.cell_config(dataclasses.replace(preset, data=data), seed=seed, checkpoints=checkpoints)
     return dataclasses.replace(config, keep_checkpoints=len(checkpoint_steps(config)), eval_every=0)
 
 
@@ -157,7 +165,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
     Args:
       run_dir: the experiment's directory (the cell, the grammar's dataset, results.md/json, kl_curve.png,
         probes.png).
-      budget: steps, batch size and seed of the cell; budget.seq_len must be >= 25 (a sentence per row).
+      budget: steps, batch size and seeds (a cell per seed); budget.seq_len must be >= 25 (a sentence per row).
       probe_sentences: validation sentences whose tokens are probed (>= 8).
       checkpoints: evenly spaced checkpoints on the KL curve (>= 1; the last one is the final step).
       targets: the probed quantities, from TARGETS (each probe kind compiles its own program).
@@ -170,28 +178,60 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, probe_sentences: i
         raise ValueError(f"budget.seq_len must be >= {SEQ_LEN} (<bos> and a sentence of up to {SEQ_LEN - 1} words "
                          f"per row), got {budget.seq_len}")
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    config = cell_config(experiment, checkpoints)
     devices = jax.devices()[:1]  # one device: a tiny model, and batches need not divide a device count
-    summary = experiment.train_cell(CELL, config, devices=devices)
-    curve, rows = _analysis(experiment, config, probe_sentences, targets, devices)
+    curves, seed_rows, losses = {}, {}, []
+    for seed in budget.seeds:
+        config = cell_config(experiment, checkpoints, seed)
+        summary = experiment.train_cell(cell_name(seed), config, devices=devices)
+        losses.append(summary.get("eval/loss", math.nan))
+        curves[seed], seed_rows[seed] = _analysis(experiment, config, probe_sentences, targets, devices)
+    curve = mean_curve(list(curves.values()))
+    rows = mean_rows(list(seed_rows.values()))
     layers = [key for key in rows[0] if key.startswith("layer ")]
     figures = {"kl_curve": kl_figure(curve), "probes": probe_figure(rows, layers)}
-    notes = ["Mean KL(grammar ‖ model) per predicted token on the validation split: "
+    finals = [points[-1][1] for points in curves.values()]
+    notes = [f"Seeds {list(budget.seeds)}; every number is the mean over seeds.",
+             "Mean KL(grammar ‖ model) per predicted token on the validation split: "
              + ", ".join(f"step {s}: {kl:.4f}" for s, kl, _ in curve)
-             + f" (grammar entropy {curve[-1][2]:.4f} nats; final eval/loss {summary.get('eval/loss', math.nan):.4f}).",
-             f"Probes: {probe_sentences} validation sentences, 25% of them held out with all their tokens; "
-             "accuracy for depth (classes 0..8) and boundary, R² for the exact quantities; layer 0 = embeddings."]
-    extra = {"kl_curve": [{"step": s, "kl": kl, "entropy": h} for s, kl, h in curve]}
-    return experiment.write(rows, columns=("model", "target", "metric", "probe", *layers),
+             + f" (final KL per seed: {', '.join(f'{kl:.4f}' for kl in finals)}; grammar entropy {curve[-1][2]:.4f}"
+             f" nats; final eval/loss {statistics.fmean(losses):.4f}).",
+             f"Probes: {probe_sentences} validation sentences, 25% of them held out with all their tokens (a split "
+             "per seed); accuracy for depth (classes 0..8) and boundary, R² for the exact quantities; layer 0 = "
+             "embeddings. 'seed spread' = the largest max - min over seeds of any layer's score in the row."]
+    extra = {"kl_curve": [{"step": s, "kl": kl, "entropy": h} for s, kl, h in curve],
+             "per_seed": {str(seed): {"kl_curve": curves[seed], "rows": seed_rows[seed]} for seed in budget.seeds}}
+    return experiment.write(rows, columns=("model", "target", "metric", "probe", *layers, "seed spread"),
                             title="PCFG next-token KL and layer-wise parse probes (pcfg_tiny)", notes=notes,
                             figures=figures, extra=extra)
 
 
+def mean_curve(curves: Sequence[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
+    """[(step, KL, entropy)] averaged over seeds' curves (the same steps in each)."""
+    return [(points[0][0], statistics.fmean(p[1] for p in points), statistics.fmean(p[2] for p in points))
+            for points in zip(*curves, strict=True)]
+
+
+def mean_rows(per_seed: Sequence[list[dict]]) -> list[dict]:
+    """Probe rows averaged over seeds (the same rows in the same order in each): each layer's mean, rounded to 4
+    decimals, and 'seed spread', the largest max - min over seeds of any layer (None for one seed)."""
+    rows = []
+    for matched in zip(*per_seed, strict=True):
+        row = {key: matched[0][key] for key in ("model", "target", "metric", "probe")}
+        layers = [key for key in matched[0] if key.startswith("layer ")]
+        row.update({layer: round(statistics.fmean(r[layer] for r in matched), 4) for layer in layers})
+        widths = [spread([r[layer] for r in matched]) for layer in layers]
+        row["seed spread"] = None if widths[0] is None else round(max(widths), 4)
+        rows.append(row)
+    return rows
+
+
 def _analysis(experiment: Experiment, config: TrainConfig, probe_sentences: int, targets: Sequence[str],
               devices: list) -> tuple[list[tuple[int, float, float]], list[dict]]:
-    """The trained cell's KL curve [(step, KL, entropy)] and probe rows, stored in the cell (analysis.json, per
-    probe setting) and read back on a rerun: the cell's checkpoints, and so both results, are fixed once trained."""
-    path = experiment.cell_dir(CELL) / "analysis.json"
+    """The KL curve [(step, KL, entropy)] and probe rows of config.seed's trained cell, stored in the cell
+    (analysis.json, per probe setting) and read back on a rerun: the cell's checkpoints, and so both results, are
+    fixed once trained."""
+    cell = cell_name(config.seed)
+    path = experiment.cell_dir(cell) / "analysis.json"
     # "split-sentence": probes hold out whole sentences (rows stored before, with a token split, are not reused).
     key = f"sentences{probe_sentences}_split-sentence_" + ",".join(targets)
     stored = json.loads(path.read_text()) if path.is_file() else {}
@@ -201,7 +241,7 @@ def _analysis(experiment: Experiment, config: TrainConfig, probe_sentences: int,
     metrics_of = kl_metrics(config, initial)
     curve = [(0, *mean_kl(config, initial, metrics_of))]
     for step in checkpoint_steps(config):
-        _, model, _ = load_run(experiment.cell_dir(CELL), step, devices=devices)
+        _, model, _ = load_run(experiment.cell_dir(cell), step, devices=devices)
         curve.append((step, *mean_kl(config, model, metrics_of)))
     inputs, values = probe_data(config, probe_sentences)
     values = {name: values[name] for name in targets}

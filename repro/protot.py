@@ -69,7 +69,7 @@ __all__ = ["FULL", "MIXERS", "QUICK", "QUICK_ARGS", "SMOKE", "SMOKE_ARGS", "run"
 
 MIXERS = tuple(PRESETS)
 QUICK = Budget(steps=16, batch_size=4, seq_len=64, seeds=(0,))
-FULL = Budget(steps=1000, batch_size=8, seq_len=128, seeds=(0,))
+FULL = Budget(steps=1000, batch_size=8, seq_len=128, seeds=(0, 1, 2))
 # The quick run (the notebook, --quick): ProtoT alone, the read-out and every edit on it.
 QUICK_ARGS = {"mixers": ("protot",)}
 # Every stage (training, read-out, edits, sampled generations) on one ProtoT cell of 2 steps, small tables.

@@ -64,3 +64,18 @@ def test_probes_hold_out_whole_sentences(tmp_path, monkeypatch):
     for train, held in seen:
         assert set(train) | set(held) == set(range(12)) and not set(train) & set(held)
         assert len(set(held)) == 3  # 25% of 12 sentences
+
+
+def test_seeds_are_averaged_with_their_spread():
+    """A cell per seed: the table's layer scores are the seeds' means and 'seed spread' the widest layer's
+    max - min; the KL curve is averaged step by step."""
+    first = [{"model": "trained", "target": "depth", "metric": "accuracy", "probe": "linear",
+              "layer 0": 0.4, "layer 1": 0.5}]
+    second = [dict(first[0], **{"layer 0": 0.5, "layer 1": 0.8})]
+    (row,) = pcfg_probing.mean_rows([first, second])
+    assert row["layer 0"] == pytest.approx(0.45) and row["layer 1"] == pytest.approx(0.65)
+    assert row["seed spread"] == pytest.approx(0.3)
+    assert pcfg_probing.mean_rows([first])[0]["seed spread"] is None
+    curve = pcfg_probing.mean_curve([[(0, 1.0, 2.0), (4, 0.2, 2.0)], [(0, 2.0, 2.0), (4, 0.4, 2.0)]])
+    assert curve == [(0, 1.5, 2.0), (4, pytest.approx(0.3), 2.0)]
+    assert pcfg_probing.cell_name(2) == "pcfg_tiny_seed2"
