@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import jax
 
 from icml26zoo.repro.atl_fgd_parts import (
+    DEFAULT_ROLES,
     ROLES,
     cell_base,
     cell_name,
@@ -47,14 +48,15 @@ SMOKE_ARGS = {"roles": ("atl",), "tiny": True, "structures": 4}
 
 @register_experiment("atl_fgd", smoke=SMOKE, quick=QUICK, full=FULL, smoke_args=SMOKE_ARGS, quick_args=QUICK_ARGS,
                      page="docs/papers/atl_fgd.md")
-def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[str] = ROLES, structures: int = 64,
-        train_examples: int | None = None, tiny: bool = False, resume: bool = False) -> Results:
+def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[str] = DEFAULT_ROLES,
+        structures: int = 64, train_examples: int | None = None, tiny: bool = False, resume: bool = False) -> Results:
     """Trains every role per seed, designs fresh hairpins, writes results.md/json and metrics.png.
 
     Args:
       run_dir: the experiment's directory (cells, the generated data, results).
       budget: steps, batch size, longest structure (seq_len, >= 24) and seeds of every cell.
-      roles: which of "knn" (static kNN, k = 8), "atl" (learned gates) and "fgd" (ATL + FiLM teacher) to train.
+      roles: which of "knn" (static kNN, k = 8), "atl" (learned gates), "fgd" (ATL + FiLM teacher) and
+        "fgd_plain" (the leak check: the teacher sees the base it should predict; not a default) to train.
       structures: fresh hairpins every cell designs (>= 1).
       train_examples: training structures (None: the presets' 1,024).
       tiny: shrink the model and the data (the smoke run; a check of the pipeline, not a result).
@@ -95,5 +97,6 @@ def _notes(budget: Budget, params: dict[str, int], structures: int, tiny: bool, 
             f"Measured on {structures} fresh hairpins, argmax designs in evaluation mode (no gate noise, no "
             "teacher): recovery, pair_complementarity (target pairs with WC/GU bases), bp_f1 (base-pair F1 of the "
             f"Nussinov fold of the design; the native sequences' own fold scores {ceiling:.3f}), gate_auroc (last "
-            "layer's gates ranking true pair edges among the learnable candidates; - for the static kNN). Mean "
-            "over seeds, *_spread = max - min over seeds, *_per_seed: the values."]
+            "layer's gates ranking true pair edges among the learnable candidates; - for the static kNN), "
+            "teacher_recovery (the teacher path's recovery on the eval split, training mode; - without a "
+            "teacher). Mean over seeds, *_spread = max - min over seeds, *_per_seed: the values."]

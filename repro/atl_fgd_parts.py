@@ -4,13 +4,16 @@ pair edges), the table and the figure.
 
 A cell is one (role, seed): "knn" trains preset atl_fgd_knn (RDesign-style static kNN, k = 8), "atl" preset
 atl_fgd_atl (learned gates over k_max = 24 candidates, ρ = 8/24), "fgd" preset atl_fgd_distill (ATL + the FiLM
-teacher), all through the shared trainer. Budget: steps, batch_size and seeds as they are; seq_len is the
-longest structure (max_length).
+teacher), all through the shared trainer. "fgd_plain" (not a default role) is the leak check: atl_fgd_distill with
+the *plain* teacher (z_i from an unmasked pass, so it sees s_i), whose teacher path should come to recover
+nearly every base, while the context teacher's stays near what the context predicts. Budget: steps, batch_size
+and seeds as they are; seq_len is the longest structure (max_length).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,12 +31,13 @@ from icml26zoo.train import load_run
 from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.data.rna_hairpins import HairpinOptions, generate
 
-__all__ = ["EVAL_SEED", "METRICS", "PRESETS", "ROLES", "cell_base", "cell_name", "evaluate_cell", "metric_figure",
-           "native_fold_f1", "role_rows"]
+__all__ = ["DEFAULT_ROLES", "EVAL_SEED", "METRICS", "PRESETS", "ROLES", "cell_base", "cell_name", "evaluate_cell",
+           "metric_figure", "native_fold_f1", "role_rows"]
 
-ROLES = ("knn", "atl", "fgd")
-PRESETS = {"knn": "atl_fgd_knn", "atl": "atl_fgd_atl", "fgd": "atl_fgd_distill"}
-METRICS = ("recovery", "pair_complementarity", "bp_f1", "gate_auroc")
+ROLES = ("knn", "atl", "fgd", "fgd_plain")
+DEFAULT_ROLES = ROLES[:3]
+PRESETS = {"knn": "atl_fgd_knn", "atl": "atl_fgd_atl", "fgd": "atl_fgd_distill", "fgd_plain": "atl_fgd_distill"}
+METRICS = ("recovery", "pair_complementarity", "bp_f1", "gate_auroc", "teacher_recovery")
 # A generator seed the dataset's splits (SeedSequence([seed, split])) do not use: fresh evaluation structures.
 EVAL_SEED = 20_261_207
 # tiny=True (SMOKE): width 8, one layer each side, a few dozen structures, a teacher of 4 steps.
@@ -57,6 +61,9 @@ def cell_base(role: str, experiment: Experiment, *, tiny: bool, train_examples: 
         data_options["train_examples"] = train_examples
     model_changes: dict[str, Any] = {"max_seq_len": length}
     options = dict(config.model.model_options)
+    if role == "fgd_plain":
+        data_options["teacher_plain"] = 1
+        options["teacher_mode"] = "plain"
     if tiny:
         data_options |= {k: v for k, v in TINY_DATA.items() if k in data_options}
         model_changes |= TINY_MODEL
@@ -108,14 +115,17 @@ def _measure(model: nnx.Module, points: np.ndarray, weights: np.ndarray, targets
 def evaluate_cell(experiment: Experiment, role: str, seed: int, config: TrainConfig, *, structures: int
                   ) -> dict[str, float]:
     """{metric: value} of the trained cell on `structures` fresh hairpins (evaluation mode: no gate noise, no
-    teacher); kept in the cell's directory (design.json), so a resumed run does not reopen the model."""
+    teacher); kept in the cell's directory (design.json), so a resumed run does not reopen the model. Also
+    teacher_recovery: the teacher path's recovery on the eval split, from the trainer's summary (NaN without a
+    teacher)."""
     def measure() -> dict[str, float]:
         model = load_run(experiment.cell_dir(cell_name(role, seed)), devices=jax.devices()[:1])[1]
         gated = dict(config.model.model_options).get("gate_kind", "concrete") != "none"
         return _measure(model, *eval_structures(config, structures), gated)
 
-    path = experiment.cell_dir(cell_name(role, seed)) / "design.json"
-    return stored(path, {"structures": structures}, measure)
+    workdir = experiment.cell_dir(cell_name(role, seed))
+    teacher = json.loads((workdir / "summary.json").read_text()).get("eval/teacher_correct", float("nan"))
+    return stored(workdir / "design.json", {"structures": structures}, measure) | {"teacher_recovery": teacher}
 
 
 def _summary(values: Sequence[float]) -> tuple[float | None, float | None, str]:
