@@ -59,7 +59,7 @@ __all__ = ["D_MODEL", "FULL", "LEARNING_RATES", "NS_VARIANTS", "QUICK", "QUICK_A
            "cell_name", "run"]
 
 QUICK = Budget(steps=6, batch_size=8, seq_len=32, seeds=(0,))
-FULL = Budget(steps=100, batch_size=16, seq_len=64, seeds=(0, 1))
+FULL = Budget(steps=100, batch_size=16, seq_len=64, seeds=(0, 1, 2))
 # 128 wide: the narrowest adapted layers (k_proj / v_proj, grouped-query attention) are 128 -> 64, so the
 # spec's largest rank r = 64 adapts every linear layer.
 D_MODEL = 128
