@@ -15,9 +15,19 @@ interaction layer (`icml26zoo.rl.delays`: δ geometric with mean `mean_delay` tr
      estimate and the effective horizon adapted from the log's realised delays (`icml26zoo.rl.acda.act`);
    - `undelayed`: no delay, no loss, no observation delay (the reference).
 
+Opt-in, model-free (`agents=a2c_repeat,a2c_matrix,a2c_undelayed`): Gaussian MLP policies trained by the zoo's
+actor-critic (A2C with GAE, `icml26zoo.rl.actor_critic`) on the delayed gymnax environment itself, for
+`a2c_factor` · steps updates of `a2c_envs` environments × 16 steps each:
+   - `a2c_repeat`: delay-unaware, one action per step repeated over the packet's rows;
+   - `a2c_matrix`: the action-matrix idea, the policy emits all h rows (row k meant for k steps later) and the
+     interaction layer applies the row the realised delay selects;
+   - `a2c_undelayed`: the repeating policy trained and run without delays (their reference).
+Their pct_of_undelayed is relative to `a2c_undelayed`, and `a2c_matrix`'s gap_closed is measured from `a2c_repeat`.
+
 Everything is the zoo's reconstruction (no official code); the paper's agent is a SAC actor-critic, here the
-policy is fitted through the model without a critic (CPU budget). Pure scans, not the shared trainer. Each
-seed is a cell under ``run_dir/cells/seed=<s>/result.json``, reused on a rerun. The `Budget` fields:
+model-based policy is fitted through the model without a critic (CPU budget), and the a2c_* agents use A2C.
+Pure scans, not the shared trainer. Each seed is a cell under ``run_dir/cells/seed=<s>/result.json``, reused on a
+rerun. The `Budget` fields:
 `steps` = policy Adam steps, `batch_size` = exploration episodes, `seq_len` = episode length, `seeds`.
 
     from icml26zoo import repro
@@ -25,7 +35,7 @@ seed is a cell under ``run_dir/cells/seed=<s>/result.json``, reused on a rerun. 
 
 From a shell (needs the `rl` extra): `python -m icml26zoo.repro acda [--smoke | --quick] --out DIR
 [agents=naive,acda,undelayed] [horizon=8] [mean_delay=2] [max_delay=10] [loss_prob=0.05] [obs_delay=1]
-[eval_episodes=16] [imagine=20] [model_factor=3]`.
+[eval_episodes=16] [imagine=20] [model_factor=3] [a2c_factor=2] [a2c_envs=16] [a2c_lr=0.001]`.
 """
 
 from __future__ import annotations
@@ -36,12 +46,13 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from icml26zoo.repro import acda_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.rl.acda import ACDAConfig
+from icml26zoo.rl.actor_critic import A2CConfig
 from icml26zoo.rl.delays import DelayConfig
-from icml26zoo.validation import check_int
+from icml26zoo.validation import check_int, check_positive
 
 __all__ = ["AGENTS", "FULL", "QUICK", "SMOKE", "SMOKE_ARGS", "run"]
 
@@ -52,6 +63,10 @@ SMOKE = Budget(steps=2, batch_size=2, seq_len=6, seeds=(0,))
 SMOKE_ARGS = {"horizon": 4, "max_delay": 3, "eval_episodes": 2, "imagine": 2, "model_factor": 2, "width": 8}
 
 AGENTS = parts.AGENTS
+ALL_AGENTS = parts.ALL_AGENTS
+A2C_ROLLOUT = 16  # steps per environment per actor-critic update
+A2C_GAMMA = 0.9  # the point mass's observation has no clock; 0.99 made the critic (and the policy) unstable
+A2C_REWARD_SCALE = 0.1  # returns of tens -> value targets of a few units
 COLUMNS = ("agent", "return", "pct_of_undelayed", "gap_closed")
 
 
@@ -60,6 +75,31 @@ def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
     options are frozen dataclasses, tuples and numbers: their repr is the key)."""
     return stored(experiment.cell_dir(f"seed={seed}") / "result.json", {"options": repr(sorted(options.items()))},
                   lambda: parts.run_seed(seed, **options))
+
+
+def _per_seed_text(name: str, values: list[float]) -> str:
+    """"name mean (spread s: v0, v1, v2)" of per-seed values, for the notes."""
+    mean, width, text = seed_summary(values)
+    return f"{name} {mean:.4g} (spread {'-' if width is None else f'{width:.3g}'}: {text})"
+
+
+def _row(agent: str, agents: tuple[str, ...], per_seed: list[dict]) -> dict:
+    """A table row: mean ± std of the return, its share of the undelayed reference and the gap closed (ACDA over
+    the naive agent; the matrix policy over the repeating one for the actor-critic agents)."""
+    a2c = agent in parts.A2C_AGENTS
+    reference, baseline = ("a2c_undelayed", "a2c_repeat") if a2c else ("undelayed", "naive")
+    improved = "a2c_matrix" if a2c else "acda"
+    row = {"agent": agent, "return": mean_std_text([float(np.mean(s[agent])) for s in per_seed]),
+           "pct_of_undelayed": "-", "gap_closed": "-"}
+    if reference in agents:
+        # Returns are negative: R_undelayed / R is the share of the reference kept (100 % = as undelayed).
+        row["pct_of_undelayed"] = mean_std_text([100.0 * float(np.mean(s[reference]) / np.mean(s[agent]))
+                                                 for s in per_seed])
+        if baseline in agents and agent == improved:
+            row["gap_closed"] = mean_std_text([
+                float((np.mean(s[agent]) - np.mean(s[baseline])) / (np.mean(s[reference]) - np.mean(s[baseline])))
+                for s in per_seed])
+    return row
 
 
 def _figure(per_seed: list[dict], agents: tuple[str, ...]) -> Figure:
@@ -80,42 +120,40 @@ def _figure(per_seed: list[dict], agents: tuple[str, ...]) -> Figure:
                      page="docs/papers/acda.md", extras=("rl",))
 def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, agents: tuple[str, ...] = AGENTS, horizon: int = 8,
         mean_delay: float = 2.0, max_delay: int = 10, loss_prob: float = 0.05, obs_delay: int = 1,
-        eval_episodes: int = 16, imagine: int = 20, model_factor: int = 3, width: int = 64,
-        resume: bool = False) -> Results:
+        eval_episodes: int = 16, imagine: int = 20, model_factor: int = 3, width: int = 64, a2c_factor: int = 2,
+        a2c_envs: int = 16, a2c_lr: float = 1e-3, resume: bool = False) -> Results:
     """Runs every seed (cells reused on a rerun); writes results.md/json and the figure `acda_returns`.
 
     Args:
-      agents: a subset of AGENTS ("naive", "acda", "undelayed"); the percentages need "undelayed" (and
-        gap_closed "naive").
+      agents: a subset of ALL_AGENTS ("naive", "acda", "undelayed", "a2c_repeat", "a2c_matrix", "a2c_undelayed");
+        the percentages need "undelayed" (a2c_*: "a2c_undelayed") and gap_closed "naive" (a2c_matrix: "a2c_repeat").
       horizon: rows h of each action matrix; mean_delay / max_delay / loss_prob / obs_delay: the delay process.
       eval_episodes: evaluation episodes per agent; imagine: model-rollout length of the policy fit;
       model_factor: the model takes model_factor · budget.steps Adam steps; width: hidden width of the model
-        and the policy MLPs.
+        and the policy MLPs (the actor-critic's policies included).
+      a2c_factor: the actor-critic makes a2c_factor · budget.steps updates; a2c_envs: its parallel environments;
+        a2c_lr: its policy Adam step size (the critic's is 1e-3).
     """
-    agents = check_names("agents", agents, AGENTS)
+    agents = check_names("agents", agents, ALL_AGENTS)
     delays = DelayConfig(horizon=horizon, mean_delay=mean_delay, max_delay=max_delay, loss_prob=loss_prob,
                          obs_delay=obs_delay).check()
-    for name, value in (("eval_episodes", eval_episodes), ("imagine", imagine), ("model_factor", model_factor)):
+    for name, value in (("eval_episodes", eval_episodes), ("imagine", imagine), ("model_factor", model_factor),
+                        ("a2c_factor", a2c_factor), ("a2c_envs", a2c_envs)):
         check_int(name, value)
+    check_positive("a2c_lr", a2c_lr, finite=True)
     config = ACDAConfig(obs_dim=4, action_dim=2, width=width).check()
     experiment = Experiment(run_dir, budget=budget, resume=resume)
-    per_seed = [_cell(experiment, seed, delays=delays, config=config, length=budget.seq_len,
-                      explore_episodes=budget.batch_size, model_steps=model_factor * budget.steps,
-                      policy_steps=budget.steps, imagine=imagine, eval_episodes=eval_episodes, agents=agents)
-                for seed in budget.seeds]
-    rows = []
-    for agent in agents:
-        returns = [float(np.mean(s[agent])) for s in per_seed]
-        row = {"agent": agent, "return": mean_std_text(returns), "pct_of_undelayed": "-", "gap_closed": "-"}
-        if "undelayed" in agents:
-            # Returns are negative: R_undelayed / R is the share of the reference kept (100 % = as undelayed).
-            row["pct_of_undelayed"] = mean_std_text([100.0 * float(np.mean(s["undelayed"]) / np.mean(s[agent]))
-                                                     for s in per_seed])
-            if "naive" in agents and agent == "acda":
-                row["gap_closed"] = mean_std_text([
-                    float((np.mean(s["acda"]) - np.mean(s["naive"])) / (np.mean(s["undelayed"]) - np.mean(s["naive"])))
-                    for s in per_seed])
-        rows.append(row)
+    options = {"delays": delays, "config": config, "length": budget.seq_len, "explore_episodes": budget.batch_size,
+               "model_steps": model_factor * budget.steps, "policy_steps": budget.steps, "imagine": imagine,
+               "eval_episodes": eval_episodes, "agents": agents}
+    a2c = None
+    if set(agents) & set(parts.A2C_AGENTS):  # only then, so the cells of the other agents keep their keys
+        a2c = A2CConfig(num_envs=a2c_envs, rollout=A2C_ROLLOUT, updates=a2c_factor * budget.steps, gamma=A2C_GAMMA,
+                        reward_scale=A2C_REWARD_SCALE).check()
+        options.update(a2c=a2c, a2c_lr=a2c_lr)
+    per_seed = [_cell(experiment, seed, **options) for seed in budget.seeds]
+    rows = [_row(agent, agents, per_seed) for agent in agents]
+    realised = [s["realised_delay"] for s in per_seed if "realised_delay" in s]
     notes = [
         f"Point mass (damping 0.5, dt 0.1, {budget.seq_len}-step episodes, goal on the unit circle). Delays: "
         f"geometric, mean {mean_delay:g}, truncated at {max_delay}; packet loss {loss_prob:g}; packets of "
@@ -124,9 +162,21 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, agents: tuple[str,
         f"steps on the hindsight-log transitions; policy: {budget.steps} Adam steps through {imagine}-step model "
         f"rollouts. return: mean over {eval_episodes} evaluation episodes; pct_of_undelayed = 100 R_undelayed / R "
         f"(returns are negative); gap_closed = (R_acda − R_naive) / (R_undelayed − R_naive). Mean ± std over "
-        f"seeds {budget.seeds}. Realised mean delay (received packets): "
-        f"{np.mean([s['realised_delay'] for s in per_seed]):.2f}.",
+        f"seeds {budget.seeds}."
+        + (f" Realised mean delay (received packets): {np.mean(realised):.2f}." if realised else ""),
     ]
+    if a2c is not None:
+        notes.append(
+            f"a2c_* rows: Gaussian MLP policies (two tanh layers of {width}, state-independent log σ, tanh-squashed) "
+            f"trained by the zoo's actor-critic (A2C, GAE λ {a2c.gae_lambda:g}, γ {a2c.gamma:g}, rewards × "
+            f"{a2c.reward_scale:g}, normalised advantages, no entropy bonus, clipped Adam {a2c_lr:g}, a width-64 "
+            f"critic) on the delayed environment: {a2c.updates} updates of {a2c.num_envs} environments × "
+            f"{a2c.rollout} steps ({a2c.updates * a2c.num_envs * a2c.rollout} environment steps) per agent, the "
+            f"same budget for each; evaluated by their deterministic action over {eval_episodes} episodes. "
+            f"pct_of_undelayed is relative to a2c_undelayed; a2c_matrix's gap_closed = (R_matrix − R_repeat) / "
+            f"(R_a2c_undelayed − R_repeat). Per-seed returns (mean; spread = max − min; seeds in order): "
+            + "; ".join(_per_seed_text(agent, [float(np.mean(s[agent])) for s in per_seed])
+                        for agent in agents if agent in parts.A2C_AGENTS) + ".")
     return experiment.write(rows, columns=COLUMNS, title="ACDA: action matrices under unobservable random delays",
                             notes=notes, figures={"acda_returns": _figure(per_seed, agents)},
                             extra={"per_seed": per_seed})

@@ -8,11 +8,14 @@ Also, as reconstructions (no official code): APB, a frozen policy backbone with 
 ("Adaptive Policy Backbone via Shared Network", Park & Lee, ICML 2026; `apb`, `apb_train`), and ACDA's
 interaction layer for unobservable random action delays with its model-based agent ("Adaptive Reinforcement
 Learning for Unobservable Random Delays", Wikman et al., ICML 2026; `delays`, `acda`, `acda_run`), on the
-point-mass and linear-quadratic families of `control_envs` (gymnax environments when the `[rl]` extra is there).
+point-mass and linear-quadratic families of `control_envs` (gymnax environments when the `[rl]` extra is there),
+and a small on-policy actor-critic for any gymnax-style environment that trains both by RL (`actor_critic`: A2C
+with GAE(λ), the policy a function argument, its optax optimizer too, so APB's masked optimizer plugs in).
 """
 
-from icml26zoo.rl import acda, apb
+from icml26zoo.rl import acda, actor_critic, apb
 from icml26zoo.rl.acda import ACDAConfig
+from icml26zoo.rl.actor_critic import A2CConfig
 from icml26zoo.rl.apb import APBConfig
 from icml26zoo.rl.cartpole_dqn import CartPoleTrace, DQNConfig, episode_returns, greedy_returns, train_cartpole_dqn
 from icml26zoo.rl.control_envs import (
@@ -48,7 +51,8 @@ from icml26zoo.rl.schedules import (
 from icml26zoo.rl.tabular import QLearningTrace, inner_step_size, periodic_q_learning, steps_to_reach
 
 __all__ = [
-    "ACDAConfig", "APBConfig", "DelayConfig", "LQTask", "PointMassTask", "acda", "apb", "delayed_env", "lq_cost",
+    "A2CConfig", "ACDAConfig", "APBConfig", "DelayConfig", "LQTask", "PointMassTask", "acda", "actor_critic",
+    "apb", "delayed_env", "lq_cost",
     "lq_env", "lqr_gain", "point_mass_env", "point_mass_step", "random_lq_task", "reconstruct_actions", "regret",
     "run_interaction", "sample_delays",
     "CartPoleTrace", "DQNConfig", "DQNTrace", "FiniteMDP", "GeometricTargetSchedule", "QLearningTrace", "QNetwork",

@@ -11,6 +11,9 @@ through the shared supervised trainer).
   `train_tasks` trains K stacked tasks in one jitted program, `evaluate_tasks` scores them.
 - `meta_train`: backbone and the heads of several tasks jointly (all trainable, mean return over tasks);
   the backbone is then frozen and reused by `train_task` on new tasks.
+- `a2c_train_tasks`: the same per-task training by reinforcement learning instead, the zoo's actor-critic
+  (`icml26zoo.rl.actor_critic`, A2C with GAE) on the point-mass gymnax environment, with APB's "gaussian"
+  head ([μ, log σ], tanh-squashed) and APB's masked optimizer; it needs the `[rl]` extra.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from icml26zoo.rl import apb
-from icml26zoo.rl.control_envs import PointMassTask, point_mass_step
-from icml26zoo.validation import check_int, check_non_negative, check_positive
+from icml26zoo.rl import actor_critic, apb
+from icml26zoo.rl.control_envs import PointMassTask, point_mass_env, point_mass_step
+from icml26zoo.validation import check_choice, check_int, check_non_negative, check_positive
 
-__all__ = ["TASK_AXES", "PGConfig", "episode_return", "evaluate_tasks", "meta_train", "start_states", "train_task",
+__all__ = ["TASK_AXES", "PGConfig", "a2c_policy", "a2c_train_tasks", "episode_return", "evaluate_tasks",
+           "meta_train", "start_states", "train_task",
            "train_tasks"]
 
 TASK_AXES = PointMassTask(goal=0, rotation=0, damping=None, dt=None)  # vmap axes of stacked tasks
@@ -144,3 +148,38 @@ def meta_train(backbone: list[dict[str, jax.Array]], heads: dict[str, jax.Array]
 
     params, losses = _fit(loss, {"backbone": backbone, "heads": heads}, key, pg, tx)
     return params["backbone"], params["heads"], losses
+
+
+@functools.cache
+def a2c_policy(mode: str) -> actor_critic.PolicyApply:
+    """APB as an actor-critic policy: (params, obs [..., d_o]) -> (μ, log σ) [..., d_a] from a "gaussian"
+    head; in "apb" mode no gradient reaches the backbone (cached per mode: the jitted loop keys on it)."""
+    check_choice("mode", mode, apb.MODES)
+
+    def policy(params: dict[str, Any], obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return actor_critic.split_gaussian(apb.apply(params, obs, mode=mode))
+    return policy
+
+
+@functools.partial(jax.jit, static_argnames=("config", "a2c", "learning_rate", "mode", "episode_length"))
+def a2c_train_tasks(heads: dict[str, jax.Array], backbone: list, tasks: PointMassTask, keys: jax.Array, *,
+                    config: apb.APBConfig, a2c: actor_critic.A2CConfig, learning_rate: float = 1e-3,
+                    mode: str = "apb", episode_length: int = 50) -> tuple[dict[str, Any], actor_critic.Trace]:
+    """Trains K tasks' policies (heads and keys stacked [K, ...], tasks' goal [K, 2] and rotation [K, 2, 2])
+    from one shared backbone with the actor-critic on the point-mass gymnax environment: the task layers only
+    ("apb": `apb.optimizer` masks the backbone) or everything ("full"); clipped Adam(learning_rate) for the
+    policy, a width-64 critic per task. `config.head` must be "gaussian". Returns (params stacked [K, ...],
+    Trace with fields [K, a2c.updates])."""
+    if config.head != "gaussian":
+        raise ValueError(f"config.head must be 'gaussian' for the actor-critic, got {config.head!r}")
+    env, base = point_mass_env(PointMassTask(jnp.zeros(2), jnp.eye(2)), episode_length=episode_length)
+    tx = apb.optimizer(optax.chain(optax.clip_by_global_norm(0.5), optax.adam(learning_rate)), mode=mode)
+    fit = actor_critic.make_train(env, a2c_policy(mode), policy_tx=tx, config=a2c)
+
+    def one(head: dict, goal: jax.Array, rotation: jax.Array, key: jax.Array) -> tuple:
+        k_value, k_fit = jax.random.split(key)
+        params, _, trace = fit(k_fit, base.replace(goal=goal, rotation=rotation),
+                               {"task": head, "backbone": backbone}, actor_critic.value_init(k_value, config.obs_dim))
+        return params, trace
+
+    return jax.vmap(one)(heads, tasks.goal, tasks.rotation, keys)
