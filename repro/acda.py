@@ -46,7 +46,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from icml26zoo.repro import acda_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.rl.acda import ACDAConfig
@@ -75,12 +75,6 @@ def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
     options are frozen dataclasses, tuples and numbers: their repr is the key)."""
     return stored(experiment.cell_dir(f"seed={seed}") / "result.json", {"options": repr(sorted(options.items()))},
                   lambda: parts.run_seed(seed, **options))
-
-
-def _per_seed_text(name: str, values: list[float]) -> str:
-    """"name mean (spread s: v0, v1, v2)" of per-seed values, for the notes."""
-    mean, width, text = seed_summary(values)
-    return f"{name} {mean:.4g} (spread {'-' if width is None else f'{width:.3g}'}: {text})"
 
 
 def _row(agent: str, agents: tuple[str, ...], per_seed: list[dict]) -> dict:
@@ -175,7 +169,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, agents: tuple[str,
             f"same budget for each; evaluated by their deterministic action over {eval_episodes} episodes. "
             f"pct_of_undelayed is relative to a2c_undelayed; a2c_matrix's gap_closed = (R_matrix − R_repeat) / "
             f"(R_a2c_undelayed − R_repeat). Per-seed returns (mean; spread = max − min; seeds in order): "
-            + "; ".join(_per_seed_text(agent, [float(np.mean(s[agent])) for s in per_seed])
+            + "; ".join(seed_summary_text(agent, [float(np.mean(s[agent])) for s in per_seed])
                         for agent in agents if agent in parts.A2C_AGENTS) + ".")
     return experiment.write(rows, columns=COLUMNS, title="ACDA: action matrices under unobservable random delays",
                             notes=notes, figures={"acda_returns": _figure(per_seed, agents)},

@@ -39,7 +39,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from icml26zoo.repro import apb_parts as parts
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary_text
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.rl import apb
@@ -67,12 +67,6 @@ def _pct(returns: list[float], zero: list[float], mlp: list[float]) -> float:
     """Mean over tasks of 100 (R − R_zero) / (R_mlp − R_zero)."""
     r, z, m = (np.asarray(v) for v in (returns, zero, mlp))
     return float(np.mean(100.0 * (r - z) / (m - z)))
-
-
-def _per_seed_text(name: str, values: list[float]) -> str:
-    """"name mean (spread s: v0, v1, v2)" of per-seed values, for the notes."""
-    mean, width, text = seed_summary(values)
-    return f"{name} {mean:.4g} (spread {'-' if width is None else f'{width:.3g}'}: {text})"
 
 
 def _cell(experiment: Experiment, seed: int, **options: object) -> dict:
@@ -172,7 +166,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: tuple[str
             f"(tanh-squashed), clipped Adam {a2c_lr:g} for the policy (APB's masked optimizer), a width-64 critic. "
             f"Scored like the others: the deterministic action tanh(μ) from the same fixed starts; their pct_of_mlp "
             f"is relative to a2c_mlp. Per-seed returns (mean; spread = max − min; seeds in order): "
-            + "; ".join(_per_seed_text(f"{split} {method}", [float(np.mean(s[split][method]["return"]))
+            + "; ".join(seed_summary_text(f"{split} {method}", [float(np.mean(s[split][method]["return"]))
                                                             for s in per_seed])
                         for split in parts.SPLITS for method in methods if method in parts.A2C_METHODS) + ".")
     return experiment.write(rows, columns=COLUMNS, title="APB: frozen backbones with task-specific linear layers",

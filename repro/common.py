@@ -143,6 +143,12 @@ def seed_summary(values: Sequence[float]) -> tuple[float, float | None, str]:
     return statistics.fmean(values), spread(values), ", ".join(f"{v:.3f}" for v in values)
 
 
+def seed_summary_text(name: str, values: Sequence[float]) -> str:
+    """"name mean (spread s: v0, v1, v2)" of per-seed values (`seed_summary`), for an experiment's notes."""
+    mean, width, text = seed_summary(values)
+    return f"{name} {mean:.4g} (spread {'-' if width is None else f'{width:.3g}'}: {text})"
+
+
 def mean_std_text(values: Sequence[float], mean_format: str = ".4g", std_format: str = ".2g") -> str:
     """"mean ± std" of per-seed values (population standard deviation, 0 for one seed) in the given format specs,
     for the experiments whose pages report the standard deviation rather than `spread`."""

@@ -15,6 +15,7 @@ from icml26zoo.repro.common import (
     mean_std_text,
     metric_series,
     seed_summary,
+    seed_summary_text,
 )
 from icml26zoo.train.config import TrainConfig
 
@@ -104,6 +105,8 @@ def test_metric_series_keeps_the_last_record_of_a_step(tmp_path):
 def test_seed_summary_is_mean_spread_and_per_seed_text():
     assert seed_summary([0.5, 0.25, 0.75]) == (0.5, 0.5, "0.500, 0.250, 0.750")
     assert seed_summary([0.1234]) == (0.1234, None, "0.123")
+    assert seed_summary_text("acc", [0.5, 0.25, 0.75]) == "acc 0.5 (spread 0.5: 0.500, 0.250, 0.750)"
+    assert seed_summary_text("acc", [0.1234]) == "acc 0.1234 (spread -: 0.123)"
 
 
 def test_mean_std_text_is_the_population_standard_deviation_in_the_given_formats():
