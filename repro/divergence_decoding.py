@@ -35,8 +35,9 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 from icml26zoo.decode.divergence import DivergenceDecoding, steered_logits
-from icml26zoo.repro.common import Budget, Experiment, Results, check_names
+from icml26zoo.repro.common import Budget, Experiment, Results, check_names, markdown_table
 from icml26zoo.repro.divergence_decoding_parts import (
+    SCORES,
     VOCAB_SIZE,
     FactCorpus,
     answer_accuracy,
@@ -45,6 +46,7 @@ from icml26zoo.repro.divergence_decoding_parts import (
     fact_batches,
     make_corpus,
     score_answers,
+    seed_means,
 )
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
@@ -129,13 +131,18 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, num_facts: int = 2
         for data in forget_aux_data:
             curves[data] = [r for r in result["rows"]
                             if r["forget_aux_data"] in (data, "-") and r["model"] != "distilled"]
+    means = seed_means(rows)
+    extra["seed_means"] = means
+    mean_columns = ("model", "forget_aux_data", "alpha", "seeds",
+                    *(f"{score}{suffix}" for score in SCORES for suffix in ("", "_spread")))
+    notes = _notes(corpus, base_layers, aux_layers, aux_d_model, distill_alpha, distill_steps, distill_learning_rate)
+    notes += ["", "Mean over seeds (*_spread = max - min over seeds):", "", *markdown_table(means, mean_columns), "",
+              "Every seed's rows:"]
     return experiment.write(
         rows, columns=("model", "forget_aux_data", "alpha", "seed", "forget_nll", "retain_nll", "forget_answer_prob",
                        "retain_answer_prob", "forget_accuracy", "retain_accuracy"),
         title="Divergence Decoding on synthetic name:attribute facts (forget vs retain set)",
-        notes=_notes(corpus, base_layers, aux_layers, aux_d_model, distill_alpha, distill_steps,
-                     distill_learning_rate),
-        figures={"likelihood": _figure(curves, rows)}, extra=extra)
+        notes=notes, figures={"likelihood": _figure(curves, rows)}, extra=extra)
 
 
 def _seed_rows(experiment: Experiment, corpus: FactCorpus, seed: int, *, alphas: Sequence[float],

@@ -21,11 +21,13 @@ from flax import nnx
 
 from icml26zoo.decode.divergence import distillation_loss
 from icml26zoo.decode.loop import LogitsProcessor, generate
+from icml26zoo.repro.common import spread
 from icml26zoo.train.batch_source import batch_from_tokens
 from icml26zoo.validation import check_int, check_interval
 
-__all__ = ["ALPHABET", "ATTRIBUTES", "VOCAB_SIZE", "FactCorpus", "FactScore", "answer_accuracy", "answer_arrays",
-           "decode_text", "distill", "encode", "fact_batches", "make_corpus", "score_answers"]
+__all__ = ["ALPHABET", "ATTRIBUTES", "SCORES", "VOCAB_SIZE", "FactCorpus", "FactScore", "answer_accuracy",
+           "answer_arrays", "decode_text", "distill", "encode", "fact_batches", "make_corpus", "score_answers",
+           "seed_means"]
 
 ALPHABET = "\nabcdefghijklmnopqrstuvwxyz:"
 VOCAB_SIZE = 32  # the alphabet padded to a round size; ids >= len(ALPHABET) never occur
@@ -201,3 +203,23 @@ def distill(student: nnx.Module, tokens: jax.Array, mask: jax.Array, teacher_log
         params, opt_state, loss = step(params, opt_state)
         losses.append(float(loss))
     return nnx.merge(graphdef, params), losses
+
+
+# The per-seed scores `seed_means` averages (answer probabilities are left out: they span 20 orders of magnitude).
+SCORES = ("forget_nll", "retain_nll", "forget_accuracy", "retain_accuracy")
+
+
+def seed_means(rows: Sequence[dict]) -> list[dict]:
+    """One row per (model, forget_aux_data, alpha) of per-seed `rows`, in first-seen order: each of SCORES as its
+    mean over the seeds and `<score>_spread` (max - min; None with one seed), and `seeds`, how many."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["forget_aux_data"], row["alpha"]), []).append(row)
+    means = []
+    for (model, data, alpha), members in groups.items():
+        mean = {"model": model, "forget_aux_data": data, "alpha": alpha, "seeds": len(members)}
+        for score in SCORES:
+            values = [float(member[score]) for member in members]
+            mean[score], mean[f"{score}_spread"] = float(np.mean(values)), spread(values)
+        means.append(mean)
+    return means

@@ -124,3 +124,19 @@ def test_distillation_moves_the_student_to_the_teacher():
                                jnp.asarray(mask)[:, 1:])
     assert losses[0] == pytest.approx(float(before), rel=1e-4)
     assert distilled is not student
+
+
+def test_seed_means_average_each_setting_over_seeds():
+    from icml26zoo.repro.divergence_decoding_parts import seed_means
+
+    def row(model, alpha, seed, forget_nll):
+        return {"model": model, "forget_aux_data": "all", "alpha": alpha, "seed": seed, "forget_nll": forget_nll,
+                "retain_nll": 0.5, "forget_accuracy": 1.0 - seed / 2, "retain_accuracy": 1.0}
+
+    rows = [row("base", 0.0, 0, 0.1), row("divergence decoding", 1.0, 0, 1.0),
+            row("base", 0.0, 1, 0.3), row("divergence decoding", 1.0, 1, 2.0)]
+    base, steered = seed_means(rows)
+    assert (base["model"], base["seeds"], steered["alpha"]) == ("base", 2, 1.0)
+    assert base["forget_nll"] == pytest.approx(0.2) and base["forget_nll_spread"] == pytest.approx(0.2)
+    assert steered["forget_accuracy"] == 0.75 and steered["retain_nll_spread"] == 0.0
+    assert seed_means(rows[:2])[0]["forget_nll_spread"] is None
