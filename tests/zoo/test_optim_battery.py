@@ -2,13 +2,17 @@
 
 Each optimizer is built by its registry factory from a small OptimConfig and checked for: convergence on
 a quadratic and on a small MLP, state dtypes that follow the params (float32 and bfloat16), one trace
-under jit, `optax.inject_hyperparams`, `optax.MultiSteps`, and state shardings that stay those of the
+under jit, `optax.inject_hyperparams`, and state shardings that stay those of the
 params under an 8-device mesh. Updates are called with `value=` (the loss), which Polyak-type
 optimizers need and the others ignore (`optax.with_extra_args_support`).
 
 optax's own Adam bias correction (`decay ** count` with a Python float and an int32) fails under the
 strict dtype promotion of tests/conftest.py, so the battery runs under standard promotion and a
 separate test checks strict promotion, expected to fail for the optax-only registrations adam/adamw.
+
+The module runs under XLA's cheap pipeline (`fast_compile`): its programs are tiny and compile far longer than
+they run. The `optax.MultiSteps` comparison, which needs the default pipeline's rounding, is in
+test_optim_multisteps.py.
 """
 
 import jax
@@ -18,65 +22,37 @@ import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from optim_cases import (
+    DEFAULT_LR,
+    LEARNING_RATES,
+    NAMES,
+    NOT_STRICT_CLEAN,
+    build,
+    mlp_loss,
+    params_tree,
+    quadratic,
+    standard_promotion,
+    update,
+)
 
 from icml26zoo.registry import OPTIMIZERS
-from icml26zoo.train.config import OptimConfig
 
-NAMES = OPTIMIZERS.names()
-# Peak learning rates for the convergence checks (a cosine schedule decays them to 0); anything
-# registered later gets DEFAULT_LR.
-LEARNING_RATES = {"sgd": 0.1, "cubic_damped_sgd": 0.1, "sam_polyak": 1.0, "lion": 0.03, "muon": 0.3}
-DEFAULT_LR = 0.05
-NOT_STRICT_CLEAN = {"adam", "adamw"}  # optax.scale_by_adam's bias correction (see the module docstring)
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 @pytest.fixture(autouse=True)
-def standard_promotion(request):
+def standard_promotion_but_in_the_strict_test(request):
     if request.node.originalname == "test_strict_dtype_promotion":  # keeps conftest's strict setting
         yield
         return
-    with jax.numpy_dtype_promotion("standard"):
+    with standard_promotion():
         yield
-
-
-def build(name, learning_rate=None, **overrides):
-    """The registered optimizer `name` with a tiny config; `learning_rate` may be a schedule."""
-    cfg = OptimConfig(name=name, learning_rate=LEARNING_RATES.get(name, DEFAULT_LR), weight_decay=1e-4,
-                      **overrides)
-    return OPTIMIZERS.get(name)(cfg.learning_rate if learning_rate is None else learning_rate, cfg), cfg
-
-
-def update(tx, grads, state, params, loss):
-    return optax.with_extra_args_support(tx).update(grads, state, params, value=loss)
-
-
-def _params(dtype=jnp.float32):
-    key = jax.random.PRNGKey(0)
-    return {"w": (0.5 * jax.random.normal(key, (8, 16))).astype(dtype), "b": jnp.zeros(16, dtype),
-            "v": (0.5 * jax.random.normal(jax.random.fold_in(key, 1), (16, 8))).astype(dtype)}
-
-
-def _quadratic(params):
-    """Σ_leaves ½ Σ d_i (p_i − t_i)², curvatures d in [0.5, 2], targets in [−1, 1]."""
-    def leaf(p):
-        flat = p.astype(jnp.float32).reshape(-1)
-        d = jnp.linspace(0.5, 2.0, flat.size)
-        return 0.5 * jnp.sum(d * (flat - jnp.linspace(-1.0, 1.0, flat.size)) ** 2)
-    return sum(leaf(p) for p in jax.tree.leaves(params))
-
-
-def _mlp_loss(params, data=None):
-    """Regression 8 → 16 (tanh) → 8 on 64 fixed random points, targets from a random teacher."""
-    x = jax.random.normal(jax.random.PRNGKey(2), (64, 8))
-    teacher = jnp.sin(x @ jax.random.normal(jax.random.PRNGKey(3), (8, 8)))
-    pred = jnp.tanh(x @ params["w"] + params["b"]) @ params["v"]
-    return jnp.mean((pred - teacher) ** 2)
 
 
 def _train(name, loss_fn, num_steps):
     lr = LEARNING_RATES.get(name, DEFAULT_LR)
     tx, _ = build(name, optax.cosine_decay_schedule(lr, num_steps))
-    params = _params()
+    params = params_tree()
 
     def step(carry, _):
         params, state = carry
@@ -85,28 +61,28 @@ def _train(name, loss_fn, num_steps):
         return (optax.apply_updates(params, updates), state), loss
 
     (params, _), _ = jax.jit(lambda p: jax.lax.scan(step, (p, tx.init(p)), None, length=num_steps))(params)
-    return float(loss_fn(_params())), float(loss_fn(params))
+    return float(loss_fn(params_tree())), float(loss_fn(params))
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_converges_on_a_quadratic(name):
-    initial, final = _train(name, _quadratic, 200)
+def test_converges_on_aquadratic(name):
+    initial, final = _train(name, quadratic, 200)
     assert final < 1e-2 * initial, (initial, final)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_converges_on_a_small_mlp(name):
-    initial, final = _train(name, _mlp_loss, 200)
+    initial, final = _train(name, mlp_loss, 200)
     assert final < 0.3 * initial, (initial, final)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("name", NAMES)
-def test_state_and_update_dtypes_follow_the_params(name, dtype):
+def test_state_and_update_dtypes_follow_theparams_tree(name, dtype):
     tx, _ = build(name)
-    params = _params(dtype)
-    grads = jax.grad(_quadratic)(params)
-    updates, state = update(tx, grads, tx.init(params), params, _quadratic(params))
+    params = params_tree(dtype)
+    grads = jax.grad(quadratic)(params)
+    updates, state = update(tx, grads, tx.init(params), params, quadratic(params))
     shapes = {p.shape for p in jax.tree.leaves(params)}
     per_param = [x for x in jax.tree.leaves(state) if x.shape in shapes]
     assert all(x.dtype == dtype for x in per_param), [x.dtype for x in per_param]
@@ -121,11 +97,11 @@ def test_jit_traces_once(name):
     @jax.jit
     def step(params, state):
         traces.append(1)  # runs only while tracing
-        loss, grads = jax.value_and_grad(_quadratic)(params)
+        loss, grads = jax.value_and_grad(quadratic)(params)
         updates, state = update(tx, grads, state, params, loss)
         return optax.apply_updates(params, updates), state
 
-    params = _params()
+    params = params_tree()
     state = tx.init(params)
     for _ in range(3):
         params, state = step(params, state)
@@ -138,8 +114,8 @@ def test_inject_hyperparams_learning_rate(name):
     _, cfg = build(name)
     plain = factory(cfg.learning_rate, cfg)
     injected = optax.inject_hyperparams(factory)(learning_rate=cfg.learning_rate, cfg=cfg)
-    params = _params()
-    grads, loss = jax.grad(_quadratic)(params), _quadratic(params)
+    params = params_tree()
+    grads, loss = jax.grad(quadratic)(params), quadratic(params)
     expected, _ = jax.jit(lambda s: update(plain, grads, s, params, loss))(plain.init(params))
     state = injected.init(params)
     got, _ = jax.jit(lambda s: update(injected, grads, s, params, loss))(state)
@@ -152,36 +128,16 @@ def test_inject_hyperparams_learning_rate(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_multisteps_equals_one_step_on_the_mean_gradient(name):
-    tx, _ = build(name)
-    params = _params()
-    g1 = jax.grad(_quadratic)(params)
-    g2 = jax.grad(_mlp_loss)(params)
-    loss = _quadratic(params)
-    # MultiSteps.update is called directly: MultiSteps is not a GradientTransformationExtraArgs (nor is
-    # its .gradient_transformation()), so with_extra_args_support would drop the Polyak step's `value=`.
-    multi = optax.MultiSteps(tx, every_k_schedule=2)
-    state = multi.init(params)
-    skipped, state = multi.update(g1, state, params, value=loss)
-    assert all(float(jnp.max(jnp.abs(u))) == 0.0 for u in jax.tree.leaves(skipped))
-    emitted, _ = multi.update(g2, state, params, value=loss)
-    mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
-    expected, _ = update(tx, mean, tx.init(params), params, loss)
-    # MultiSteps keeps a running mean (acc + (g − acc)/n): equal to (g1 + g2)/2 up to float32 rounding.
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), emitted, expected)
-
-
-@pytest.mark.parametrize("name", NAMES)
 def test_state_keeps_the_param_shardings_under_a_mesh(name):
     mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
     specs = {"w": P("data", None), "b": P(), "v": P(None, "data")}
     shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
-    params = jax.device_put(_params(), shardings)
+    params = jax.device_put(params_tree(), shardings)
     tx, _ = build(name)
 
     @jax.jit
     def step(params, state):
-        loss, grads = jax.value_and_grad(_quadratic)(params)
+        loss, grads = jax.value_and_grad(quadratic)(params)
         updates, state = update(tx, grads, state, params, loss)
         return optax.apply_updates(params, updates), state
 
@@ -204,8 +160,8 @@ def test_state_keeps_the_param_shardings_under_a_mesh(name):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_strict_dtype_promotion(name, dtype):
     tx, _ = build(name)
-    params = _params(dtype)
-    updates, _ = update(tx, jax.grad(_quadratic)(params), tx.init(params), params, _quadratic(params))
+    params = params_tree(dtype)
+    updates, _ = update(tx, jax.grad(quadratic)(params), tx.init(params), params, quadratic(params))
     assert all(u.dtype == dtype for u in jax.tree.leaves(updates))
 
 
