@@ -119,3 +119,18 @@ def test_pace_cells_exercise_the_sketch(tmp_path):
     with pytest.raises(ValueError, match="sketch_rank < N = 16 tokens, got attention='pace', expand='sketch', "
                                          "sketch_rank=16"):
         pace.check_sketch_exercised(exact)
+
+
+def test_pace_variants_change_one_model_option_of_the_preset(tmp_path):
+    """Each pace variant is the pacenet preset's cell with the one option VARIANTS names (the page's exact-covariance,
+    MSSA and TSSA rows); an unknown variant is refused before anything is written."""
+    experiment = Experiment(tmp_path / "run", budget=pace.FULL)
+    base = geometric.cell_base(geometric.FAMILIES["pace"], "model", experiment, tiny=False)
+    for variant, changes in pace.VARIANTS.items():
+        config = pace.variant_config(experiment, variant)
+        assert dict(config.model.model_options) == dict(base.model.model_options) | dict(changes)
+        assert dataclasses.replace(config, model=base.model) == base
+    assert dict(pace.variant_config(experiment, "mssa").model.model_options)["attention"] == "mssa"
+    with pytest.raises(ValueError, match="variants: unknown name 'crate'"):
+        pace.run(tmp_path / "bad", budget=pace.SMOKE, tiny=True, variants=("crate",))
+    assert not (tmp_path / "bad").exists()
