@@ -40,10 +40,10 @@ from matplotlib.figure import Figure
 
 from icml26zoo.repro import apb_parts as parts
 from icml26zoo.repro.common import Budget, Experiment, Results, check_names, mean_std_text, seed_summary_text
+from icml26zoo.repro.point_mass_a2c import point_mass_a2c
 from icml26zoo.repro.registry import register_experiment
 from icml26zoo.repro.stored import stored
 from icml26zoo.rl import apb
-from icml26zoo.rl.actor_critic import A2CConfig
 from icml26zoo.rl.apb_train import PGConfig
 from icml26zoo.validation import check_int, check_positive
 
@@ -57,9 +57,6 @@ SMOKE_ARGS = {"width": 8, "meta_tasks": 2, "eval_tasks": 2}
 
 METHODS = parts.METHODS
 ALL_METHODS = parts.ALL_METHODS
-A2C_ROLLOUT = 16  # steps per environment per actor-critic update
-A2C_GAMMA = 0.9  # chosen on a 2-seed pilot on the plain point mass: with 0.99 the return fell below the start's
-A2C_REWARD_SCALE = 0.1  # returns of tens -> value targets of a few units
 COLUMNS = ("split", "method", "task_params", "return", "pct_of_mlp")
 
 
@@ -123,8 +120,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: tuple[str
                "methods": methods}
     a2c = None
     if set(methods) & set(parts.A2C_METHODS):  # only then, so the cells of the other methods keep their keys
-        a2c = A2CConfig(num_envs=a2c_envs, rollout=A2C_ROLLOUT, updates=a2c_factor * budget.steps, gamma=A2C_GAMMA,
-                        reward_scale=A2C_REWARD_SCALE).check()
+        a2c = point_mass_a2c(a2c_envs, a2c_factor * budget.steps)
         options.update(a2c=a2c, a2c_lr=a2c_lr)
     per_seed = [_cell(experiment, seed, **options) for seed in budget.seeds]
     per_task = apb.task_param_count(config)
