@@ -76,8 +76,10 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
     for seed in budget.seeds:
         for role, base in bases.items():
             config = experiment.cell_config(base, seed=seed, checkpoints=1)
-            experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1])
-            measured[role].append(evaluate_cell(experiment, role, seed, base, structures=structures))
+            summary = experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1])
+            design = evaluate_cell(experiment, role, seed, base, structures=structures)
+            # The teacher path's recovery on the eval split (the trainer's summary; none without a teacher).
+            measured[role].append(design | {"teacher_recovery": summary.get("eval/teacher_correct", float("nan"))})
     rows, columns = role_rows(measured)
     ceiling = native_fold_f1(bases[roles[-1]], structures)
     return experiment.write(rows, columns=columns, notes=_notes(budget, params, structures, tiny, ceiling),

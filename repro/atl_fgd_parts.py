@@ -13,7 +13,6 @@ and seeds as they are; seq_len is the longest structure (max_length).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -115,17 +114,14 @@ def _measure(model: nnx.Module, points: np.ndarray, weights: np.ndarray, targets
 def evaluate_cell(experiment: Experiment, role: str, seed: int, config: TrainConfig, *, structures: int
                   ) -> dict[str, float]:
     """{metric: value} of the trained cell on `structures` fresh hairpins (evaluation mode: no gate noise, no
-    teacher); kept in the cell's directory (design.json), so a resumed run does not reopen the model. Also
-    teacher_recovery: the teacher path's recovery on the eval split, from the trainer's summary (NaN without a
-    teacher)."""
+    teacher); kept in the cell's directory (design.json), so a resumed run does not reopen the model."""
     def measure() -> dict[str, float]:
         model = load_run(experiment.cell_dir(cell_name(role, seed)), devices=jax.devices()[:1])[1]
         gated = dict(config.model.model_options).get("gate_kind", "concrete") != "none"
         return _measure(model, *eval_structures(config, structures), gated)
 
-    workdir = experiment.cell_dir(cell_name(role, seed))
-    teacher = json.loads((workdir / "summary.json").read_text()).get("eval/teacher_correct", float("nan"))
-    return stored(workdir / "design.json", {"structures": structures}, measure) | {"teacher_recovery": teacher}
+    path = experiment.cell_dir(cell_name(role, seed)) / "design.json"
+    return stored(path, {"structures": structures}, measure)
 
 
 def _summary(values: Sequence[float]) -> tuple[float | None, float | None, str]:
