@@ -292,6 +292,8 @@ class OptimConfig:
     eps: float = 1e-8
     # Global-norm gradient clipping; 0 disables it.
     grad_clip_norm: float = 1.0
+    # Element-wise gradient clipping to [-v, v] (torch's clip_grad_value_), before the global-norm clip; 0 disables it.
+    grad_clip_value: float = 0.0
     # Micro-batches accumulated per update (optax.MultiSteps); 1 disables accumulation.
     grad_accum_steps: int = 1
     # Extra optimizer-specific hyperparameters as (name, value) pairs, e.g. (("damping", 0.1),).
@@ -313,6 +315,7 @@ class OptimConfig:
         check_unit_interval("optim.b2", self.b2)
         check_positive("optim.eps", self.eps)
         check_non_negative("optim.grad_clip_norm", self.grad_clip_norm)
+        check_non_negative("optim.grad_clip_value", self.grad_clip_value)
         check_int("optim.grad_accum_steps", self.grad_accum_steps)
         check_pairs("optim.options", self.options)
         check_param_groups("optim.param_groups", self.param_groups)

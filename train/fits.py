@@ -17,6 +17,7 @@ from icml26zoo.train.config import TrainConfig
 from icml26zoo.train.errors import RunError
 from icml26zoo.train.optim import build_optimizer, lora_trainable, train_only
 from icml26zoo.train.runs import build_train_model
+from icml26zoo.train.step import split_model
 
 __all__ = ["abstract_state", "check_fits_memory", "check_fits_model", "tree_bytes"]
 
@@ -43,7 +44,7 @@ def abstract_state(config: TrainConfig) -> tuple[Any, Any]:
         model = nnx.eval_shape(lambda: build_train_model(config))
     except ValueError as error:
         raise RunError(str(error)) from None
-    params = nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
+    params = split_model(model)[1]  # model variables (prototype banks, statistics) are small: not counted
 
     def init(params: Any) -> Any:
         optimizer = build_optimizer(config.optim, config.num_steps)

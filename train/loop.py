@@ -14,7 +14,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.batch_source import (
@@ -38,7 +37,14 @@ from icml26zoo.train.progress import Progress
 from icml26zoo.train.resume import PriorRun, check_start, finished_message, inspect_workdir, record_start
 from icml26zoo.train.runs import Run, build_run
 from icml26zoo.train.sharding import global_batch
-from icml26zoo.train.step import TrainState, plotted_metrics, summarize_eval
+from icml26zoo.train.step import (
+    TrainState,
+    checkpointed,
+    from_checkpoint,
+    merge_model,
+    plotted_metrics,
+    summarize_eval,
+)
 from icml26zoo.train.workdir import claim_workdir
 from icml26zoo.validation import check_bool
 
@@ -78,10 +84,12 @@ class CheckpointWriteError(RunError):
                          f"({last}); free space there and run again to resume from it")
 
 
-def evaluate(run: Run, params: dict, batches: Iterable | None = None) -> dict[str, float]:
+def evaluate(run: Run, params: dict, batches: Iterable | None = None, *,
+             variables: dict | None = None) -> dict[str, float]:
     """Loss, accuracy and bits per byte on the eval split (`eval_batches` batches, or all of it).
 
     `batches` replaces the config's eval split with the user's own batches (no bits per byte then).
+    `variables`: the model's non-Param variables (`TrainState.variables`); None for a model without any.
     The objective's metrics are sums, so they add over batches before `summarize_eval` divides them.
     """
     config = run.config
@@ -93,9 +101,9 @@ def evaluate(run: Run, params: dict, batches: Iterable | None = None) -> dict[st
         bytes_per_token = data_lib.bytes_per_token(config.data)
     else:
         batches = _checked_eval_batches(config, batches)
-    totals = {"loss_sum": 0.0, "weight": 0.0, "correct": 0.0}
+    totals = {"loss_sum": 0.0, "weight": 0.0}
     for batch in batches:
-        sums = run.eval_step(params, global_batch(run.mesh, batch))
+        sums = run.eval_step(params, variables or {}, global_batch(run.mesh, batch))
         for name, value in jax.device_get(sums).items():
             totals[name] = totals.get(name, 0.0) + float(value)
     return summarize_eval(totals, bytes_per_token)
@@ -220,10 +228,12 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
     if config.checkpoint_every:
         checkpointer = Checkpointer(workdir / "checkpoints", keep=config.keep_checkpoints)
         restored = checkpointer.restore_latest(
-            _abstract(state, run.state_shardings), check_data_state=functools.partial(check_data_state, state_key)
+            checkpointed(_abstract(state, run.state_shardings)),
+            check_data_state=functools.partial(check_data_state, state_key),
         )
         if restored is not None:
             last_saved, state, data_state = restored
+            state = from_checkpoint(state)
             iterator.set_state(data_state)
             log.info("resumed from step %d", last_saved)
         # Collective, like every Checkpointer call: all processes prune (Orbax lets the primary delete).
@@ -235,10 +245,12 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
         record_start(prior, config, changes, int(state.step))
     writer = create_writer(workdir, tensorboard=config.tensorboard)
 
-    def run_eval(params: dict) -> dict[str, float]:
+    def run_eval(state: TrainState) -> dict[str, float]:
         if data is None:
-            return evaluate(run, params)
-        return {} if eval_data is None else evaluate(run, params, eval_batches(eval_data))
+            return evaluate(run, state.params, variables=state.variables)
+        if eval_data is None:
+            return {}
+        return evaluate(run, state.params, eval_batches(eval_data), variables=state.variables)
 
     last_step = total_steps if stop_after is None else min(total_steps, stop_after)
     start = int(state.step)
@@ -275,7 +287,7 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
                 progress.update(done, values)
                 pending, pending_diagnostics, window_start, window_steps = [], [], time.perf_counter(), 0
             if config.eval_every and done % config.eval_every == 0 and not is_last:
-                eval_metrics = run_eval(state.params)
+                eval_metrics = run_eval(state)
                 _raise_if_non_finite_eval(eval_metrics, done, last_saved, checkpointer)
                 if eval_metrics:
                     writer.write(done, eval_metrics)
@@ -283,7 +295,7 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
                 _save(checkpointer, done, state, iterator.get_state(), last_saved)
                 last_saved = done
         if last_step == total_steps:
-            eval_metrics = run_eval(state.params)
+            eval_metrics = run_eval(state)
             _raise_if_non_finite_eval(eval_metrics, last_step, last_saved, checkpointer)
             summary = finish(run, state, workdir, writer, eval_metrics, builtin_data=data is None)
     finally:
@@ -321,7 +333,7 @@ def _checkpoint_due(config: TrainConfig, done: int, is_last: bool) -> bool:
 
 def _save(checkpointer: Checkpointer, step: int, state: TrainState, data_state: dict, last_saved: int | None) -> None:
     try:
-        checkpointer.save(step, state, data_state)
+        checkpointer.save(step, checkpointed(state), data_state)
     except NonFiniteStateError as error:
         raise NonFiniteError(step, "training state", last_saved, checkpointer.directory) from error
     except OSError as error:
@@ -353,8 +365,10 @@ def _raise_if_non_finite(pending: list[tuple[int, jax.Array]], last_saved: int |
 
 def _raise_if_non_finite_params(state: TrainState, step: int, last_saved: int | None,
                                 checkpointer: Checkpointer | None) -> None:
-    """NonFiniteError when a floating parameter holds NaN or inf (checked whether or not the run checkpoints)."""
-    leaves = [leaf for leaf in jax.tree.leaves(state.params) if jnp.issubdtype(leaf.dtype, jnp.floating)]
+    """NonFiniteError when a floating parameter or model variable holds NaN or inf (checked whether or not the
+    run checkpoints)."""
+    leaves = [leaf for leaf in jax.tree.leaves((state.params, state.variables))
+              if jnp.issubdtype(leaf.dtype, jnp.floating)]
     if leaves and not bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))):
         directory = None if checkpointer is None else checkpointer.directory
         raise NonFiniteError(step, "the parameters", last_saved, directory)
@@ -399,17 +413,19 @@ def finish(run: Run, state: TrainState, workdir: pathlib.Path, writer: MetricWri
         if config.spike_monitor_every:
             summary["spike/flagged_steps"] = markers
         if builtin_data and config.sample_length and data_lib.bytes_per_token(config.data):
-            summary["sample"] = sample_text(run, state.params, config)
+            summary["sample"] = sample_text(run, state.params, config, variables=state.variables)
         # json_safe: strict JSON (a non-finite number as the string metrics.jsonl uses, not a bare NaN).
         (workdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     return summary
 
 
-def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def ") -> str:
-    """Decodes `config.sample_length` bytes after `prompt` with the configured temperature and top-k."""
+def sample_text(run: Run, params: dict, config: TrainConfig, prompt: str = "def ", *,
+                variables: dict | None = None) -> str:
+    """Decodes `config.sample_length` bytes after `prompt` with the configured temperature and top-k
+    (`variables`: the model's non-Param variables, None when it has none)."""
     from icml26zoo.models import generate
 
-    model = nnx.merge(run.graphdef, jax.device_get(params))
+    model = merge_model(run.graphdef, jax.device_get(params), jax.device_get(variables))
     prompt_tokens = jnp.asarray(data_lib.encode(prompt), jnp.int32)[None, :]
     tokens = generate(
         model,

@@ -34,7 +34,7 @@ def make_spike_monitor(
     """
 
     def spike_metrics(state: TrainState, batch: dict) -> dict[str, jax.Array]:
-        batch_loss = objective_loss(graphdef, objective, step_keys(state)[0])
+        batch_loss = objective_loss(graphdef, objective, step_keys(state)[0], state.variables, state.step)
         loss = lambda params: batch_loss(params, batch)
         grads = jax.grad(loss)(state.params)
         # The Adam bias corrections inside mix Python floats with int32 counts (see train.step).

@@ -1,5 +1,5 @@
-"""Builds the optax optimizer a TrainConfig names: schedule, clipping, registered core (optionally one per
-parameter group), accumulation."""
+"""Builds the optax optimizer a TrainConfig names: schedule, clipping (element-wise, then global norm), registered
+core (optionally one per parameter group), accumulation."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def build_optimizer(cfg: OptimConfig, num_steps: int) -> optax.GradientTransform
     core = factory(schedule, cfg) if not cfg.param_groups else grouped_core(factory, schedule, cfg)
     if cfg.grad_clip_norm > 0:
         core = optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), core)
+    if cfg.grad_clip_value > 0:
+        core = optax.chain(optax.clip(cfg.grad_clip_value), core)
     if cfg.grad_accum_steps > 1:
         return optax.MultiSteps(core, every_k_schedule=cfg.grad_accum_steps)
     return core

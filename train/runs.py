@@ -39,7 +39,15 @@ from icml26zoo.train.optim import (
     train_only,
 )
 from icml26zoo.train.sharding import make_mesh, tree_shardings
-from icml26zoo.train.step import TrainState, make_eval_step, make_train_step
+from icml26zoo.train.step import (
+    TrainState,
+    checkpointed,
+    from_checkpoint,
+    make_eval_step,
+    make_train_step,
+    merge_model,
+    split_model,
+)
 from icml26zoo.train.workdir import live_holder
 
 log = logging.getLogger(__name__)
@@ -65,8 +73,7 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
     """
     mesh = make_mesh(config.mesh_data, config.mesh_fsdp, devices)
     make_model = functools.partial(build_train_model, config)
-    graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
-    abstract_params = nnx.to_pure_dict(abstract_params)
+    graphdef, abstract_params, abstract_variables = split_model(nnx.eval_shape(make_model))
     optimizer = build_optimizer(config.optim, config.num_steps)
     if config.lora_rank:
         optimizer = train_only(optimizer, lora_trainable)
@@ -82,14 +89,16 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
         params=tree_shardings(mesh, abstract_params),
         opt_state=tree_shardings(mesh, abstract_opt),
         rng=replicated,
+        # Model variables (prototype banks, running statistics) are small: every device holds them whole.
+        variables=jax.tree.map(lambda _: replicated, abstract_variables),
     )
 
     def init(source: dict | None) -> TrainState:
-        params = nnx.to_pure_dict(nnx.split(make_model(), nnx.Param)[1])
+        _, params, variables = split_model(make_model())
         if source is not None:  # init_from: the other run's weights, LoRA factors from this run's seed
             params = jax.tree.map(lambda fresh, loaded: fresh if loaded is None else loaded, params, source)
         key = jax.random.key_data(jax.random.key(config.seed))
-        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key)
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key, variables)
 
     state = jax.jit(init, out_shardings=shardings)(source)
     train_step = jax.jit(
@@ -101,7 +110,7 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
         donate_argnums=0,
     )
     eval_step = jax.jit(
-        make_eval_step(graphdef, objective, config.seed), in_shardings=(shardings.params, None),
+        make_eval_step(graphdef, objective, config.seed), in_shardings=(shardings.params, shardings.variables, None),
         out_shardings=replicated,
     )
     spike_monitor = None
@@ -174,7 +183,7 @@ def load_run(
         del fresh
         state = restore(checkpointer, abstract, step, workdir)
     report_in_flight(workdir, int(state.step), writer)
-    model = nnx.merge(run.graphdef, state.params)
+    model = merge_model(run.graphdef, state.params, state.variables)
     return config, model, state
 
 
@@ -214,17 +223,17 @@ def restore(checkpointer: Checkpointer, abstract: TrainState, step: int | None, 
     """The state of checkpoint `step` (None: the newest readable one) shaped like `abstract`."""
     if step is None:
         try:
-            restored = checkpointer.restore_latest(abstract)
+            restored = checkpointer.restore_latest(checkpointed(abstract))
         except CheckpointRestoreError as error:
             raise CheckpointError(f"workdir {str(workdir)!r}: {error}") from None
         if restored is None:
             raise CheckpointError(f"workdir {str(workdir)!r} has no checkpoint in {checkpointer.directory}")
-        return restored[1]
+        return from_checkpoint(restored[1])
     try:
-        state, _ = checkpointer.restore(step, abstract)
+        state, _ = checkpointer.restore(step, checkpointed(abstract))
     except CheckpointRestoreError as error:
         raise CheckpointError(f"workdir {str(workdir)!r}: {error}") from None
-    return state
+    return from_checkpoint(state)
 
 
 def report_in_flight(workdir: pathlib.Path, loaded: int, writer: str | None) -> None:

@@ -16,6 +16,16 @@ names an objective lists in its attribute `plotted_metrics` are drawn on the end
 (`plotted_metrics(objective)`). With the default update the diagnostics come out of the same forward pass as
 the gradient (`has_aux`); an optimizer with its own update (`UpdateFn`, which differentiates a scalar loss)
 gets them from one more forward pass at the step's parameters, which XLA drops when there are none.
+
+Model variables: a model's `nnx.Variable`s other than `nnx.Param` (running statistics, prototype banks, caches:
+state that gradient descent never touches) travel in `TrainState.variables`. Every step and evaluation merges
+them into the model; the train step reads them back from the model after the objective's forward pass, so a
+model or objective that assigns to them (`variable.set_value(...)`) carries the new values into the next step.
+Evaluation never writes them back. Most models have none (`variables == {}`).
+
+Trainer arguments: an objective that lists names in its attribute `trainer_arguments` gets those keywords:
+"train" (True in the train step, False in evaluation; a Python bool, so it may pick code paths) and "step"
+(int32 scalar, the micro-steps taken before this one; None in evaluation and wherever no step is given).
 """
 
 from __future__ import annotations
@@ -72,6 +82,9 @@ def plotted_metrics(objective: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
+TRAINER_ARGUMENTS = ("train", "step")
+
+
 class TrainState(NamedTuple):
     """Everything a run needs to continue bit-exactly (with the data iterator's state)."""
 
@@ -79,13 +92,65 @@ class TrainState(NamedTuple):
     params: dict  # pure nested dict of float32 arrays (nnx.to_pure_dict of the model's Params)
     opt_state: Any  # the optax state
     rng: jax.Array  # uint32 raw PRNG key data (jax.random.key_data), for stochastic models
+    # pure nested dict of the model's non-Param variables (module docstring); {} for most models
+    variables: dict = {}  # noqa: RUF012 (never mutated: states are replaced, not edited)
 
 
-def objective_loss(graphdef: nnx.GraphDef, objective: Objective, rng: jax.Array) -> LossFn:
-    """`loss_fn(params, batch) -> loss`: the objective's float32 loss of the model `graphdef` with `params`."""
+class _ParamsOnlyState(NamedTuple):
+    """How a state without model variables is checkpointed: the four fields checkpoints had before
+    `TrainState.variables` existed, so those checkpoints still restore and new ones keep their layout."""
+
+    step: jax.Array
+    params: dict
+    opt_state: Any
+    rng: jax.Array
+
+
+def checkpointed(state: TrainState) -> TrainState | _ParamsOnlyState:
+    """The tree a checkpoint holds for `state` (or for an abstract state): without `variables` when empty."""
+    return state if state.variables else _ParamsOnlyState(*state[:4])
+
+
+def from_checkpoint(tree: TrainState | _ParamsOnlyState) -> TrainState:
+    """The `TrainState` of a restored `checkpointed` tree."""
+    return tree if isinstance(tree, TrainState) else TrainState(*tree)
+
+
+def split_model(model: nnx.Module) -> tuple[nnx.GraphDef, dict, dict]:
+    """(graph definition, parameters, other variables) of `model`, both as pure nested dicts."""
+    graphdef, params, variables = nnx.split(model, nnx.Param, ...)
+    return graphdef, nnx.to_pure_dict(params), nnx.to_pure_dict(variables)
+
+
+def merge_model(graphdef: nnx.GraphDef, params: dict, variables: dict | None = None) -> nnx.Module:
+    """The model `graphdef` with `params` and its non-Param `variables` (None or {}: it has none)."""
+    return nnx.merge(graphdef, params, variables or {})
+
+
+def trainer_arguments(objective: Callable[..., Any]) -> tuple[str, ...]:
+    """The trainer arguments `objective` asks for (its `trainer_arguments`, looked through `functools.partial`)."""
+    names = tuple(getattr(getattr(objective, "func", objective), "trainer_arguments", ()))
+    bad = [name for name in names if name not in TRAINER_ARGUMENTS]
+    if bad:
+        raise ValueError(f"trainer_arguments must be among {list(TRAINER_ARGUMENTS)}, got {bad}")
+    return names
+
+
+def call_objective(objective: Objective, model: nnx.Module, batch: dict[str, jax.Array], rng: jax.Array, *,
+                   train: bool, step: jax.Array | None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """`objective(model, batch, rng)` plus the trainer arguments it declares (module docstring)."""
+    given = {"train": train, "step": step}
+    return objective(model, batch, rng, **{name: given[name] for name in trainer_arguments(objective)})
+
+
+def objective_loss(graphdef: nnx.GraphDef, objective: Objective, rng: jax.Array,
+                   variables: dict | None = None, step: jax.Array | None = None) -> LossFn:
+    """`loss_fn(params, batch) -> loss`: the objective's float32 training loss of the model `graphdef` with
+    `params` (and its non-Param `variables`, held fixed) at `step`."""
 
     def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
-        loss, _ = objective(nnx.merge(graphdef, params), batch, rng)
+        loss, _ = call_objective(objective, merge_model(graphdef, params, variables), batch, rng, train=True,
+                                 step=step)
         return loss
 
     return loss_fn
@@ -131,11 +196,14 @@ def make_train_step(
         caller_promotion = jax.config.jax_numpy_dtype_promotion
         objective_key, next_key = step_keys(state)
 
-        def loss_and_diagnostics(params: dict, batch: dict[str, jax.Array]) -> tuple[jax.Array, dict]:
+        def loss_and_diagnostics(params: dict, batch: dict[str, jax.Array]) -> tuple[jax.Array, tuple]:
             # The model traces under the caller's promotion rules (strict in the tests), not optax's.
             with jax.numpy_dtype_promotion(caller_promotion):
-                loss, metrics = objective(nnx.merge(graphdef, params), batch, objective_key)
-                return loss, split_metrics(metrics)[1]
+                model = merge_model(graphdef, params, state.variables)
+                loss, metrics = call_objective(objective, model, batch, objective_key, train=True, step=state.step)
+                # Read back after the forward pass: what the model or objective assigned is the next state's.
+                variables = split_model(model)[2] if state.variables else {}
+                return loss, (split_metrics(metrics)[1], variables)
 
         def loss_fn(params: dict, batch: dict[str, jax.Array]) -> jax.Array:
             return loss_and_diagnostics(params, batch)[0]
@@ -144,12 +212,12 @@ def make_train_step(
         # strict dtype promotion rejects.
         with jax.numpy_dtype_promotion("standard"):
             if update is None:
-                (loss, diagnostics), grads = jax.value_and_grad(loss_and_diagnostics, has_aux=True)(
+                (loss, (diagnostics, variables)), grads = jax.value_and_grad(loss_and_diagnostics, has_aux=True)(
                     state.params, batch)
                 updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             else:
                 loss, grads, updates, opt_state = update(loss_fn, state.params, batch, state.opt_state, optimizer)
-                diagnostics = loss_and_diagnostics(state.params, batch)[1]
+                diagnostics, variables = loss_and_diagnostics(state.params, batch)[1]
             learning_rate = schedule(state.step // accum_steps)
         weight = jnp.sum(batch["weights"])
         params = optax.apply_updates(state.params, updates)
@@ -160,36 +228,41 @@ def make_train_step(
             "train/learning_rate": learning_rate,
             **diagnostics,
         }
-        return TrainState(state.step + 1, params, opt_state, jax.random.key_data(next_key)), metrics
+        next_state = TrainState(state.step + 1, params, opt_state, jax.random.key_data(next_key), variables)
+        return next_state, metrics
 
     return train_step
 
 
 def make_eval_step(
     graphdef: nnx.GraphDef, objective: Objective, seed: int = 0
-) -> Callable[[dict, dict[str, jax.Array]], dict[str, jax.Array]]:
-    """Returns `eval_step(params, batch) -> metrics`, the objective's summable metrics (loss_sum, weight, ...);
-    its train diagnostics are left out.
+) -> Callable[[dict, dict, dict[str, jax.Array]], dict[str, jax.Array]]:
+    """Returns `eval_step(params, variables, batch) -> metrics`, the objective's summable metrics (loss_sum,
+    weight, ...) with the model's non-Param `variables` ({} for most models); its train diagnostics are left out.
 
     Stochastic objectives get the same key, from `seed`, on every evaluation, so evaluations compare.
     """
 
-    def eval_step(params: dict, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        _, metrics = objective(nnx.merge(graphdef, params), batch, jax.random.key(seed))
+    def eval_step(params: dict, variables: dict, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        model = merge_model(graphdef, params, variables)
+        _, metrics = call_objective(objective, model, batch, jax.random.key(seed), train=False, step=None)
         return split_metrics(metrics)[0]
 
     return eval_step
 
 
 def summarize_eval(sums: dict[str, float], bytes_per_token: float | None) -> dict[str, float]:
-    """Mean loss, accuracy and (for byte-level data) bits per byte from summed eval statistics.
+    """Mean loss, accuracy (when the objective counts "correct") and (for byte-level data) bits per byte from summed
+    eval statistics.
 
     Any other metric an objective sums as "X_sum" is reported as eval/X = X_sum / X_weight, or X_sum / weight
     when the objective gives no "X_weight" (e.g. pcfg_lm's KL to the grammar: kl_sum, kl_weight).
     """
     weight = max(sums["weight"], 1.0)
     loss = sums["loss_sum"] / weight
-    out = {"eval/loss": loss, "eval/accuracy": sums["correct"] / weight}
+    out = {"eval/loss": loss}
+    if "correct" in sums:  # an objective without a notion of accuracy (a reconstruction loss) gives none
+        out["eval/accuracy"] = sums["correct"] / weight
     if bytes_per_token:
         out["eval/bits_per_byte"] = loss / math.log(2) / bytes_per_token
     for key, total in sums.items():

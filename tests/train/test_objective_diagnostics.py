@@ -64,7 +64,7 @@ def test_train_step_returns_the_diagnostics_and_the_eval_step_only_the_sums():
     assert set(metrics) == {"train/loss", "train/tokens", "train/grad_norm", "train/learning_rate", "test/x_mean",
                             "test/error_max"}
     np.testing.assert_allclose(metrics["test/x_mean"], 0.55, rtol=1e-6)
-    sums = jax.jit(make_eval_step(graphdef, _objective))(state.params, batch)
+    sums = jax.jit(make_eval_step(graphdef, _objective))(state.params, {}, batch)
     assert set(sums) == {"loss_sum", "weight"}
     # The gradient is the loss's alone: the same update as an objective without diagnostics.
     plain = lambda model, batch, rng: (_objective(model, batch, rng)[0], {})  # noqa: E731

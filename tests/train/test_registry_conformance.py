@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from icml26zoo.configs import load_preset, names
 from icml26zoo.moe.registry import ROUTERS
@@ -34,6 +33,7 @@ from icml26zoo.train.data import make_eval_iterator, make_train_iterator
 from icml26zoo.train.data.features import is_feature_data
 from icml26zoo.train.datasets import DATASETS, dataset_for
 from icml26zoo.train.runs import build_train_model
+from icml26zoo.train.step import call_objective, merge_model, split_model
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
 ROWS = 2
@@ -145,11 +145,13 @@ def _objective_names() -> list[str]:
 
 def _loss_and_grads(config: TrainConfig, batch: dict) -> tuple[jax.Array, dict, dict]:
     model = build_train_model(config)
-    graphdef, params = nnx.split(model, nnx.Param)
+    graphdef, params, variables = split_model(model)
     objective = configured_objective(config)
 
     def loss_fn(params, batch):
-        return objective(nnx.merge(graphdef, params), batch, jax.random.key(0))
+        # As the train step calls it: the model's non-Param variables merged in, the trainer arguments given.
+        return call_objective(objective, merge_model(graphdef, params, variables), batch, jax.random.key(0),
+                              train=True, step=jnp.zeros((), jnp.int32))
 
     (loss, metrics), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params, batch)
     return loss, metrics, grads
