@@ -28,7 +28,9 @@ BUILTIN_MODULES = ("icml26zoo.train.data.catalog", "icml26zoo.train.data.topics"
                    "icml26zoo.train.data.pockets",
                    "icml26zoo.train.data.fold_and_label",
                    "icml26zoo.train.data.camp_data",
-                   "icml26zoo.train.data.rna_hairpins")
+                   "icml26zoo.train.data.rna_hairpins",
+                   "icml26zoo.train.data.msa_data",
+                   "icml26zoo.train.data.sprite_data")
 
 DATASETS: Registry[type] = Registry("dataset", modules=BUILTIN_MODULES)
 register_dataset = DATASETS.register

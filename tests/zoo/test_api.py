@@ -9,6 +9,7 @@ loss), `_compute_similarity` (test-time class estimate) and the FiLM branch of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -17,8 +18,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.losses.api_objective import random_availability
+from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.multimodal import api, api_data, api_scope
 from icml26zoo.multimodal.api_diam import DIRECTIONS
+from icml26zoo.train.data.msa_data import MSAOptions, msa_examples
 
 pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and same-program comparisons only
 
@@ -231,7 +235,74 @@ def test_synthetic_data_and_missing_masks():
     mask = api_data.missing_mask(400, 0.7, 0)
     assert mask.any(axis=1).all() and 0.2 < mask.mean() < 0.45
     assert api_data.missing_mask(10, 0.0, 0).all()
-    counts = api_data.training_mask(300, np.random.default_rng(0)).sum(axis=1)
+    full = jnp.ones((300, 3), bool)
+    counts = np.asarray(random_availability(jax.random.key(0), full)).sum(axis=1)
     assert set(counts.tolist()) == {1, 2, 3}
+    present = jnp.asarray(api_data.missing_mask(300, 0.5, 1))
+    drawn = np.asarray(random_availability(jax.random.key(1), present))
+    assert not (drawn & ~np.asarray(present)).any() and drawn.any(axis=1).all()  # only present ones, never none
     with pytest.raises(ValueError, match="missing_rate"):
         api_data.missing_mask(10, 1.0, 0)
+
+
+def _batch_features(model: api.APIModel, rows: np.ndarray, seed: int) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """Projected sequences and classes of `rows` synthetic samples (what the objective hands to `remember`)."""
+    data = api_data.synthetic_msa(rows, seed, api_data.MSAConfig(dims=CFG.input_dims, seq_len=CFG.seq_len))
+    projected = model.project(*(jnp.asarray(data[k]) for k in ("text", "audio", "vision")))
+    return projected, api_scope.label_to_class(jnp.asarray(data["labels"]))
+
+
+def _expected_bank(features: list[tuple[jax.Array, ...]], classes: list[jax.Array]) -> np.ndarray:
+    """SCOPE's update from empty prototypes of the samples in `features` / `classes` (one epoch)."""
+    epoch = jnp.concatenate(classes)
+    return np.stack([np.asarray(api_scope.update_prototypes(
+        jnp.zeros((C, T, CFG.dim)), jnp.zeros(C, bool), jnp.concatenate([f[m] for f in features]), epoch)[0])
+        for m in range(3)])
+
+
+def test_epoch_cache_rebuilds_the_prototypes_when_an_epoch_completes():
+    model = api.APIModel(dataclasses.replace(CFG, cache_size=8), rngs=nnx.Rngs(0))
+    batches = [_batch_features(model, 4, seed) for seed in range(3)]
+    model.remember(*batches[0])
+    assert not np.asarray(model.ready[...]).any() and int(model.cache_count[...]) == 4
+    model.remember(*batches[1])  # the 8th sample: SCOPE's update of exactly these 8
+    bank = np.asarray(model.prototypes[...])
+    np.testing.assert_allclose(bank, _expected_bank(*zip(*batches[:2], strict=True)), rtol=1e-6, atol=1e-6)
+    assert int(model.cache_count[...]) == 0
+    model.remember(*batches[2])  # half an epoch: the bank waits
+    np.testing.assert_array_equal(np.asarray(model.prototypes[...]), bank)
+    # A batch size that does not divide the cache: the update sees the last cache_size samples (a sliding window).
+    window = api.APIModel(dataclasses.replace(CFG, cache_size=6), rngs=nnx.Rngs(0))
+    for features, classes in batches[:2]:
+        window.remember(features, classes)
+    # Slots 0-5 hold samples 7, 8, 3, 4, 5, 6 (1-based): the buffer's order breaks a tie of equal distances.
+    (first, first_classes), (second, second_classes) = batches[:2]
+    last = ([tuple(x[2:] for x in second), tuple(x[2:] for x in first), tuple(x[:2] for x in second)],
+            [second_classes[2:], first_classes[2:], second_classes[:2]])
+    np.testing.assert_allclose(np.asarray(window.prototypes[...]), _expected_bank(*last), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="must not exceed cache_size=6"):
+        window.remember(*_batch_features(window, 7, 5))
+    with pytest.raises(ValueError, match="cache_size > 0"):
+        api.APIModel(CFG, rngs=nnx.Rngs(0)).remember(*batches[0])
+    with pytest.raises(ValueError, match="cache_size"):
+        dataclasses.replace(CFG, cache_size=-1)
+
+
+def test_registered_model_reads_the_stacked_feature_layout():
+    options = (("input_dims", CFG.input_dims), ("seq_len", CFG.seq_len), ("kernel_size", 3), ("cross_layers", 1),
+               ("memory_layers", 1), ("fill", "zero"))
+    cfg = ModelConfig(name="api", d_model=CFG.dim, num_layers=1, num_heads=1, num_kv_heads=1, model_options=options)
+    model = build_model(cfg, rngs=nnx.Rngs(0))
+    assert model.config == dataclasses.replace(CFG, fill="zero")
+    points, weights, _ = msa_examples(MSAOptions(sequence_length=CFG.seq_len), 5, 0, 0.5)
+    sequences, available = model.unpack(jnp.asarray(points), jnp.asarray(weights))
+    mask = api_data.missing_mask(5, 0.5, 1)
+    data = api_data.synthetic_msa(5, 0, api_data.MSAConfig(seq_len=CFG.seq_len))
+    np.testing.assert_array_equal(np.asarray(available), mask)
+    for m, name in enumerate(("text", "audio", "vision")):
+        width = CFG.input_dims[m]
+        np.testing.assert_array_equal(np.asarray(sequences[m]), data[name][:, :, :width])
+    with pytest.raises(ValueError, match=r"model.model_options: unknown api model option 'dim'"):
+        build_model(dataclasses.replace(cfg, model_options=(("dim", 8),)), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"points must be \[B, N >= 18"):
+        model.unpack(jnp.zeros((2, 10, 32)), jnp.ones((2, 10)))

@@ -15,6 +15,7 @@ averaged over each logging window and draws on its loss plot when the objective 
 """
 
 from icml26zoo.losses import (  # noqa: F401  (each module registers its objectives)
+    api_objective,
     boolean_chain,
     camp_objective,
     conglude,
@@ -29,6 +30,7 @@ from icml26zoo.losses import (  # noqa: F401  (each module registers its objecti
     progressive_unmasking,
     protein,
     rna,
+    xr1_objective,
 )
 from icml26zoo.losses.cross_entropy import CrossEntropySums, weighted_cross_entropy, weighted_mean
 from icml26zoo.losses.objectives import Objective, classification_objective, lm_objective, pooled_logits

@@ -6,8 +6,11 @@ docs/papers/api.md and docs/papers/camp.md.
 """
 
 from icml26zoo.multimodal.api import APIConfig, APIModel, APIOutput, api_loss, set_prototypes
+from icml26zoo.multimodal.api_registered import APIRegressor
 from icml26zoo.multimodal.camp import Camp, CampEvidence, CampOptions, renormalise_prototypes
 from icml26zoo.multimodal.camp_baseline import ConcatClassifier
 
-__all__ = ["APIConfig", "APIModel", "APIOutput", "Camp", "CampEvidence", "CampOptions", "ConcatClassifier", "api_loss",
+__all__ = ["APIConfig", "APIModel", "APIOutput", "APIRegressor", "Camp", "CampEvidence", "CampOptions",
+           "ConcatClassifier",
+           "api_loss",
            "renormalise_prototypes", "set_prototypes"]

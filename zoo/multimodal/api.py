@@ -13,7 +13,13 @@ from the available modalities only (labels are ignored). Deviation: missingness 
 is the mask with equal rows).
 
 Prototypes are `Prototype` variables, not parameters: the epoch-end update (`api_scope.update_prototypes`,
-applied with `set_prototypes`) is a pure function of the epoch's cache, outside gradient descent.
+applied with `set_prototypes`) is a pure function of the epoch's cache, outside gradient descent. With
+`cache_size` = S > 0 the model keeps that cache itself (`remember`): a ring buffer of the last S training samples'
+projected sequences and classes, and a count; the batch that completes S samples replaces the prototypes by
+SCOPE's update of the buffer. With S the number of training samples and a batch size dividing S, the buffer at that
+moment holds exactly one epoch (the shared trainer visits every sample once per epoch), which is the reference's
+epoch-end update; otherwise it is a sliding window of S samples updated every S samples (a documented deviation).
+The shared trainer carries these non-Param variables between steps (`train.step`, "Model variables").
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ class APIConfig:
     reference's MOSI setting 5/5/5, so that the encoders stack); cross_layers / memory_layers: depths of the cross-modal
     and the self-attention memory transformers; fill: "zero" | "prototype" | "diam"; temperature: τ of the
     prototype contrastive loss; discard_rate: fraction of a class's farthest samples dropped from its prototype;
-    proto_weight / recon_weight: loss weights; modality_weights: contrastive-loss weights of (t, a, v).
+    proto_weight / recon_weight: loss weights; modality_weights: contrastive-loss weights of (t, a, v);
+    cache_size: S, the samples of the model's own epoch cache (`APIModel.remember`; 0: none, the caller updates
+    the prototypes, as `set_prototypes`; ignored by the zero fill, which keeps no prototypes).
     """
 
     input_dims: tuple[int, int, int] = (32, 8, 12)
@@ -79,6 +87,7 @@ class APIConfig:
     diam_hidden_mult: float = 2.0
     diam_dropout: float = 0.3
     output_dropout: float = 0.0
+    cache_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("input_dims", "modality_weights"):
@@ -101,6 +110,7 @@ class APIConfig:
             check_non_negative(name, getattr(self, name), finite=True)
         check_interval("diam_dropout", self.diam_dropout, 0.0, 1.0, closed="left")
         check_interval("output_dropout", self.output_dropout, 0.0, 1.0, closed="left")
+        check_int("cache_size", self.cache_size, minimum=0)
 
     @property
     def projected_length(self) -> int:
@@ -137,6 +147,46 @@ class APIModel(nnx.Module):
         self.ready = Prototype(jnp.zeros((3, scope.NUM_CLASSES), bool))
         self.diam = (DIAM(d, hidden_mult=config.diam_hidden_mult, dropout=config.diam_dropout, rngs=rngs)
                      if config.fill == "diam" else None)
+        if config.cache_size and config.fill != "zero":
+            self.cache = Prototype(jnp.zeros((3, config.cache_size, config.projected_length, d), jnp.float32))
+            self.cache_classes = Prototype(jnp.zeros((config.cache_size,), jnp.int32))
+            # Samples cached since the last prototype update (always < cache_size).
+            self.cache_count = Prototype(jnp.zeros((), jnp.int32))
+        else:
+            self.cache = self.cache_classes = self.cache_count = None
+
+    def remember(self, projected: tuple[jax.Array, ...], classes: jax.Array) -> None:
+        """Caches one training batch (module docstring); per modality projected [B, T', d], classes [B] int32.
+
+        Writes the B samples after the last cached one (wrapping around the S slots); when they complete S
+        samples since the last update, the prototypes and ready flags become `api_scope.update_prototypes` of the
+        whole buffer, used from the next call on. B must not exceed S.
+        """
+        if self.cache is None:
+            raise ValueError(f"remember needs a model with an epoch cache (cache_size > 0 and a fill other than "
+                             f"'zero'), got cache_size={self.config.cache_size}, fill={self.config.fill!r}")
+        size = self.config.cache_size
+        batch = classes.shape[0]
+        if batch > size:
+            raise ValueError(f"remember: the batch ({batch} samples) must not exceed cache_size={size}")
+        count = self.cache_count.get_value()
+        slots = (count + jnp.arange(batch)) % size
+        features = jnp.stack([jax.lax.stop_gradient(x) for x in projected])
+        cache = self.cache.get_value().at[:, slots].set(features)
+        cache_classes = self.cache_classes.get_value().at[slots].set(classes.astype(jnp.int32))
+
+        def update(banks: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            fresh = [scope.update_prototypes(p, r, f, cache_classes, discard_rate=self.config.discard_rate)
+                     for p, r, f in zip(*banks, cache, strict=True)]
+            return jnp.stack([p for p, _ in fresh]), jnp.stack([r for _, r in fresh])
+
+        banks = (self.prototypes.get_value(), self.ready.get_value())
+        prototypes, ready = jax.lax.cond(count + batch >= size, update, lambda banks: banks, banks)
+        self.prototypes.set_value(prototypes)
+        self.ready.set_value(ready)
+        self.cache.set_value(cache)
+        self.cache_classes.set_value(cache_classes)
+        self.cache_count.set_value((count + batch) % size)
 
     def bank(self) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
         """(prototypes per modality [C, T', d], gradient stopped; ready flags per modality [C])."""
@@ -241,9 +291,19 @@ class APIModel(nnx.Module):
         return APIOutput(prediction, projected, filled, classes, proto_loss, recon_loss)
 
 
-def api_loss(output: APIOutput, labels: jax.Array, config: APIConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Total loss L1(prediction, y) + proto_weight · L_proto + recon_weight · L_recon, and its parts."""
-    task = jnp.mean(jnp.abs(output.prediction - labels))
+def api_loss(output: APIOutput, labels: jax.Array, config: APIConfig,
+             weights: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Total loss L1(prediction, y) + proto_weight · L_proto + recon_weight · L_recon, and its parts.
+
+    labels [B] sentiment; weights [B] (optional, default all 1): the L1 term is Σ w |ŷ − y| / max(Σ w, 1), so
+    padding rows (w = 0) count for nothing.
+    """
+    error = jnp.abs(output.prediction - labels)
+    if weights is None:
+        task = jnp.mean(error)
+    else:
+        check_shape("weights", weights, labels.shape, "[B]")
+        task = jnp.sum(weights * error) / jnp.maximum(jnp.sum(weights), 1.0)
     total = task + config.proto_weight * output.proto_loss + config.recon_weight * output.recon_loss
     return total, {"task": task, "proto": output.proto_loss, "recon": output.recon_loss}
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from icml26zoo.validation import check_int, check_interval, check_positive
 
-__all__ = ["MSAConfig", "missing_mask", "synthetic_msa", "training_mask"]
+__all__ = ["MSAConfig", "missing_mask", "synthetic_msa"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +88,3 @@ def missing_mask(num_samples: int, missing_rate: float, seed: int) -> np.ndarray
     empty = ~available.any(axis=1)
     available[np.flatnonzero(empty), rng.integers(0, 3, size=int(empty.sum()))] = True
     return available
-
-
-def training_mask(num_samples: int, rng: np.random.Generator) -> np.ndarray:
-    """Training-time availability [N, 3] bool: per sample, the number of available modalities uniform on
-    {1, 2, 3} and a uniformly random subset of that size (the reference draws num_modal per batch)."""
-    check_int("num_samples", num_samples)
-    count = rng.integers(1, 4, size=num_samples)
-    order = np.argsort(rng.uniform(size=(num_samples, 3)), axis=1)
-    return np.argsort(order, axis=1) < count[:, None]
