@@ -56,7 +56,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
       run_dir: the experiment's directory (cells, the generated data, results).
       budget: steps, batch size, longest structure (seq_len, >= 24) and seeds of every cell.
       roles: which of "knn" (static kNN, k = 8), "atl" (learned gates), "fgd" (ATL + FiLM teacher) and
-        "fgd_plain" (the leak check: the teacher sees the base it should predict; not a default) to train.
+        "fgd_plain" (the leak check: the teacher sees the base it should predict) and "fgd_annealed" (fgd with
+        the spec's λ_T and gate-temperature schedules); the last two are not defaults.
       structures: fresh hairpins every cell designs (>= 1).
       train_examples: training structures (None: the presets' 1,024).
       tiny: shrink the model and the data (the smoke run; a check of the pipeline, not a result).

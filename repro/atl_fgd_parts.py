@@ -6,8 +6,10 @@ A cell is one (role, seed): "knn" trains preset atl_fgd_knn (RDesign-style stati
 atl_fgd_atl (learned gates over k_max = 24 candidates, ρ = 8/24), "fgd" preset atl_fgd_distill (ATL + the FiLM
 teacher), all through the shared trainer. "fgd_plain" (not a default role) is the leak check: atl_fgd_distill with
 the *plain* teacher (z_i from an unmasked pass, so it sees s_i), whose teacher path should come to recover
-nearly every base, while the context teacher's stays near what the context predicts. Budget: steps, batch_size
-and seeds as they are; seq_len is the longest structure (max_length).
+nearly every base, while the context teacher's stays near what the context predicts. "fgd_annealed" (not a default
+role) is "fgd" with the spec's schedules, which the presets leave constant: λ_T cosine-annealed from 1 to 0 and the
+gate temperature from 1.0 to 0.3 over the run (objective option anneal_steps = the budget's steps). Budget: steps,
+batch_size and seeds as they are; seq_len is the longest structure (max_length).
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from icml26zoo.train.data.rna_hairpins import HairpinOptions, generate
 __all__ = ["DEFAULT_ROLES", "EVAL_SEED", "METRICS", "PRESETS", "ROLES", "cell_base", "cell_name", "evaluate_cell",
            "metric_figure", "native_fold_f1", "role_rows"]
 
-ROLES = ("knn", "atl", "fgd", "fgd_plain")
+ROLES = ("knn", "atl", "fgd", "fgd_plain", "fgd_annealed")
 DEFAULT_ROLES = ROLES[:3]
-PRESETS = {"knn": "atl_fgd_knn", "atl": "atl_fgd_atl", "fgd": "atl_fgd_distill", "fgd_plain": "atl_fgd_distill"}
+PRESETS = {"knn": "atl_fgd_knn", "atl": "atl_fgd_atl", "fgd": "atl_fgd_distill", "fgd_plain": "atl_fgd_distill",
+           "fgd_annealed": "atl_fgd_distill"}
+# The spec's schedules (role fgd_annealed): λ_T cosine 1 -> 0 and the gate temperature 1.0 -> 0.3 over the run.
+ANNEALED_TAU = (1.0, 0.3)
 METRICS = ("recovery", "pair_complementarity", "bp_f1", "gate_auroc", "teacher_recovery")
 # A generator seed the dataset's splits (SeedSequence([seed, split])) do not use: fresh evaluation structures.
 EVAL_SEED = 20_261_207
@@ -67,6 +72,10 @@ def cell_base(role: str, experiment: Experiment, *, tiny: bool, train_examples: 
         data_options |= {k: v for k, v in TINY_DATA.items() if k in data_options}
         model_changes |= TINY_MODEL
         options |= TINY_OPTIONS
+    if role == "fgd_annealed":
+        options["gate_tau"] = ANNEALED_TAU[1]
+        objective = dict(config.objective_options) | {"anneal_steps": steps, "tau_start": ANNEALED_TAU[0]}
+        config = dataclasses.replace(config, objective_options=tuple(objective.items()))
     model = dataclasses.replace(config.model, **model_changes, model_options=tuple(options.items()))
     data = dataclasses.replace(config.data, data_dir=str(experiment.run_dir / "data"),
                                task_options=tuple(data_options.items()))

@@ -19,6 +19,7 @@ from icml26zoo.bio.rna_design import ATLFGDConfig, ATLFGDModel
 from icml26zoo.bio.rna_features import RNABackboneFeaturizer
 from icml26zoo.bio.rna_fold import auroc, base_pair_f1, design_metrics, nussinov
 from icml26zoo.bio.rna_layers import GatedMPNNLayer
+from icml26zoo.losses.rna import RNAObjectiveOptions, schedules
 from icml26zoo.train.data.rna_hairpins import HairpinOptions, generate
 
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -125,6 +126,23 @@ def test_gates_mask_padding_exactly_fix_neighbours_and_are_noisy_only_in_trainin
         assert np.all(np.asarray(gates)[..., 2] == 0.0) and np.all(np.asarray(gates)[..., 0] == 1.0)
     np.testing.assert_allclose(evaluation[..., 1], 0.5, atol=1e-6)  # initial gates at the target density
     assert not np.allclose(train[..., 1], evaluation[..., 1])
+    # A temperature given per call (an annealing schedule) replaces the layer's: the same one changes nothing.
+    _, same = layer(h, e, nbr_idx, nbr_mask, sequential, jax.random.key(0), 0.5)
+    _, hotter = layer(h, e, nbr_idx, nbr_mask, sequential, jax.random.key(0), 1.0)
+    np.testing.assert_array_equal(same, train)
+    assert not np.allclose(hotter[..., 1], train[..., 1]) and np.all(np.asarray(hotter)[..., 2] == 0.0)
+
+
+def test_annealing_schedules_follow_the_spec():
+    options = RNAObjectiveOptions(anneal_steps=100, tau_start=1.0)
+    values = [schedules(options, 1.0, 0.3, jnp.int32(t)) for t in (0, 50, 100, 400)]
+    np.testing.assert_allclose([float(v[0]) for v in values], [1.0, 0.5, 0.0, 0.0], atol=1e-6)  # cosine 1 -> 0
+    np.testing.assert_allclose([float(v[1]) for v in values], [1.0, 0.65, 0.3, 0.3], atol=1e-6)  # linear 1 -> 0.3
+    assert [float(v) for v in schedules(options, 1.0, 0.3, None)] == [0.0, pytest.approx(0.3)]  # evaluation: ends
+    assert [float(v) for v in schedules(RNAObjectiveOptions(), 0.7, 0.5, jnp.int32(9))] == [
+        pytest.approx(0.7), 0.5]  # no annealing: constant
+    with pytest.raises(ValueError, match="anneal_steps"):
+        RNAObjectiveOptions(anneal_steps=-1)
 
 
 def test_model_eval_is_deterministic_teacher_free_and_film_starts_as_identity(model, backbones):

@@ -135,15 +135,15 @@ class ATLEncoder(nnx.Module):
         self.edge_norm = nnx.LayerNorm(config.hidden, rngs=rngs)
         self.layers = nnx.List([_layer(config, rngs) for _ in range(config.n_enc)])
 
-    def __call__(self, X: jax.Array, mask: jax.Array, key: jax.Array | None = None
-                 ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def __call__(self, X: jax.Array, mask: jax.Array, key: jax.Array | None = None,
+                 tau: float | jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         graph = self.featurizer(X, mask)
         h = self.node_norm(self.node_in(graph["node"]))
         e = self.edge_norm(self.edge_in(graph["edge"]))
         graph = graph | {"e": e}
         gates = []
         for layer, layer_key in zip(self.layers, _keys(key, len(self.layers)), strict=True):
-            h, g = layer(h, e, graph["nbr_idx"], graph["nbr_mask"], graph["sequential"], layer_key)
+            h, g = layer(h, e, graph["nbr_idx"], graph["nbr_mask"], graph["sequential"], layer_key, tau)
             gates.append(g)
         return h, graph, jnp.stack(gates)
 
@@ -187,32 +187,35 @@ class ATLFGDModel(nnx.Module):
         self.decoder = nnx.List([_layer(config, rngs) for _ in range(config.n_dec)])
         self.readout = nnx.Linear(config.hidden, VOCAB, rngs=rngs)
 
-    def decode(self, h: jax.Array, graph: dict[str, jax.Array], key: jax.Array | None = None
-               ) -> tuple[jax.Array, jax.Array]:
+    def decode(self, h: jax.Array, graph: dict[str, jax.Array], key: jax.Array | None = None,
+               tau: float | jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """The shared decoder + readout R: (logits [B, L, 4], gates [n_dec, B, L, K])."""
         gates = []
         for layer, layer_key in zip(self.decoder, _keys(key, len(self.decoder)), strict=True):
-            h, g = layer(h, graph["e"], graph["nbr_idx"], graph["nbr_mask"], graph["sequential"], layer_key)
+            h, g = layer(h, graph["e"], graph["nbr_idx"], graph["nbr_mask"], graph["sequential"], layer_key, tau)
             gates.append(g)
         empty = jnp.zeros((0, *graph["nbr_mask"].shape), jnp.float32)
         return self.readout(h), (jnp.stack(gates) if gates else empty)
 
     def __call__(self, X: jax.Array, mask: jax.Array, teacher: jax.Array | None = None, *,
-                 key: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                 key: jax.Array | None = None, tau: float | jax.Array | None = None
+                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Logits [B, L, 4] and the aux dict; `tau` replaces every gate's temperature config.gate_tau (the value
+        of an annealing schedule at this step; objective rna_inverse_folding's `anneal_steps`)."""
         check_backbone(X, mask)
         if teacher is not None and teacher.shape[:2] != mask.shape:
             raise ValueError(f"teacher must be [B, L, teacher_dim] with B, L = {list(mask.shape)}, got shape "
                              f"{list(teacher.shape)}")
         encoder_key, student_key, teacher_key = _keys(key, 3)
-        h, graph, encoder_gates = self.encoder(X, mask, encoder_key)
+        h, graph, encoder_gates = self.encoder(X, mask, encoder_key, tau)
         h_s, gamma_s, beta_s = self.film.student(h)
-        logits, decoder_gates = self.decode(h_s, graph, student_key)
+        logits, decoder_gates = self.decode(h_s, graph, student_key, tau)
         aux = {"gates": jnp.concatenate([encoder_gates, decoder_gates]), "nbr_idx": graph["nbr_idx"],
                "nbr_mask": graph["nbr_mask"], "sequential": graph["sequential"], "gamma_s": gamma_s,
                "beta_s": beta_s, "h": h, "h_s": h_s}
         if teacher is not None:
             h_t, gamma_t, beta_t = self.film.teacher(h, teacher)
-            teacher_logits, teacher_gates = self.decode(h_t, graph, teacher_key)
+            teacher_logits, teacher_gates = self.decode(h_t, graph, teacher_key, tau)
             aux |= {"h_t": h_t, "gamma_t": gamma_t, "beta_t": beta_t, "teacher_logits": teacher_logits,
                     "teacher_gates": jnp.concatenate([encoder_gates, teacher_gates])}
         return logits, aux
@@ -236,12 +239,14 @@ class ATLFGD(ATLFGDModel):
         super().__init__(dataclasses.replace(options, hidden=cfg.d_model, n_enc=cfg.num_layers), rngs=rngs)
 
     def forward_points(self, points: jax.Array, features: jax.Array, weights: jax.Array, *,
-                       key: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """points [B, L, 18] (6 atoms x 3), features [B, L, F] (teacher embeddings, F = 0: none), weights [B, L]."""
+                       key: jax.Array | None = None, tau: float | jax.Array | None = None
+                       ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """points [B, L, 18] (6 atoms x 3), features [B, L, F] (teacher embeddings, F = 0: none), weights [B, L];
+        `tau` as in `ATLFGDModel.__call__`."""
         if points.ndim != 3 or points.shape[-1] != 18:
             raise ValueError(f"points must be [B, L, 18] (6 backbone atoms x 3 per nucleotide), got shape "
                              f"{list(points.shape)}")
         X = points.reshape(*points.shape[:2], 6, 3).astype(jnp.float32)
         mask = (weights > 0).astype(jnp.float32)
         teacher = features if features.shape[-1] else None
-        return ATLFGDModel.__call__(self, X, mask, teacher, key=key)
+        return ATLFGDModel.__call__(self, X, mask, teacher, key=key, tau=tau)

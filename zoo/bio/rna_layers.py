@@ -84,22 +84,24 @@ class GatedMPNNLayer(nnx.Module):
                                        bias_init=nnx.initializers.constant(initial_gate_bias(gate_kind, density, tau)),
                                        rngs=rngs)
 
-    def gates(self, first: jax.Array, nbr_mask: jax.Array, sequential: jax.Array, key: jax.Array | None
-              ) -> jax.Array:
-        """Gates [B, L, K] from the gate MLP's first layer pre-activations `first` [B, L, K, d] (None for "none")."""
+    def gates(self, first: jax.Array, nbr_mask: jax.Array, sequential: jax.Array, key: jax.Array | None,
+              tau: float | jax.Array | None = None) -> jax.Array:
+        """Gates [B, L, K] from the gate MLP's first layer pre-activations `first` [B, L, K, d] (None for "none");
+        `tau` overrides the layer's temperature (an annealing schedule's current value)."""
         real = nbr_mask > 0
         if self.gate_kind == "none":
             return (real & (jnp.arange(real.shape[2]) < self.k)).astype(jnp.float32)
         logits = self.gate_out(jax.nn.relu(first))[..., 0]
         # -inf before the sigmoid: a padded candidate's gate is exactly 0 (never masked afterwards).
         logits = jnp.where(real, logits, -jnp.inf)
-        return jnp.where(real & (sequential > 0), 1.0, gate_values(logits, self.gate_kind, self.tau, key))
+        tau = self.tau if tau is None else tau
+        return jnp.where(real & (sequential > 0), 1.0, gate_values(logits, self.gate_kind, tau, key))
 
     def __call__(self, h: jax.Array, e: jax.Array, nbr_idx: jax.Array, nbr_mask: jax.Array, sequential: jax.Array,
-                 key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                 key: jax.Array | None = None, tau: float | jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         keys = (None,) * 3 if key is None else tuple(jax.random.split(key, 3))
         first_gate = None if self.gate_kind == "none" else edge_linear(self.gate_in, h, e, nbr_idx)
-        gates = self.gates(first_gate, nbr_mask, sequential, keys[0])
+        gates = self.gates(first_gate, nbr_mask, sequential, keys[0], tau)
         message = self.W3(jax.nn.relu(self.W2(jax.nn.relu(edge_linear(self.W1, h, e, nbr_idx)))))
         total = jnp.sum(gates[..., None] * message, axis=2)
         if self.aggregation == "gate_mean":
