@@ -31,7 +31,8 @@ UpdateFactory = Callable[[Any], UpdateFn]
 # Modules whose import registers the built-in entries. Imported lazily on first lookup so that
 # `import zoo.registry` stays cheap and free of import cycles.
 _BUILTIN_MODULES = ("icml26zoo.mixers", "icml26zoo.models", "icml26zoo.optim", "icml26zoo.privacy",
-                    "icml26zoo.geometric", "icml26zoo.bio", "icml26zoo.multimodal")
+                    "icml26zoo.geometric", "icml26zoo.bio", "icml26zoo.multimodal",
+                    "icml26zoo.robotics")
 
 
 class Registry(Generic[T]):

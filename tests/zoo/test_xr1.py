@@ -1,6 +1,7 @@
 """XR-1 stage 1 (icml26zoo.robotics): the sprite data, the causal action encoder, the KL alignment, the masking of
 vision-only samples, and bad input. Tiny sizes; one model shared by the tests."""
 
+import dataclasses
 import functools
 
 import jax
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.robotics import HUMAN, ROBOT, XR1, XR1Config, check_batch, kl_alignment, make_sprite_data
+from icml26zoo.train.data.sprite_data import pack_scenes
 
 pytestmark = pytest.mark.usefixtures("fast_compile")  # tests/conftest.py: tiny models, compile time dominates
 
@@ -127,3 +130,24 @@ def test_bad_frames_and_actions_raise_naming_the_argument():
     with pytest.raises(ValueError, match="has_actions"):
         check_batch(CONFIG, condition, target, actions, has[:2])
     check_batch(CONFIG, condition, target, actions, has)
+
+
+def test_registered_model_unpacks_the_stacked_scene_layout():
+    scenes = make_sprite_data(3, 4, image_size=12, chunk=4)
+    points, weights = pack_scenes(scenes)
+    options = (("image_size", 12), ("chunk", 4), ("patch", 4), ("vit_layers", 0), ("mformer_layers", 1),
+               ("decoder_layers", 1), ("action_layers", 1), ("head_layers", 1), ("num_queries", 2))
+    cfg = ModelConfig(name="xr1", d_model=8, num_layers=1, num_heads=1, num_kv_heads=1, model_options=options)
+    model = build_model(cfg, rngs=nnx.Rngs(0))
+    assert (model.config.width, model.config.heads) == (8, 1)
+    unpacked = model.unpack(jnp.asarray(points), jnp.asarray(weights))
+    for got, want in zip(unpacked, (scenes.condition, scenes.target, scenes.actions, scenes.has_actions),
+                         strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(ValueError, match=r"points must be \[B, N >= 292"):
+        model.unpack(jnp.zeros((1, 10, 4)), jnp.ones((1, 10)))
+    with pytest.raises(ValueError, match=r"model.model_options: unknown xr1 model option 'width'"):
+        build_model(dataclasses.replace(cfg, model_options=(("width", 16),)), rngs=nnx.Rngs(0))
+    # Built inside a trace (the trainer's jitted init), the host-drawn weights come from jax.random instead.
+    traced = nnx.eval_shape(lambda: build_model(cfg, rngs=nnx.Rngs(0)))
+    assert traced.xr1.queries.get_value().shape == model.xr1.queries[...].shape

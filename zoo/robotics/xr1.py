@@ -91,9 +91,13 @@ def host_normal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32
                 scale: float | None = None) -> jax.Array:
     """Normal(0, scale²) weights drawn on the host from a numpy generator seeded by `key`'s data; scale defaults to
     1/sqrt(fan in) (LeCun). Why: jax.random's initialisers compile one XLA program per parameter shape, which
-    costs seconds per model on a CPU; drawing with numpy costs none."""
-    seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).ravel()
+    costs seconds per model on a CPU; drawing with numpy costs none. Under a trace (the shared trainer builds its
+    model inside `jax.jit` and `eval_shape`) the key has no value on the host: the weights are drawn by jax.random
+    from the same distribution, inside the one compiled init program."""
     std = scale if scale is not None else 1.0 / math.sqrt(max(int(np.prod(shape[:-1])), 1))
+    if isinstance(key, jax.core.Tracer):
+        return (std * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+    seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).ravel()
     return jnp.asarray(np.random.default_rng(seed).normal(scale=std, size=shape), dtype)
 
 
