@@ -18,7 +18,7 @@ from icml26zoo.mixers.circulation import STABILITY_SUMMARIES
 from icml26zoo.train import data as data_lib
 from icml26zoo.train.checkpoint import Checkpointer
 from icml26zoo.train.config import DataConfig, TrainConfig
-from icml26zoo.train.runs import build_run
+from icml26zoo.train.runs import build_run, restore
 
 # Every per-layer measure recorded through training (CirculationAttention.stability's summaries).
 MEASURES = STABILITY_SUMMARIES
@@ -76,7 +76,7 @@ def measure_checkpoints(cell_dir: pathlib.Path, config: TrainConfig, tokens: np.
     with Checkpointer(cell_dir / "checkpoints", read_only=True) as checkpointer:
         saved = sorted(checkpointer.all_steps())
         for step in saved:
-            record(checkpointer.restore(step, abstract)[0].params)
+            record(restore(checkpointer, abstract, step, cell_dir).params)
     return [0, *saved], layers
 
 
