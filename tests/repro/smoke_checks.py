@@ -7,7 +7,10 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Callable
 
+import numpy as np
+
 from icml26zoo.repro import leaderboard
+from icml26zoo.train.checkpoint import Checkpointer
 
 
 def apb_rows(out: pathlib.Path, record: dict) -> None:
@@ -131,13 +134,21 @@ def xr1_rows(out: pathlib.Path, record: dict) -> None:
 
 
 def api_rows(out: pathlib.Path, record: dict) -> None:
-    """API's smoke run: one row (diam fill, rate 0.5) with scores in range; the scores figure is drawn."""
+    """API's smoke run: one row (diam fill, rate 0.5) with scores in range; the scores figure is drawn. The cell's
+    final checkpoint holds the SCOPE bank as model variables (`TrainState.variables`), rebuilt by the trainer's
+    step after each of the two epochs: every prototype ready, the cache just emptied, the bank non-zero."""
     (row,) = record["rows"]
     assert (row["fill"], row["missing_rate"]) == ("diam", "0.5"), row
     value = {k: float(row[k].split(" ± ")[0]) for k in ("mae", "acc7", "acc2", "class_acc", "imp_err")}
     assert 0 <= value["mae"] <= 6 and value["imp_err"] >= 0, row
     assert all(0 <= value[k] <= 1 for k in ("acc7", "acc2", "class_acc")), row
     assert (out / "scores.png").stat().st_size > 0
+    with Checkpointer(out / "cells" / "diam_seed0" / "checkpoints", read_only=True) as checkpointer:
+        # Read against the checkpoint's own metadata: no model is built or compiled.
+        state, _ = checkpointer.restore(checkpointer.latest_step(), checkpointer.saved_structure())
+    bank = state["variables"]["api"]
+    assert np.asarray(bank["ready"]).all() and int(bank["cache_count"]) == 0, bank["ready"]
+    assert np.abs(np.asarray(bank["prototypes"])).sum() > 0
 
 
 SMOKE_CHECKS: dict[str, Callable[[pathlib.Path, dict], None]] = {"api": api_rows,
