@@ -66,10 +66,12 @@ class Run:
     spike_monitor: Any = None
 
 
-def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, TrainState]:
+def build_run(config: TrainConfig, devices: list | None = None, *, initialize: bool = True) -> tuple[Run, TrainState]:
     """Initializes parameters and optimizer state directly into their shardings and jits the steps.
 
-    `devices` defaults to every device of every process.
+    `devices` defaults to every device of every process. With `initialize=False` the state comes back abstract
+    (`jax.ShapeDtypeStruct` leaves carrying their shardings) and nothing is compiled or allocated for it: what a
+    restore needs as its template (`load_run`).
     """
     mesh = make_mesh(config.mesh_data, config.mesh_fsdp, devices)
     make_model = functools.partial(build_train_model, config)
@@ -100,7 +102,11 @@ def build_run(config: TrainConfig, devices: list | None = None) -> tuple[Run, Tr
         key = jax.random.key_data(jax.random.key(config.seed))
         return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), key, variables)
 
-    state = jax.jit(init, out_shardings=shardings)(source)
+    if initialize:
+        state = jax.jit(init, out_shardings=shardings)(source)
+    else:
+        state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                             jax.eval_shape(init, source), shardings)
     train_step = jax.jit(
         make_train_step(
             graphdef, objective, optimizer, schedule, config.optim.grad_accum_steps, custom_update(config.optim)
@@ -175,12 +181,9 @@ def load_run(
                               f"checkpoint_every={config.checkpoint_every})")
     with Checkpointer(directory, read_only=True) as checkpointer:
         check_step(checkpointer, step, workdir, writer)
-        # A fine-tune's checkpoint holds every parameter: its init_from run is not needed to reopen it.
-        run, fresh = build_run(dataclasses.replace(config, init_from=None), devices)
-        abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fresh,
-                                run.state_shardings)
-        # Freed now: the restored state takes its place on the devices.
-        del fresh
+        # A fine-tune's checkpoint holds every parameter: its init_from run is not needed to reopen it. The template
+        # is abstract: initializing a state only to overwrite it cost a compile of the model's init.
+        run, abstract = build_run(dataclasses.replace(config, init_from=None), devices, initialize=False)
         state = restore(checkpointer, abstract, step, workdir)
     report_in_flight(workdir, int(state.step), writer)
     model = merge_model(run.graphdef, state.params, state.variables)
