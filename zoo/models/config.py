@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from icml26zoo.layers.options import build_options
@@ -146,10 +147,17 @@ MODEL_OPTIONS_FIELD = "model.model_options"
 Options = TypeVar("Options")
 
 
-def parse_model_options(options_class: type[Options], cfg: ModelConfig, *, owner: str) -> Options:
-    """cfg.model_options as the model's typed options (defaults applied); ValueError naming model.model_options."""
+def parse_model_options(options_class: type[Options], cfg: ModelConfig, *, owner: str,
+                        fixed: Mapping[str, Any] | None = None) -> Options:
+    """cfg.model_options as the model's typed options (defaults applied); ValueError naming model.model_options.
+
+    `fixed`: fields the options may not set, given their values here (e.g. {"dim": cfg.d_model} for a model whose
+    width is ModelConfig's, not an option).
+    """
+    fixed = dict(fixed or {})
     try:
-        return build_options(options_class, cfg.model_options, owner=owner)
+        options = build_options(options_class, cfg.model_options, owner=owner, exclude=fixed)
+        return dataclasses.replace(options, **fixed) if fixed else options
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(MODEL_OPTIONS_FIELD) else f"{MODEL_OPTIONS_FIELD}: {message}"

@@ -13,14 +13,11 @@ and their epoch cache are model variables (not parameters), carried between step
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from icml26zoo.layers.options import build_options
-from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig
+from icml26zoo.models.config import ModelConfig, parse_model_options
 from icml26zoo.multimodal.api import MODALITIES, APIConfig, APIModel, APIOutput
 from icml26zoo.registry import register_model
 from icml26zoo.validation import check_float_array, check_shape
@@ -30,13 +27,8 @@ __all__ = ["APIRegressor", "api_config"]
 
 def api_config(cfg: ModelConfig) -> APIConfig:
     """The `APIConfig` of model config `cfg` (module docstring); ValueError naming model.model_options."""
-    try:
-        options = build_options(APIConfig, cfg.model_options, owner="api model", exclude=("dim", "num_heads"))
-        return dataclasses.replace(options, dim=cfg.d_model, num_heads=cfg.num_heads)
-    except ValueError as error:
-        message = str(error)
-        raise ValueError(message if message.startswith(MODEL_OPTIONS_FIELD) else f"{MODEL_OPTIONS_FIELD}: {message}"
-                         ) from None
+    return parse_model_options(APIConfig, cfg, owner="api model",
+                               fixed={"dim": cfg.d_model, "num_heads": cfg.num_heads})
 
 
 @register_model("api")

@@ -12,13 +12,10 @@ Model options (`model.model_options`) are `XR1Config`'s fields except `width` an
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 from flax import nnx
 
-from icml26zoo.layers.options import build_options
-from icml26zoo.models.config import MODEL_OPTIONS_FIELD, ModelConfig
+from icml26zoo.models.config import ModelConfig, parse_model_options
 from icml26zoo.registry import register_model
 from icml26zoo.robotics.xr1 import XR1, XR1Config, XR1Output
 from icml26zoo.validation import check_float_array, check_shape
@@ -28,13 +25,7 @@ __all__ = ["XR1Trainable", "xr1_config"]
 
 def xr1_config(cfg: ModelConfig) -> XR1Config:
     """The `XR1Config` of model config `cfg` (module docstring); ValueError naming model.model_options."""
-    try:
-        options = build_options(XR1Config, cfg.model_options, owner="xr1 model", exclude=("width", "heads"))
-        return dataclasses.replace(options, width=cfg.d_model, heads=cfg.num_heads)
-    except ValueError as error:
-        message = str(error)
-        raise ValueError(message if message.startswith(MODEL_OPTIONS_FIELD) else f"{MODEL_OPTIONS_FIELD}: {message}"
-                         ) from None
+    return parse_model_options(XR1Config, cfg, owner="xr1 model", fixed={"width": cfg.d_model, "heads": cfg.num_heads})
 
 
 @register_model("xr1")
