@@ -47,7 +47,8 @@ from icml26zoo.train.checksums import leaf_checksums, quiet_closed_event_loop, v
 from icml26zoo.train.errors import CheckpointError
 from icml26zoo.validation import check_bool, check_int
 
-__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError", "saved_steps", "steps_in_flight"]
+__all__ = ["Checkpointer", "CheckpointRestoreError", "NonFiniteStateError", "first_non_finite_leaf", "saved_steps",
+           "steps_in_flight"]
 
 _STATE_ITEM = "state"
 _DATA_ITEM = "data"
@@ -128,7 +129,7 @@ class Checkpointer:
         step = check_int("step", step, minimum=0)
         manager = self._writer("save")
         _check_state_leaves(state, "state")
-        bad_path = _first_non_finite_leaf(state)
+        bad_path = first_non_finite_leaf(state)
         if bad_path is not None:
             raise NonFiniteStateError(
                 f"refusing to checkpoint step {step}: state leaf {bad_path} is not finite (NaN or inf)"
@@ -400,7 +401,7 @@ def _is_inexact(leaf: Any) -> bool:
     return jax.dtypes.issubdtype(dtype, jnp.inexact)
 
 
-def _first_non_finite_leaf(state: Any) -> str | None:
+def first_non_finite_leaf(state: Any) -> str | None:
     """Path (as `keystr`) of the first floating leaf holding NaN/inf, else None.
 
     Device arrays are reduced by one jitted program: one host sync for the whole tree, and, for global
