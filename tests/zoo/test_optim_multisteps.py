@@ -9,6 +9,12 @@ import optax
 import pytest
 from optim_cases import NAMES, build, mlp_loss, params_tree, quadratic, standard_promotion, update
 
+# The two mean gradients differ by float32 rounding (about 1 ulp). Most updates pass that on unchanged (rtol 1e-6);
+# Muon's Newton-Schulz iteration amplifies it: on an AMD EPYC CPU one element of 128 came out 1.9e-6 relative
+# (2.4e-7 absolute) apart, so Muon is held to rtol 1e-5, atol 1e-6.
+TOLERANCES = {"muon": {"rtol": 1e-5, "atol": 1e-6}}
+TIGHT = {"rtol": 1e-6, "atol": 1e-7}
+
 
 @pytest.fixture(autouse=True)
 def promotion():
@@ -33,4 +39,5 @@ def test_multisteps_equals_one_step_on_the_mean_gradient(name):
     mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
     expected, _ = update(tx, mean, tx.init(params), params, loss)
     # MultiSteps keeps a running mean (acc + (g − acc)/n): equal to (g1 + g2)/2 up to float32 rounding.
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), emitted, expected)
+    tolerance = TOLERANCES.get(name, TIGHT)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tolerance), emitted, expected)
