@@ -159,7 +159,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, fills: tuple[str, 
         for fill in fills:
             name = f"{fill}_seed{seed}"
             config = cell_config(experiment, fill, seed, **sizes)
-            experiment.train_cell(name, config, devices=jax.devices()[:1])
+            experiment.train_cell(name, config, devices=jax.devices()[:1], final_eval=False)
             history[f"{fill} seed {seed}"] = experiment.metrics(name, "train/loss")[1]
 
             def measure(name: str = name, config: TrainConfig = config, seed: int = seed) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, tasks: Sequence[st
             for seed in budget.seeds:
                 name = cell_name(task, role, seed)
                 experiment.train_cell(name, experiment.cell_config(base, seed=seed, checkpoints=1),
-                                      devices=jax.devices()[:1])
+                                      devices=jax.devices()[:1], final_eval=False)
                 measured[task, role].append(evaluate_cell(experiment, name, base, missing_rates, tiny=tiny))
     rows, columns = rows_of(measured, missing_rates, configs)
     return experiment.write(rows, columns=columns, notes=_notes(budget, tiny),

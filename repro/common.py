@@ -237,7 +237,8 @@ class Experiment:
         """Trains `config` in the cell's workdir, or reads back the summary of a cell that already finished.
 
         Returns the run's final eval metrics (the JSON summary, without the train state). `train_kwargs`
-        go to `icml26zoo.train.loop.train` (e.g. `data=`, `eval_data=`). A cell whose stored config.json
+        go to `icml26zoo.train.loop.train` (e.g. `data=`, `eval_data=`; `final_eval=False` for a cell the
+        experiment scores itself, which then skips the trainer's closing evaluation). A cell whose stored config.json
         differs from `config` raises ValueError: use another run directory for another experiment.
         """
         workdir = self.cell_dir(cell)

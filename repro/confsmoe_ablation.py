@@ -166,7 +166,7 @@ def _imputation_row(experiment: Experiment, ratio: float, arm: str, experts: int
         cell = f"impute_{arm}_missing{ratio:g}_seed{seed}"
         config = classifier_config(experiment, seed, moe, **sizes, task={"missing_ratio": ratio},
                                    objective_options={"fill": fill, "impute": impute})
-        experiment.train_cell(cell, config, devices=devices)
+        experiment.train_cell(cell, config, devices=devices, final_eval=False)
         metrics.append(evaluate_cell(experiment, cell, devices, arms={"": (fill, impute)})["metrics"])
     row: dict[str, Any] = {"missing_ratio": ratio, "arm": arm}
     for name in ("accuracy", "auc"):
@@ -180,7 +180,7 @@ def _collapse_row(experiment: Experiment, router: str, moe: MoEConfig, lr: float
     for seed in experiment.budget.seeds:
         cell = f"collapse_{router}_seed{seed}"
         config = classifier_config(experiment, seed, moe, **sizes, learning_rate=lr)
-        experiment.train_cell(cell, config, devices=devices)
+        experiment.train_cell(cell, config, devices=devices, final_eval=False)
         metrics.append(evaluate_cell(experiment, cell, devices, arms={"": (True, True)})["metrics"])
         series.append(experiment.metrics(cell, TRAINING_COLLAPSE))
     row: dict[str, Any] = {"router": router, "balance_loss": moe.load_balance_weight}

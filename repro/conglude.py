@@ -76,7 +76,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
         measured[role] = []
         for seed in budget.seeds:
             config = experiment.cell_config(base, seed=seed, checkpoints=1)
-            experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1])
+            experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1], final_eval=False)
             measured[role].append(evaluate_cell(experiment, role, seed, evaluation, sizes))
     rows, columns = role_rows(measured)
     return experiment.write(rows, columns=columns, notes=_notes(budget, params, sizes, tiny),

@@ -89,7 +89,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, roles: Sequence[st
                                                   design=design, surface_batch=surface_batch)[-1])
                 curves.append(logits)
             else:
-                experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1])
+                experiment.train_cell(cell_name(role, seed), config, devices=jax.devices()[:1], final_eval=False)
                 logits = np.zeros((2, knots))
             measured[role].append(evaluate_cell(experiment, role, seed, logits, samples=samples,
                                                 steps=sample_steps))

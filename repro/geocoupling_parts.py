@@ -99,7 +99,8 @@ def train_learned(experiment: Experiment, config: TrainConfig, seed: int, *, upd
     for end in range(update_every, steps + 1, update_every):
         segment = _with_curve(base, np.asarray(logits[-1]))
         if not (workdir / "summary.json").is_file():
-            train(segment, workdir, stop_after=end, devices=jax.devices()[:1], allow_config_change=True)
+            train(segment, workdir, stop_after=end, devices=jax.devices()[:1], allow_config_change=True,
+                  final_eval=False)
         if end == steps:
             break
 
@@ -110,7 +111,7 @@ def train_learned(experiment: Experiment, config: TrainConfig, seed: int, *, upd
         logits.append(stored(workdir / f"curve_{end}.json", {"step": end, "design": design}, update)["logits"])
     if steps % update_every:
         train(_with_curve(base, np.asarray(logits[-1])), workdir, devices=jax.devices()[:1],
-              allow_config_change=True)
+              allow_config_change=True, final_eval=False)
     return logits
 
 

@@ -143,7 +143,8 @@ def _run(run_dir, budget, models, head_dim, pos_rank, eval_rows, sink_rows, sink
     for model in models:
         for seed in budget.seeds:
             cell = cells[model, seed] = f"{model}_seed{seed}"
-            experiment.train_cell(cell, experiment.cell_config(configs[model], seed=seed, checkpoints=1))
+            experiment.train_cell(cell, experiment.cell_config(configs[model], seed=seed, checkpoints=1),
+                                  final_eval=False)
 
     @functools.cache
     def eval_batch() -> tuple[dict, np.ndarray]:

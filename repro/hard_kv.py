@@ -93,7 +93,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, budgets: Sequence[
                "window": window, "recent": recent, "interval": interval}
     for seed in budget.seeds:
         cell = f"lm_seed{seed}"
-        experiment.train_cell(cell, experiment.cell_config(config, seed=seed, checkpoints=1), devices=devices)
+        experiment.train_cell(cell, experiment.cell_config(config, seed=seed, checkpoints=1), devices=devices,
+                              final_eval=False)
 
         def measure(cell: str = cell) -> dict:
             return evaluate(load_run(experiment.cell_dir(cell), devices=devices)[1], **options)

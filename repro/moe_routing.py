@@ -133,7 +133,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, routers: Sequence[
         for seed in budget.seeds:
             cell = f"{router}_seed{seed}"
             config = cell_config(experiment, router, seed, **sizes)
-            experiment.train_cell(cell, config, devices=devices)
+            experiment.train_cell(cell, config, devices=devices, final_eval=False)
             cells.setdefault(router, []).append(evaluate_cell(experiment, cell, devices))
         curves[router] = mean_curve([experiment.metrics(f"{router}_seed{seed}", TRAINING_COLLAPSE)
                                       for seed in budget.seeds])

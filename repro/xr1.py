@@ -117,7 +117,8 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, variants: tuple[st
     for seed in budget.seeds:
         for variant in variants:
             name = f"{variant}_seed{seed}"
-            experiment.train_cell(name, cell_config(experiment, variant, seed, **sizes), devices=jax.devices()[:1])
+            experiment.train_cell(name, cell_config(experiment, variant, seed, **sizes), devices=jax.devices()[:1],
+                                  final_eval=False)
 
             def measure(name: str = name, seed: int = seed) -> dict[str, float]:
                 model = load_run(experiment.cell_dir(name), devices=jax.devices()[:1])[1].xr1

@@ -94,7 +94,7 @@ def run(run_dir: str | os.PathLike, *, budget: Budget = FULL, methods: Sequence[
     loss: dict[tuple[str, int] | str, list[float]] = {}
     for seed in budget.seeds:
         cell = f"lm_seed{seed}"
-        experiment.train_cell(cell, experiment.cell_config(config, seed=seed), devices=devices)
+        experiment.train_cell(cell, experiment.cell_config(config, seed=seed), devices=devices, final_eval=False)
         scores = _scores(experiment, cell, seed, methods, bits, calibration_batches, eval_batches, devices)
         loss.setdefault("float32", []).append(scores["float32"])
         for method, width in itertools.product(methods, bits):

@@ -133,6 +133,7 @@ def train(
     data: Iterable[Mapping[str, np.ndarray]] | None = None,
     eval_data: Iterable[Mapping[str, np.ndarray]] | Callable[[], Iterable] | None = None,
     allow_config_change: bool = False,
+    final_eval: bool = True,
 ) -> dict[str, Any]:
     """Trains `config` in `workdir`, resuming from its latest good checkpoint; returns the final summary.
 
@@ -169,6 +170,9 @@ def train(
         ``eval/*`` metrics; `eval_every` is ignored).
       allow_config_change: resume even when fields outside the safe list differ from config.json (the CLI's
         ``--allow-config-change``); the changes are recorded in config_history.jsonl.
+      final_eval: evaluate once more after the last step (the summary's ``eval/*`` metrics). False for a caller
+        that scores the finished model itself (an experiment's cell): the closing evaluation, and compiling its
+        eval step, are skipped, and the summary holds no ``eval/*`` metrics. `eval_every` still applies.
 
     Returns:
       the final eval metrics (when the run finished) and the final `TrainState` under "state"; for a run
@@ -182,6 +186,7 @@ def train(
       ValueError: a bad config value or a bad user batch.
     """
     check_bool("allow_config_change", allow_config_change)
+    check_bool("final_eval", final_eval)
     path, lock = claim_workdir(workdir, jax.process_index())
     try:
         prior = inspect_workdir(path)
@@ -189,7 +194,7 @@ def train(
         notice = finished_message(prior, config)
         if notice is not None:
             return _already_finished(config, prior, notice)
-        return _train_locked(config, prior, changes, stop_after, devices, data, eval_data)
+        return _train_locked(config, prior, changes, stop_after, devices, data, eval_data, final_eval)
     finally:
         lock.release()
 
@@ -211,7 +216,7 @@ def _prune(checkpointer: Checkpointer, keep: int, restored: int | None) -> None:
 
 
 def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_after: int | None,
-                  devices: list | None, data: Iterable | None, eval_data: Any) -> dict[str, Any]:
+                  devices: list | None, data: Iterable | None, eval_data: Any, final_eval: bool) -> dict[str, Any]:
     workdir = prior.workdir
     if data is None:
         if eval_data is not None:
@@ -295,7 +300,7 @@ def _train_locked(config: TrainConfig, prior: PriorRun, changes: dict, stop_afte
                 _save(checkpointer, done, state, iterator.get_state(), last_saved)
                 last_saved = done
         if last_step == total_steps:
-            eval_metrics = run_eval(state)
+            eval_metrics = run_eval(state) if final_eval else {}
             _raise_if_non_finite_eval(eval_metrics, last_step, last_saved, checkpointer)
             summary = finish(run, state, workdir, writer, eval_metrics, builtin_data=data is None)
     finally:

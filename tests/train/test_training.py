@@ -172,12 +172,17 @@ def test_train_step_compiles_once(mqar_dir):
 def test_resume_skips_a_corrupt_latest_checkpoint(mqar_dir, tmp_path):
     config = tiny_config(mqar_dir, "num_steps=4", "log_every=1", "checkpoint_every=2")
     devices = jax.devices()[:1]
-    train(config, tmp_path, devices=devices)
+    with pytest.raises(ValueError, match=r"final_eval must be True or False, got 1"):
+        train(config, tmp_path / "unused", devices=devices, final_eval=1)
+    # final_eval=False (a caller that scores the model itself): no closing evaluation, no eval/* anywhere.
+    first = train(config, tmp_path, devices=devices, final_eval=False)
+    assert not [key for key in first if key.startswith("eval/")], first
     assert Checkpointer(tmp_path / "checkpoints").all_steps() == [2, 4]
     (tmp_path / "checkpoints" / "4" / "state" / "_METADATA").write_text("")
     with pytest.warns(RuntimeWarning, match="checkpoint step 4 .* unreadable"):
         summary = train(dataclasses.replace(config, num_steps=6), tmp_path, devices=devices)
     assert int(summary["state"].step) == 6
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "eval/loss" in r] == [6]
     # The rows of steps 3 and 4 from the first run are dropped when the resume restarts from step 2.
     logged = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
     assert logged == [1, 2, 3, 4, 5, 6]
