@@ -290,8 +290,10 @@ def test_scanned_program_size_independent_of_depth(primary_case):
         lowered = jax.jit(jax.grad(_loss, argnums=1), static_argnums=0).lower(graphdef, params, tokens)
         return lowered.as_text().count("dot_general")
 
-    assert dot_count(num_layers=2) == dot_count(num_layers=5)
-    assert dot_count(num_layers=5, scan_layers=False) > dot_count(num_layers=2, scan_layers=False)
+    # Depths 2 and 3 show the invariant as well as any pair would; each extra unrolled layer is one more layer's
+    # forward and backward to trace for every mixer.
+    assert dot_count(num_layers=2) == dot_count(num_layers=3)
+    assert dot_count(num_layers=3, scan_layers=False) > dot_count(num_layers=2, scan_layers=False)
 
 
 @pytest.mark.parametrize(
