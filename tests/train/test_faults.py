@@ -30,7 +30,7 @@ from icml26zoo.train.loop import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "llama_tiny.py"
-NUM_STEPS = 30
+NUM_STEPS = 12
 # Saving every step keeps an asynchronous save in flight almost all the time, so the kill lands in one.
 RUN = ("model.num_layers=1", "model.d_model=32", "model.vocab_size=64", "model.max_seq_len=32", "seq_len=32",
        "batch_size=8", f"num_steps={NUM_STEPS}", "log_every=1", "checkpoint_every=1", "keep_checkpoints=2",
