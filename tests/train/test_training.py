@@ -88,11 +88,11 @@ def test_mqar_training_lowers_the_loss(mqar_dir, tmp_path):
 def test_resume_is_bit_exact(mqar_dir, tmp_path):
     config = tiny_config(mqar_dir, "num_steps=6", "log_every=1", "checkpoint_every=3", "mesh_fsdp=2")
     devices = jax.devices()[:2]
-    straight = train(config, tmp_path / "straight", devices=devices)["state"]
+    straight = train(config, tmp_path / "straight", devices=devices, final_eval=False)["state"]
     interrupted = tmp_path / "interrupted"
     train(config, interrupted, stop_after=3, devices=devices)
     assert Checkpointer(interrupted / "checkpoints").all_steps() == [3]
-    resumed = train(config, interrupted, devices=devices)["state"]
+    resumed = train(config, interrupted, devices=devices, final_eval=False)["state"]
     assert int(resumed.step) == int(straight.step) == 6
     for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -115,7 +115,7 @@ def test_one_and_eight_devices_give_the_same_losses(mqar_dir, tmp_path):
 
 def test_gradient_accumulation_runs_micro_steps(mqar_dir, tmp_path):
     config = tiny_config(mqar_dir, "num_steps=2", "optim.grad_accum_steps=2", "log_every=1", "checkpoint_every=0")
-    state = train(config, tmp_path, devices=jax.devices()[:1])["state"]
+    state = train(config, tmp_path, devices=jax.devices()[:1], final_eval=False)["state"]
     assert int(state.step) == 4
 
 
@@ -127,7 +127,7 @@ def test_registered_optimizers_train_through_the_shared_step(mqar_dir, tmp_path,
         mqar_dir, "num_steps=40", "log_every=10", "checkpoint_every=0", f"optim.name={optimizer}",
         f"optim.learning_rate={lr}",
     )
-    train(config, tmp_path, devices=jax.devices()[:1])
+    train(config, tmp_path, devices=jax.devices()[:1], final_eval=False)
     losses = train_losses(tmp_path)
     assert losses[max(losses)] < 0.9 * losses[min(losses)], losses
 
@@ -194,8 +194,9 @@ def test_spike_monitor_logs_flags_and_leaves_training_unchanged(mqar_dir, tmp_pa
     devices = jax.devices()[:1]
     common = ("num_steps=4", "log_every=1", "checkpoint_every=0", "optim.warmup_steps=0", "optim.learning_rate=3.0")
     plain = tiny_config(mqar_dir, *common)
-    train(plain, tmp_path / "plain", devices=devices)
-    summary = train(dataclasses.replace(plain, spike_monitor_every=2), tmp_path / "monitored", devices=devices)
+    train(plain, tmp_path / "plain", devices=devices, final_eval=False)
+    summary = train(dataclasses.replace(plain, spike_monitor_every=2), tmp_path / "monitored", devices=devices,
+                    final_eval=False)
     assert train_losses(tmp_path / "monitored") == train_losses(tmp_path / "plain")
     records = [r for r in read_jsonl(tmp_path / "monitored" / "metrics.jsonl") if "spike/lambda_dir" in r]
     assert [r["step"] for r in records] == [2, 4]
