@@ -14,6 +14,8 @@ from icml26zoo.repro import diag_cfm
 from icml26zoo.repro import diag_cfm_parts as parts
 from icml26zoo.repro.common import Budget
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 TINY = Budget(steps=20, batch_size=16, seq_len=1, seeds=(0,))
 TINY_ARGS = {"pairings": ("diag",), "dims": (2,), "orders": ("aligned",), "n_labels": 1, "train_pairs": 64,
              "targets": 4, "candidates": 3, "ode_steps": 4, "width": 8, "depth": 1}

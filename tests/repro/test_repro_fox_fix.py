@@ -26,6 +26,8 @@ from icml26zoo.repro.lengths import binned
 from icml26zoo.train.data import make_eval_iterator
 from icml26zoo.train.presets import tiny_byte_lm
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"variants": ("fox", "foxx")}, r"variants: unknown name 'foxx'; expected one of \['softmax', 'fox'"),

@@ -18,6 +18,8 @@ from icml26zoo.repro import apt, geometric, pace, platonic, sola, spikenet
 from icml26zoo.repro.common import Budget, Experiment, parameter_count
 from icml26zoo.train.config import DataConfig
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 MODULES = {"platonic": platonic, "sola": sola, "pace": pace, "spikenet": spikenet, "apt": apt}
 
 

@@ -13,6 +13,8 @@ from icml26zoo.repro import pai_graphon
 from icml26zoo.repro.common import Budget
 from icml26zoo.repro.pai_graphon_parts import _halves, topic_features
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 SMALL = Budget(steps=2, batch_size=64, seq_len=65, seeds=(0,))
 
 

@@ -32,6 +32,8 @@ from icml26zoo.repro.protot_parts import (
     top_writers,
 )
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 TINY = Budget(steps=2, batch_size=2, seq_len=16)
 
 

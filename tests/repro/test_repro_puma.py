@@ -9,6 +9,8 @@ import pytest
 from icml26zoo.repro import puma
 from icml26zoo.repro.common import Budget
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 TINY = Budget(steps=4, batch_size=4, seq_len=16, seeds=(0,))
 TINY_SETUP = {"d_model": 16, "num_layers": 1, "num_phases": 2, "eval_every": 2, "eval_rows": 4, "eval_mask_draws": 1,
               "sampler_steps": 2}

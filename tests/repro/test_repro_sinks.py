@@ -17,6 +17,8 @@ from icml26zoo.models import ModelConfig, build_model
 from icml26zoo.repro import sinks
 from icml26zoo.repro.sinks_parts import VARIANTS, _spike_entries, _stream_stats, document_rows, profile, variant_config
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, mlp_dim=64, scan_layers=False)
 SPIKE_TOKEN, SPIKE_CHANNEL = 63, 5
 

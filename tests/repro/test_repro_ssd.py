@@ -14,6 +14,8 @@ from icml26zoo.repro import ssd
 from icml26zoo.repro import ssd_parts as parts
 from icml26zoo.repro.common import Budget
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 TINY = Budget(steps=2, batch_size=1, seq_len=16, seeds=(0,))
 RTOL = 1e-5
 

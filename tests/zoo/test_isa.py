@@ -11,6 +11,8 @@ import pytest
 from icml26zoo.longctx.isa import isa_attention, isa_attention_and_plan, isa_gate, sparse_path
 from icml26zoo.longctx.isa_plan import to_blocks
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 B, N, H, D, BLOCK, N_SRC = 1, 64, 2, 8, 8, 32
 TOL = 2e-5
 

@@ -10,6 +10,8 @@ import pytest
 
 from icml26zoo.optim import minimax as T
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 MU = 0.1  # μ1 = μ2: the smallest eigenvalue of A and C
 
 

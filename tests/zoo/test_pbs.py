@@ -18,6 +18,8 @@ from icml26zoo.longctx import pbs
 from icml26zoo.mixers.attention import Attention
 from icml26zoo.models import ModelConfig
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 B, T, H, HKV, D, C, SEG = 2, 63, 4, 2, 16, 8, 16
 TOL = 1e-5  # tests/tolerances.py "default" float32 bound (max-normalized); the paths reorder float32 sums
 

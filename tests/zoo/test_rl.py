@@ -14,6 +14,8 @@ from icml26zoo.rl.envs import bellman_optimality, chain_mdp, random_mdp, sample_
 from icml26zoo.rl.schedules import GeometricTargetSchedule, adaptive_ratio, adaptive_schedule, constant_schedule
 from icml26zoo.rl.tabular import periodic_q_learning, steps_to_reach
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 
 def test_geometric_periods_match_formula_grow_by_ratio_and_respect_cap():
     sched = adaptive_schedule(3, gamma=0.9, k_max=50)

@@ -21,6 +21,8 @@ from icml26zoo.vq import (
     vector_quantize,
 )
 
+pytestmark = pytest.mark.usefixtures("fast_compile")  # tolerance and range checks only (tests/conftest.py)
+
 MIXED = (8, 5, 5, 5)  # the presets' levels: an even channel and odd ones, 1000 codes
 
 
